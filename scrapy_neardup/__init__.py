@@ -1,0 +1,54 @@
+"""scrapy-neardup: near-duplicate detection with MinHash sketches for Scrapy and Elasticsearch.
+
+Core objects (no Scrapy or Elasticsearch import happens here)::
+
+    from scrapy_neardup import Sketcher
+    sketcher = Sketcher(num_perm=128)
+    a, b = sketcher.sketch_many([page_a, page_b])
+    a.resemblance(b)          # share of agreeing positions, an unbiased estimate of Jaccard
+
+The Scrapy item pipeline, ``scrapy_neardup.NearDuplicatePipeline``, is imported on first access.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .clustering import UnionFind, broder_clusters
+from .dedupe import Deduper, DedupeStats, Verdict
+from .index import Match, SketchIndex, StateError
+from .sketch import IncompatibleSketches, Sketch, Sketcher, jaccard
+from .theory import choose_parameters, curve, flag_probability, min_shared_for
+
+if TYPE_CHECKING:
+    from .pipeline import NearDuplicatePipeline
+
+__all__ = [
+    "Deduper",
+    "DedupeStats",
+    "IncompatibleSketches",
+    "Match",
+    "NearDuplicatePipeline",
+    "Sketch",
+    "SketchIndex",
+    "Sketcher",
+    "StateError",
+    "UnionFind",
+    "Verdict",
+    "broder_clusters",
+    "choose_parameters",
+    "curve",
+    "flag_probability",
+    "jaccard",
+    "min_shared_for",
+]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # The pipeline imports Scrapy; keep `import scrapy_neardup` light for the CLI and Elasticsearch users.
+    if name == "NearDuplicatePipeline":
+        from .pipeline import NearDuplicatePipeline
+
+        return NearDuplicatePipeline
+    raise AttributeError(f"module 'scrapy_neardup' has no attribute {name!r}")

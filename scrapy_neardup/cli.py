@@ -1,0 +1,354 @@
+"""The ``neardup`` command: dedupe JSON lines, compare two pages, draw the S-curve, run Elasticsearch jobs."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from .dedupe import Deduper
+from .sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
+from .theory import DEFAULT_THRESHOLD, curve, flag_probability, midpoint, min_shared_for
+
+logger = logging.getLogger(__name__)
+
+_BATCH = 512
+
+
+class CommandError(Exception):
+    """A failure to report as ``neardup: error: ...`` with exit status 1."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``neardup`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not hasattr(args, "handler"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.handler(args, parser) or 0)
+    except CommandError as exc:
+        print(f"neardup: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. piped into head
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="neardup", description="Near-duplicate detection with MinHash sketches (t of k positions)."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_dedupe(sub)
+    _add_compare(sub)
+    _add_curve(sub)
+    _add_es(sub)
+    return parser
+
+
+# -- shared options ----------------------------------------------------------------------------------------------
+
+
+def _add_sketch_options(parser: argparse.ArgumentParser, *, with_threshold: bool = True) -> None:
+    group = parser.add_argument_group("sketch parameters")
+    group.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
+                       help=f"signature positions k (default {DEFAULT_NUM_PERM})")
+    group.add_argument("--shingle", choices=("word", "char"), default="word",
+                       help="word w-shingles (default) or character n-grams")
+    group.add_argument("--shingle-size", type=int, default=None, metavar="W",
+                       help="units per shingle (default 5 words or 9 characters)")
+    group.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"hash seed (default {DEFAULT_SEED})")
+    if with_threshold:
+        _add_threshold_options(group)
+
+
+def _add_threshold_options(group: Any) -> None:
+    exclusive = group.add_mutually_exclusive_group()
+    exclusive.add_argument("--threshold", type=float, metavar="R",
+                           help=f"target resemblance: pairs at R are caught with probability >= 0.99 "
+                                f"(default {DEFAULT_THRESHOLD})")
+    exclusive.add_argument("--min-shared", type=int, metavar="T",
+                           help="positions that must agree (overrides --threshold)")
+
+
+def _sketcher(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sketcher:
+    if not 1 <= args.num_perm <= 65536:
+        parser.error(f"argument --num-perm: must be between 1 and 65536, got {args.num_perm}")
+    if args.shingle_size is not None and args.shingle_size < 1:
+        parser.error(f"argument --shingle-size: must be >= 1, got {args.shingle_size}")
+    if args.seed < 0:
+        parser.error(f"argument --seed: must be >= 0, got {args.seed}")
+    return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed)
+
+
+def _min_shared(args: argparse.Namespace, parser: argparse.ArgumentParser, num_perm: int) -> int:
+    if args.min_shared is not None:
+        if not 1 <= args.min_shared <= num_perm:
+            parser.error(f"argument --min-shared: must be between 1 and --num-perm ({num_perm}), got {args.min_shared}")
+        return int(args.min_shared)
+    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+    if not 0 < threshold <= 1:
+        parser.error(f"argument --threshold: must lie in (0, 1], got {threshold}")
+    return min_shared_for(threshold, num_perm)
+
+
+# -- dedupe ------------------------------------------------------------------------------------------------------
+
+
+def _add_dedupe(sub: Any) -> None:
+    p = sub.add_parser(
+        "dedupe",
+        help="mark or drop near-duplicate records of a JSON-lines file",
+        description="Read JSON lines; write every record back in input order with 'duplicate_of' (id of the kept "
+        "record it near-duplicates, or null) and 'resemblance' (estimated, or null). First seen is kept. "
+        "Records without usable text are kept with duplicate_of null and counted in the summary.",
+    )
+    p.add_argument("input", help="JSON-lines file, or - for stdin")
+    p.add_argument("-o", "--output", default="-", help="output JSON-lines file, or - for stdout (default)")
+    p.add_argument("--text-field", default="text", help="field holding the text or HTML (default: text)")
+    p.add_argument("--id-field", default="id",
+                   help="field holding the record id (default: id; records without one get their line number)")
+    p.add_argument("--drop", action="store_true", help="write kept records only")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+    _add_sketch_options(p)
+    p.set_defaults(handler=_run_dedupe)
+
+
+def _run_dedupe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    sketcher = _sketcher(args, parser)
+    deduper = Deduper(sketcher, min_shared=_min_shared(args, parser, sketcher.num_perm))
+    with _open_input(args.input) as (source, size), _open_output(args.output) as sink:
+        progress = _progress_bar(size, args.progress)
+        try:
+            for batch in _record_batches(source, progress):
+                _dedupe_batch(deduper, batch, args, sink)
+        finally:
+            progress.close()
+            print(f"neardup dedupe: {deduper.stats.summary()}", file=sys.stderr)
+    return 0
+
+
+def _record_batches(source: IO[bytes], progress: Any) -> Iterator[list[tuple[int, dict[str, Any]]]]:
+    """``(line number, record)`` batches; an unparsable line ends the run after the records before it."""
+    batch: list[tuple[int, dict[str, Any]]] = []
+    for number, raw in enumerate(source, start=1):
+        progress.update(len(raw))
+        line = raw.decode("utf-8", errors="replace")
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield batch
+            raise CommandError(f"line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(record, dict):
+            yield batch
+            raise CommandError(f"line {number}: expected a JSON object, got {type(record).__name__}")
+        batch.append((number, record))
+        if len(batch) >= _BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _dedupe_batch(
+    deduper: Deduper, batch: list[tuple[int, dict[str, Any]]], args: argparse.Namespace, sink: IO[str]
+) -> None:
+    ids = [record.get(args.id_field, number) for number, record in batch]
+    # Index keys are JSON so that duplicate_of comes back with the id's own type (int stays int).
+    keys = [json.dumps(i, ensure_ascii=False) for i in ids]
+    verdicts = deduper.check_many(keys, [record.get(args.text_field) for _, record in batch])
+    for (_, record), verdict in zip(batch, verdicts, strict=True):
+        if args.drop and not verdict.kept:
+            continue
+        match = verdict.match
+        record["duplicate_of"] = json.loads(match.key) if match else None
+        record["resemblance"] = match.resemblance if match else None
+        sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+@contextlib.contextmanager
+def _open_input(path: str) -> Iterator[tuple[IO[bytes], int | None]]:
+    if path == "-":
+        yield sys.stdin.buffer, None
+        return
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+    with handle:
+        yield handle, os.fstat(handle.fileno()).st_size
+
+
+@contextlib.contextmanager
+def _open_output(path: str) -> Iterator[IO[str]]:
+    # backslashreplace writes a lone surrogate as the JSON escape \udXXX: the output stays valid UTF-8 JSON.
+    if path == "-":
+        out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="backslashreplace", newline="\n")
+        try:
+            yield out
+        finally:
+            out.flush()
+            out.detach()
+        return
+    try:
+        handle = open(path, "w", encoding="utf-8", errors="backslashreplace", newline="\n")  # noqa: SIM115
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+    with handle:
+        yield handle
+
+
+def _progress_bar(total: int | None, enabled: bool | None) -> Any:
+    from tqdm import tqdm
+
+    disable = not sys.stderr.isatty() if enabled is None else not enabled
+    return tqdm(total=total, unit="B", unit_scale=True, desc="dedupe", file=sys.stderr, disable=disable)
+
+
+# -- compare -----------------------------------------------------------------------------------------------------
+
+
+def _add_compare(sub: Any) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="estimated resemblance, exact Jaccard and shared positions of two files",
+        description="Compare two text or HTML files (HTML is detected from the content).",
+    )
+    p.add_argument("a", help="first file")
+    p.add_argument("b", help="second file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_sketch_options(p)
+    p.set_defaults(handler=_run_compare)
+
+
+def _run_compare(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    sketcher = _sketcher(args, parser)
+    t = _min_shared(args, parser, sketcher.num_perm)
+    contents = [_read_file(args.a), _read_file(args.b)]
+    a, b = sketcher.sketch_many(contents)
+    shared = a.shared_positions(b)
+    result = {
+        "a": args.a,
+        "b": args.b,
+        "resemblance": shared / sketcher.num_perm,
+        "jaccard": sketcher.jaccard(*contents),
+        "shared_positions": shared,
+        "num_perm": sketcher.num_perm,
+        "min_shared": t,
+        "near_duplicate": shared >= t,
+        "exact_duplicate": a.fingerprint == b.fingerprint,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        verdict = "exact duplicates" if result["exact_duplicate"] else (
+            "near-duplicates" if result["near_duplicate"] else "not near-duplicates")
+        print(f"estimated resemblance: {result['resemblance']:.4f}")
+        print(f"exact Jaccard:         {result['jaccard']:.4f}")
+        print(f"shared positions:      {shared} of {sketcher.num_perm} (near-duplicate at >= {t})")
+        print(f"verdict:               {verdict}")
+    return 0
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+
+
+# -- curve -------------------------------------------------------------------------------------------------------
+
+
+def _add_curve(sub: Any) -> None:
+    p = sub.add_parser(
+        "curve",
+        help="the S-curve p(r) = P[Binomial(k, r) >= t]",
+        description="Probability that two pages of resemblance r are flagged, for r = 0.00 .. 1.00.",
+    )
+    p.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
+                   help=f"signature positions k (default {DEFAULT_NUM_PERM})")
+    _add_threshold_options(p)
+    p.add_argument("--json", action="store_true", help="print the curve as JSON")
+    p.add_argument("--png", metavar="FILE", help="draw the curve into a PNG file (needs matplotlib)")
+    p.set_defaults(handler=_run_curve)
+
+
+def _run_curve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    k = args.num_perm
+    if not 1 <= k <= 65536:
+        parser.error(f"argument --num-perm: must be between 1 and 65536, got {k}")
+    t = _min_shared(args, parser, k)
+    points = curve(k, t)
+    if args.json:
+        payload = {"num_perm": k, "min_shared": t,
+                   "points": [{"resemblance": r, "probability": p} for r, p in points]}
+        print(json.dumps(payload))
+    else:
+        print(f"k = {k}, t = {t}: p(r) = P[Binomial({k}, r) >= {t}], p = 1/2 at r = {midpoint(k, t):.3f}")
+        for r, p in points[::5]:
+            print(f"  r = {r:4.2f}  p = {p:.3e}")
+    if args.png:
+        _draw_curve(args.png, k, t, args.threshold)
+    return 0
+
+
+def _draw_curve(path: str, k: int, t: int, threshold: float | None) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CommandError("--png needs matplotlib: pip install 'scrapy-neardup[plot]'") from None
+    import numpy as np
+
+    rs = np.linspace(0, 1, 1001)
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    ax.plot(rs, flag_probability(rs, k, t), color="#1f5fa8", linewidth=2, label=f"p(r), k={k}, t={t}")
+    ax.axvline(t / k, color="#a83a1f", linestyle="--", linewidth=1, label=f"t/k = {t / k:.3f}")
+    if threshold is not None or t == min_shared_for(DEFAULT_THRESHOLD, k):
+        target = DEFAULT_THRESHOLD if threshold is None else threshold
+        p_target = float(flag_probability(target, k, t)[0])
+        ax.plot([target], [p_target], "o", color="#2a8a3a", label=f"p({target:g}) = {p_target:.4f}")
+    ax.set_xlabel("resemblance r (Jaccard of shingle sets)")
+    ax.set_ylabel("probability of being flagged")
+    ax.set_title("S-curve of the t-of-k near-duplicate rule")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+# -- es ----------------------------------------------------------------------------------------------------------
+
+
+def _add_es(sub: Any) -> None:
+    try:
+        from es_integration.cli import register
+    except ImportError as exc:  # elasticsearch not installed: the core command still works
+        logger.debug("Elasticsearch commands unavailable: %s", exc)
+        return
+    register(sub)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Sketches: the one signature type that flows through the pipeline, the index and Elasticsearch.
+
+A :class:`Sketch` holds a MinHash signature of ``k`` positions, a 64-bit exact fingerprint of the normalized
+text, and a short parameter tag. Two sketches are comparable only when their tags are equal (same ``k``,
+shingling, seed and hash scheme); comparing across tags raises :class:`IncompatibleSketches`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import mmh3
+import numpy as np
+
+from .minhash import EMPTY, OnePermutationHasher
+from .shingles import SHINGLE_KINDS, ShingleKind, shingle_hashes
+from .text import DEFAULT_MAX_CHARS, clean_text
+
+#: Version of the hash scheme (normalization, shingle hashing, MinHash); part of every tag.
+SCHEME_VERSION = 1
+DEFAULT_NUM_PERM = 128
+DEFAULT_SEED = 1
+DEFAULT_WIDTH: dict[str, int] = {"word": 5, "char": 9}
+# Texts are shingled in groups of about this many characters: bounded temporary arrays.
+_BATCH_CHARS = 1 << 20
+
+Content = str | bytes
+
+
+class IncompatibleSketches(ValueError):
+    """Raised when sketches made with different parameters (different tags) are compared."""
+
+
+@dataclass(frozen=True, eq=False)
+class Sketch:
+    """A page's MinHash sketch.
+
+    Attributes:
+        signature: ``uint32[k]``; position ``i`` of two sketches agrees with probability ``r``, their
+            resemblance (Jaccard similarity of shingle sets).
+        fingerprint: unsigned 64-bit MurmurHash3 of the normalized text: equal for exact duplicates.
+        tag: parameter tag, e.g. ``"mh1-k128-word5-s1"``; only sketches with equal tags are comparable.
+        num_shingles: distinct-or-not shingles seen (0 means the text was empty after normalization).
+        truncated: the content was longer than the sketcher's cap and only its head was sketched.
+    """
+
+    signature: np.ndarray
+    fingerprint: int
+    tag: str
+    num_shingles: int
+    truncated: bool = False
+    _hashable: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hashable", self.signature.tobytes())
+
+    @property
+    def num_perm(self) -> int:
+        """k, the number of signature positions."""
+        return int(self.signature.size)
+
+    @property
+    def empty(self) -> bool:
+        """True when the text had no shingles (empty or whitespace-only after normalization)."""
+        return self.num_shingles == 0
+
+    def shared_positions(self, other: Sketch) -> int:
+        """Number of positions where the two signatures agree (``~ Binomial(k, r)``)."""
+        check_compatible(self, other)
+        return int(np.count_nonzero(self.signature == other.signature))
+
+    def resemblance(self, other: Sketch) -> float:
+        """Estimated resemblance ``r_hat = shared_positions / k``, an unbiased estimate of Jaccard."""
+        return self.shared_positions(other) / self.num_perm
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sketch):
+            return NotImplemented
+        return (self.tag, self.fingerprint, self._hashable) == (other.tag, other.fingerprint, other._hashable)
+
+    def __hash__(self) -> int:
+        return hash((self.tag, self.fingerprint, self._hashable))
+
+
+def check_compatible(a: Sketch, b: Sketch) -> None:
+    """Raise :class:`IncompatibleSketches` unless ``a`` and ``b`` were made with the same parameters."""
+    if a.tag != b.tag:
+        raise IncompatibleSketches(
+            f"sketches made with different parameters cannot be compared: {a.tag!r} vs {b.tag!r}"
+        )
+
+
+def make_tag(num_perm: int, shingle: str, width: int, seed: int) -> str:
+    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``."""
+    return f"mh{SCHEME_VERSION}-k{num_perm}-{shingle}{width}-s{seed}"
+
+
+class Sketcher:
+    """Turns page content into :class:`Sketch` objects with fixed parameters.
+
+    Args:
+        num_perm: ``k``, signature positions. The estimate ``r_hat`` has standard deviation
+            ``sqrt(r (1 - r) / k)``; the t-of-k test's S-curve sharpens as ``k`` grows
+            (see :mod:`scrapy_neardup.theory`).
+        shingle: ``"word"`` (word w-shingles, the default) or ``"char"`` (character n-grams, for languages
+            without spaces or very short texts).
+        shingle_size: units per shingle; default 5 words or 9 characters.
+        seed: hash seed. Sketches agree across processes and machines for the same seed, and only then.
+        max_chars: content longer than this is truncated before processing (``Sketch.truncated``).
+
+    >>> s = Sketcher()
+    >>> a = s.sketch("the quick brown fox jumps over the lazy dog")
+    >>> a.signature.shape, a.resemblance(s.sketch("The  QUICK brown fox jumps over the lazy dog"))
+    ((128,), 1.0)
+    """
+
+    def __init__(
+        self,
+        num_perm: int = DEFAULT_NUM_PERM,
+        shingle: ShingleKind = "word",
+        shingle_size: int | None = None,
+        seed: int = DEFAULT_SEED,
+        max_chars: int = DEFAULT_MAX_CHARS,
+    ) -> None:
+        if shingle not in SHINGLE_KINDS:
+            raise ValueError(f"shingle must be one of {SHINGLE_KINDS}, got {shingle!r}")
+        width = DEFAULT_WIDTH[shingle] if shingle_size is None else shingle_size
+        if not isinstance(width, int) or width < 1:
+            raise ValueError(f"shingle_size must be a positive integer, got {shingle_size!r}")
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        if max_chars < 1:
+            raise ValueError(f"max_chars must be positive, got {max_chars}")
+        self.num_perm = num_perm
+        self.shingle: ShingleKind = shingle
+        self.shingle_size = width
+        self.seed = seed
+        self.max_chars = max_chars
+        self.tag = make_tag(num_perm, shingle, width, seed)
+        self._hasher = OnePermutationHasher(num_perm, seed)
+
+    def __repr__(self) -> str:
+        return f"Sketcher({self.tag!r})"
+
+    def sketch(self, content: Content, is_html: bool | None = None) -> Sketch:
+        """Sketch one page (text, HTML or UTF-8 bytes; ``is_html=None`` sniffs for markup)."""
+        return self.sketch_many([content], is_html=is_html)[0]
+
+    def sketch_many(self, contents: Iterable[Content], is_html: bool | None = None) -> list[Sketch]:
+        """Sketch many pages at once: the fast path (shingling and MinHash vectorized over the batch)."""
+        cleaned = [clean_text(c, is_html, self.max_chars) for c in contents]
+        texts = [c.utf8 for c in cleaned]
+        sketches: list[Sketch] = []
+        for lo, hi in _batches(texts):
+            sigs, counts = self.signatures(texts[lo:hi])
+            for i in range(lo, hi):
+                sketches.append(
+                    Sketch(
+                        signature=sigs[i - lo],
+                        fingerprint=fingerprint(texts[i]),
+                        tag=self.tag,
+                        num_shingles=int(counts[i - lo]),
+                        truncated=cleaned[i].truncated,
+                    )
+                )
+        return sketches
+
+    def signatures(self, texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Raw signatures of already normalized UTF-8 texts: ``(uint32[n, k], shingle counts[n])``."""
+        hashes, counts = shingle_hashes(texts, self.shingle, self.shingle_size)
+        return self._hasher.signatures(hashes, counts), counts
+
+    def shingle_set(self, content: Content, is_html: bool | None = None) -> np.ndarray:
+        """The distinct shingle hashes of a page (sorted uint64): the set that MinHash samples."""
+        text = clean_text(content, is_html, self.max_chars).utf8
+        hashes, _ = shingle_hashes([text], self.shingle, self.shingle_size)
+        return np.unique(hashes)
+
+    def jaccard(self, a: Content, b: Content, is_html: bool | None = None) -> float:
+        """Exact resemblance ``|A ∩ B| / |A ∪ B|`` of two pages' shingle sets (1.0 when both are empty)."""
+        return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
+
+    def empty_signature(self) -> np.ndarray:
+        """The signature of a text without shingles."""
+        return np.full(self.num_perm, EMPTY, dtype=np.uint32)
+
+
+def fingerprint(normalized_utf8: bytes) -> int:
+    """Unsigned 64-bit MurmurHash3 (x64, 128-bit variant, first half) of a normalized UTF-8 text."""
+    return int(mmh3.hash64(normalized_utf8, signed=False)[0])
+
+
+def jaccard(a: Iterable[int] | np.ndarray, b: Iterable[int] | np.ndarray) -> float:
+    """Jaccard similarity ``|A ∩ B| / |A ∪ B|`` of two sets of ints (1.0 for two empty sets)."""
+    set_a = np.unique(np.asarray(list(a) if not isinstance(a, np.ndarray) else a))
+    set_b = np.unique(np.asarray(list(b) if not isinstance(b, np.ndarray) else b))
+    union = np.union1d(set_a, set_b).size
+    if union == 0:
+        return 1.0
+    return np.intersect1d(set_a, set_b, assume_unique=True).size / union
+
+
+def _batches(texts: Sequence[bytes]) -> Iterable[tuple[int, int]]:
+    """Split ``texts`` into consecutive ranges of about ``_BATCH_CHARS`` characters (at least one text)."""
+    lo, size = 0, 0
+    for i, text in enumerate(texts):
+        size += len(text) + 1
+        if size >= _BATCH_CHARS:
+            yield lo, i + 1
+            lo, size = i + 1, 0
+    if lo < len(texts):
+        yield lo, len(texts)

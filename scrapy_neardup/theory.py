@@ -1,0 +1,131 @@
+"""The S-curve of the t-of-k rule, and choosing t (and k) for a target resemblance.
+
+Two pages are flagged as near-duplicates when their signatures agree in at least ``t`` of ``k`` positions.
+Each position agrees independently with probability ``r``, the pages' resemblance, so (Broder; CS124
+lecture 12)::
+
+    p(r) = P[Binomial(k, r) >= t] = sum_{i=t}^{k} C(k, i) r^i (1 - r)^(k - i)
+
+``p`` rises from 0 to 1 in an S around ``r ~ t / k``; it sharpens as ``k`` grows. With ``k = 100, t = 90``:
+``p(0.8) < 0.006``, ``p(0.95) > 0.988``, ``p(0.96) > 0.997``.
+
+Defaults: ``k = 128``, and ``t`` chosen so that pairs of resemblance 0.9 are caught with probability at least
+0.99 (``t = 107``); then pairs of resemblance 0.5 are flagged with probability ``2.2e-15``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Resemblance that the defaults must catch, and with which probability.
+DEFAULT_THRESHOLD = 0.9
+DEFAULT_RECALL = 0.99
+#: Resemblance that must (almost) never be flagged, and the largest acceptable probability of doing so.
+DEFAULT_LOW = 0.5
+DEFAULT_MAX_FALSE_POSITIVE = 1e-6
+
+
+def flag_probability(r: float | np.ndarray, num_perm: int, min_shared: int) -> np.ndarray:
+    """``p(r) = P[Binomial(k, r) >= t]``: probability that pages of resemblance ``r`` are flagged.
+
+    Args:
+        r: resemblance(s) in [0, 1].
+        num_perm: ``k``, signature positions.
+        min_shared: ``t``, positions that must agree (0 <= t <= k).
+
+    Computed as a sum of binomial terms in log space (exact to double precision, no SciPy needed).
+    """
+    _check_k_t(num_perm, min_shared)
+    rs = np.atleast_1d(np.asarray(r, dtype=np.float64))
+    if np.any((rs < 0) | (rs > 1)):
+        raise ValueError("resemblance must lie in [0, 1]")
+    i = np.arange(min_shared, num_perm + 1, dtype=np.float64)
+    log_comb = np.array([_log_comb(num_perm, int(j)) for j in i])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_r = np.log(rs)[:, None]
+        log_q = np.log1p(-rs)[:, None]
+        terms = np.exp(log_comb[None, :] + i[None, :] * log_r + (num_perm - i)[None, :] * log_q)
+    # 0 * log(0) is 0 here: r = 0 agrees nowhere, r = 1 everywhere.
+    terms = np.nan_to_num(terms, nan=0.0)
+    out = terms.sum(axis=1)
+    out[rs == 1.0] = 1.0
+    out[rs == 0.0] = 1.0 if min_shared == 0 else 0.0
+    return np.clip(out, 0.0, 1.0)
+
+
+def min_shared_for(threshold: float, num_perm: int, recall: float = DEFAULT_RECALL) -> int:
+    """The largest ``t`` such that pairs of resemblance ``threshold`` are flagged with probability >= recall.
+
+    Taking the largest such ``t`` keeps false positives as rare as the recall target allows. Since ``p`` rises
+    with ``r``, every pair of resemblance >= ``threshold`` is caught at least as often.
+    """
+    if not 0 < threshold <= 1:
+        raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    if not 0 < recall < 1:
+        raise ValueError(f"recall must lie in (0, 1), got {recall}")
+    _check_k_t(num_perm, 0)
+    ts = np.arange(num_perm + 1)
+    probs = np.array([flag_probability(threshold, num_perm, int(t))[0] for t in ts])
+    return int(ts[probs >= recall].max())
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Parameters chosen by :func:`choose_parameters`, with the probabilities they give."""
+
+    num_perm: int
+    min_shared: int
+    recall: float
+    false_positive: float
+
+
+def choose_parameters(
+    threshold: float = DEFAULT_THRESHOLD,
+    recall: float = DEFAULT_RECALL,
+    low: float = DEFAULT_LOW,
+    max_false_positive: float = DEFAULT_MAX_FALSE_POSITIVE,
+    candidates: tuple[int, ...] = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512),
+) -> Choice:
+    """The smallest ``k`` (from ``candidates``) and its ``t`` that catch ``threshold`` with probability
+    ``>= recall`` while flagging resemblance ``low`` with probability ``<= max_false_positive``."""
+    for k in candidates:
+        t = min_shared_for(threshold, k, recall)
+        fp = float(flag_probability(low, k, t)[0])
+        if fp <= max_false_positive:
+            return Choice(k, t, float(flag_probability(threshold, k, t)[0]), fp)
+    raise ValueError(
+        f"no k in {candidates} catches r={threshold} with p>={recall} and flags r={low} with p<={max_false_positive}"
+    )
+
+
+def curve(num_perm: int, min_shared: int, step: float = 0.01) -> list[tuple[float, float]]:
+    """``[(r, p(r)), ...]`` for ``r`` from 0 to 1 in steps of ``step`` (both ends included)."""
+    n = round(1 / step)
+    rs = np.round(np.linspace(0.0, 1.0, n + 1), 10)
+    return list(zip(rs.tolist(), flag_probability(rs, num_perm, min_shared).tolist(), strict=True))
+
+
+def midpoint(num_perm: int, min_shared: int) -> float:
+    """The resemblance where ``p(r) = 1/2`` (the S-curve's steepest region), found by bisection."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if flag_probability(mid, num_perm, min_shared)[0] < 0.5:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def _check_k_t(num_perm: int, min_shared: int) -> None:
+    if num_perm < 1:
+        raise ValueError(f"num_perm must be >= 1, got {num_perm}")
+    if not 0 <= min_shared <= num_perm:
+        raise ValueError(f"min_shared must lie in [0, num_perm={num_perm}], got {min_shared}")
