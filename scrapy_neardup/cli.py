@@ -30,7 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``neardup`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if not hasattr(args, "handler"):
         parser.print_help(sys.stderr)
         return 2
@@ -244,7 +246,7 @@ def _run_compare(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         "a": args.a,
         "b": args.b,
         "resemblance": shared / sketcher.num_perm,
-        "jaccard": sketcher.jaccard(*contents),
+        "jaccard": sketcher.jaccard(contents[0], contents[1]),
         "shared_positions": shared,
         "num_perm": sketcher.num_perm,
         "min_shared": t,

@@ -271,7 +271,7 @@ class SketchIndex:
         try:
             with zipfile.ZipFile(path) as zf:
                 header = json.loads(zf.read("header.json"))
-                arrays = {
+                arrays: dict[str, np.ndarray] = {
                     name: np.load(io.BytesIO(zf.read(name + ".npy")), allow_pickle=False)
                     for name in ("values", "fingerprints", "key_ends", "key_blob")
                 }

@@ -26,10 +26,13 @@ EMPTY = np.uint32(0xFFFFFFFF)
 _MAX_VALUE = np.uint64(0xFFFFFFFE)
 _LOW32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
-# Probe blocks for densification: a bin is filled within 64 * 64 probes unless nearly every bin is empty,
+# Probe attempts for densification: a bin is filled within 4096 probes unless nearly every bin is empty,
 # and even then a deterministic fallback (nearest non-empty bin) fills it.
-_PROBE_BLOCK = 64
-_PROBE_BLOCKS = 64
+_PROBE_ATTEMPTS = 4096
+_QUICK_ATTEMPTS = 8
+_NEVER = np.int16(_PROBE_ATTEMPTS)
+#: Largest supported k (the densification table is k * k int16).
+MAX_NUM_PERM = 1024
 
 
 def classic_signature(elements: Iterable[int], hash_functions: Sequence[Callable[[int], int]]) -> np.ndarray:
@@ -60,15 +63,20 @@ class OnePermutationHasher:
     """
 
     def __init__(self, num_perm: int, seed: int) -> None:
-        if num_perm < 1 or num_perm > 1 << 16:
-            raise ValueError(f"num_perm must be between 1 and 65536, got {num_perm}")
+        if not 1 <= num_perm <= MAX_NUM_PERM:
+            raise ValueError(f"num_perm must be between 1 and {MAX_NUM_PERM}, got {num_perm}")
         self.num_perm = num_perm
         self.seed = seed
         self._salt = np.uint64(derive_constant(seed, 10))
-        attempts = np.arange(_PROBE_BLOCK * _PROBE_BLOCKS, dtype=np.uint64)[:, None]
+        attempts = np.arange(_PROBE_ATTEMPTS, dtype=np.uint64)[:, None]
         bins = np.arange(num_perm, dtype=np.uint64)[None, :]
         mixed = fmix64((attempts << _S32) ^ bins ^ np.uint64(derive_constant(seed, 11)))
         self._probe = ((mixed >> _S32) * np.uint64(num_perm) >> _S32).astype(np.int64)
+        # first_hit[i, j]: the first attempt at which bin i's probe sequence lands on bin j (or _NEVER).
+        self._first_hit = np.full((num_perm, num_perm), _NEVER, dtype=np.int16)
+        attempt_of = np.broadcast_to(np.arange(_PROBE_ATTEMPTS, dtype=np.int16)[:, None], self._probe.shape)
+        bin_of = np.broadcast_to(np.arange(num_perm)[None, :], self._probe.shape)
+        np.minimum.at(self._first_hit, (bin_of.ravel(), self._probe.ravel()), attempt_of.ravel())
 
     def signatures(self, hashes: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Signatures of many documents at once.
@@ -93,23 +101,32 @@ class OnePermutationHasher:
         return sigs
 
     def _densify(self, sigs: np.ndarray, counts: np.ndarray) -> None:
-        """Fill empty bins in place from the first non-empty bin along each bin's probe sequence."""
+        """Fill empty bins in place: bin ``i`` takes bin ``probe[a, i]``'s value for the first attempt ``a``
+        that lands on a non-empty bin."""
         empty = sigs == EMPTY
         empty[counts == 0] = False  # nothing to borrow from
         doc, bin_ = np.nonzero(empty)
+        if doc.size == 0:
+            return
         original = sigs.copy()
-        for block in range(_PROBE_BLOCKS):
+        # A few attempts one at a time fill almost every bin of a typical page (more shingles than bins).
+        for attempt in range(_QUICK_ATTEMPTS):
+            values = original[doc, self._probe[attempt, bin_]]
+            hit = values != EMPTY
+            sigs[doc[hit], bin_[hit]] = values[hit]
+            doc, bin_ = doc[~hit], bin_[~hit]
             if doc.size == 0:
                 return
-            rows = self._probe[block * _PROBE_BLOCK : (block + 1) * _PROBE_BLOCK]
-            targets = rows[:, bin_]  # (attempts, pending)
-            found = original[doc[None, :], targets] != EMPTY
-            hit = found.any(axis=0)
-            first = found.argmax(axis=0)
-            pending = np.arange(doc.size)
-            chosen = targets[first[hit], pending[hit]]
-            sigs[doc[hit], bin_[hit]] = original[doc[hit], chosen]
-            doc, bin_ = doc[~hit], bin_[~hit]
-        for d, b in zip(doc.tolist(), bin_.tolist(), strict=True):  # astronomically rare
-            filled = np.flatnonzero(original[d] != EMPTY)
-            sigs[d, b] = original[d, filled[np.argmin((filled - b) % sigs.shape[1])]]
+        # Sparse pages: the first attempt hitting a non-empty bin is the smallest first-hit attempt over the
+        # page's non-empty bins, read from a k-by-k table instead of walking thousands of attempts.
+        nonempty = original != EMPTY
+        chunk = max(1, (1 << 22) // self.num_perm)
+        for lo in range(0, doc.size, chunk):
+            d, b = doc[lo : lo + chunk], bin_[lo : lo + chunk]
+            first = np.where(nonempty[d], self._first_hit[b], _NEVER)
+            source = first.argmin(axis=1)
+            found = first[np.arange(d.size), source] < _NEVER
+            sigs[d[found], b[found]] = original[d[found], source[found]]
+            for dd, bb in zip(d[~found].tolist(), b[~found].tolist(), strict=True):  # astronomically rare
+                filled = np.flatnonzero(nonempty[dd])
+                sigs[dd, bb] = original[dd, filled[np.argmin((filled - bb) % self.num_perm)]]

@@ -1,0 +1,174 @@
+"""The ``neardup`` command: dedupe, compare, curve; bad input never loses a record."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scrapy_neardup.cli import main
+
+ARTICLE = " ".join(f"w{i}" for i in range(300))
+EDITED = ARTICLE.replace("w150 ", "changed ")
+OTHER = " ".join(f"x{i}" for i in range(300))
+
+
+def _write_jsonl(path: Path, records: list[object]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_dedupe_keeps_order_and_points_to_kept_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = _write_jsonl(tmp_path / "in.jsonl", [
+        {"id": 1, "text": ARTICLE},
+        {"id": "two", "text": OTHER},
+        {"id": 3, "text": EDITED},
+        {"id": 4, "text": ARTICLE.upper()},
+        {"id": 5, "text": f"<html><body><p>{OTHER}</p></body></html>"},
+    ])
+    out = tmp_path / "out.jsonl"
+    code, _, err = _run(["dedupe", str(source), "-o", str(out)], capsys)
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [1, "two", 3, 4, 5]
+    assert [r["duplicate_of"] for r in rows] == [None, None, 1, 1, "two"]
+    assert rows[0]["resemblance"] is None
+    assert 0.9 <= rows[2]["resemblance"] < 1.0
+    assert rows[3]["resemblance"] == 1.0
+    assert rows[0]["text"] == ARTICLE  # records come back whole
+    assert "records: 5, kept: 2, near-duplicates: 3 (exact: 2)" in err
+
+
+def test_dedupe_drop_and_pipes(tmp_path: Path) -> None:
+    records = [{"id": i, "text": t} for i, t in enumerate([ARTICLE, EDITED, OTHER, OTHER])]
+    payload = "".join(json.dumps(r) + "\n" for r in records)
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy_neardup.cli", "dedupe", "-", "-o", "-", "--drop"],
+        input=payload, capture_output=True, text=True, check=True,
+    )
+    kept = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["id"] for r in kept] == [0, 2]
+    assert all(r["duplicate_of"] is None for r in kept)
+    assert "near-duplicates: 2" in result.stderr
+
+
+def test_bad_text_never_loses_a_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    huge = "lorem ipsum dolor " * 1_200_000  # ~21 MB of text
+    records: list[object] = [
+        {"id": "empty", "text": ""},
+        {"id": "blank", "text": "   \n\t "},
+        {"id": "missing"},
+        {"id": "number", "text": 42},
+        {"id": "list", "text": ["a", "b"]},
+        {"id": "object", "text": {"nested": True}},
+        {"id": "null", "text": None},
+        {"id": "surrogate", "text": "lone \ud800 surrogate and NUL \u0000 " + ARTICLE},
+        {"id": "huge", "text": huge},
+        {"id": "huge-again", "text": huge},
+        {"id": "copy", "text": ARTICLE},
+    ]
+    source = _write_jsonl(tmp_path / "in.jsonl", records)
+    out = tmp_path / "out.jsonl"
+    code, _, err = _run(["dedupe", str(source), "-o", str(out)], capsys)
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rows] == [r["id"] for r in records]  # type: ignore[index]
+    by_id = {r["id"]: r for r in rows}
+    for bad in ["empty", "blank", "missing", "number", "list", "object", "null"]:
+        assert by_id[bad]["duplicate_of"] is None and by_id[bad]["resemblance"] is None
+    assert by_id["surrogate"]["text"].startswith("lone \ud800 surrogate")  # round-trips through JSON
+    assert by_id["huge"]["duplicate_of"] is None
+    assert by_id["huge-again"]["duplicate_of"] == "huge"
+    assert by_id["copy"]["duplicate_of"] == "surrogate"
+    assert "skipped (bad text): 7 (empty: 2, missing: 2, not_text: 3)" in err
+    assert "truncated: 2" in err
+
+
+def test_unparsable_line_stops_with_its_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"id": 1, "text": ARTICLE}) + "\n\n" + '{"id": 2, "text": "oops' + "\n")
+    out = tmp_path / "out.jsonl"
+    code, _, err = _run(["dedupe", str(source), "-o", str(out)], capsys)
+    assert code == 1
+    assert "line 3: invalid JSON" in err
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == [1]
+    source.write_text("[1, 2]\n")
+    code, _, err = _run(["dedupe", str(source), "-o", str(out)], capsys)
+    assert code == 1 and "line 1: expected a JSON object" in err
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--threshold", "0"], "--threshold"),
+        (["--threshold", "1.5"], "--threshold"),
+        (["--min-shared", "0"], "--min-shared"),
+        (["--min-shared", "200"], "--min-shared"),
+        (["--num-perm", "0"], "--num-perm"),
+        (["--shingle-size", "0"], "--shingle-size"),
+        (["--threshold", "0.9", "--min-shared", "100"], "--min-shared"),
+        (["--shingle", "sentence"], "--shingle"),
+        (["--threshold", "high"], "--threshold"),
+    ],
+)
+def test_wrong_options_exit_nonzero_naming_the_option(
+    tmp_path: Path, options: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "text": ARTICLE}])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["dedupe", str(source), *options])
+    assert exit_info.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_missing_input_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["dedupe", str(tmp_path / "nope.jsonl")], capsys)
+    assert code == 1 and "cannot read" in err
+
+
+def test_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = tmp_path / "a.html"
+    b = tmp_path / "b.txt"
+    a.write_text(f"<html><head><script>x()</script></head><body><p>{ARTICLE}</p></body></html>")
+    b.write_text(EDITED)
+    code, out, _ = _run(["compare", str(a), str(b), "--json"], capsys)
+    assert code == 0
+    result = json.loads(out)
+    assert result["near_duplicate"] is True and result["exact_duplicate"] is False
+    assert 0.95 < result["jaccard"] < 1.0
+    assert result["shared_positions"] == round(result["resemblance"] * 128)
+    assert abs(result["resemblance"] - result["jaccard"]) < 0.1
+    code, out, _ = _run(["compare", str(a), str(b)], capsys)
+    assert "near-duplicates" in out and "exact Jaccard" in out
+
+
+def test_curve_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["curve", "--num-perm", "100", "--min-shared", "90", "--json"], capsys)
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["num_perm"] == 100 and payload["min_shared"] == 90
+    points = payload["points"]
+    assert [p["resemblance"] for p in points] == [round(i / 100, 2) for i in range(101)]
+    by_r = {p["resemblance"]: p["probability"] for p in points}
+    assert by_r[0.8] < 0.006 and by_r[0.95] > 0.988 and by_r[0.96] > 0.997
+    code, out, _ = _run(["curve", "--num-perm", "128", "--threshold", "0.9", "--json"], capsys)
+    assert json.loads(out)["min_shared"] == 107
+    png = tmp_path / "curve.png"
+    code, _, _ = _run(["curve", "--threshold", "0.9", "--png", str(png)], capsys)
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("command", [[], ["dedupe"], ["compare"], ["curve"]])
+def test_help(command: list[str]) -> None:
+    result = subprocess.run(["neardup", *command, "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "usage: neardup" in result.stdout

@@ -1,0 +1,127 @@
+"""The embedded index: exact t-of-k retrieval (agreement with brute force), first-seen semantics, persistence."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scrapy_neardup import IncompatibleSketches, Sketch, Sketcher, SketchIndex, StateError
+from scrapy_neardup.index import band_bounds
+
+K, T, TAG = 64, 52, "test-tag"
+
+
+def _sketch(signature: np.ndarray, fingerprint: int = 0, tag: str = TAG) -> Sketch:
+    return Sketch(signature=signature.astype(np.uint32), fingerprint=fingerprint, tag=tag, num_shingles=10)
+
+
+def _planted_workload(n: int, seed: int) -> np.ndarray:
+    """Random signatures where every third one copies an earlier one with a random share of positions."""
+    rng = np.random.default_rng(seed)
+    sigs = rng.integers(0, 2**32 - 1, size=(n, K), dtype=np.uint32)
+    for i in range(1, n, 3):
+        source = rng.integers(0, i)
+        keep = rng.random(K) < rng.uniform(0.6, 1.0)  # shared share spread around the threshold
+        sigs[i, keep] = sigs[source, keep]
+    return sigs
+
+
+def test_band_bounds_are_pigeonhole_bands() -> None:
+    starts = band_bounds(128, 107)
+    assert starts.size == 22 and starts[0] == 0
+    sizes = np.diff(np.append(starts, 128))
+    assert sizes.min() >= 5 and sizes.max() <= 6 and sizes.sum() == 128
+
+
+def test_query_agrees_with_brute_force_t_of_k() -> None:
+    """Every kept page sharing >= t positions is found, with the right count, and nothing else."""
+    sigs = _planted_workload(3000, seed=1)
+    index = SketchIndex(K, T, TAG)
+    for i in range(2000):
+        index.add(str(i), _sketch(sigs[i], i))
+    stored = sigs[:2000] & 0xFFFF  # the index compares 16-bit truncations (b-bit minwise hashing)
+    disagreements = 0
+    for q in range(2000, 3000):
+        shared = np.count_nonzero(stored == (sigs[q] & 0xFFFF), axis=1)
+        expected = {str(i): int(shared[i]) for i in np.flatnonzero(shared >= T)}
+        got = {m.key: m.shared for m in index.query(_sketch(sigs[q], q))}
+        disagreements += expected != got
+    assert disagreements == 0
+    # The workload does exercise the rule: some queries have matches, some fall just short.
+    planted = sum(1 for q in range(2000, 3000) if index.query(_sketch(sigs[q], q)))
+    assert 50 < planted < 400
+
+
+def test_first_seen_is_kept_and_exact_duplicates_are_marked() -> None:
+    sketcher = Sketcher(num_perm=K)
+    index = SketchIndex(K, T, sketcher.tag)
+    text = " ".join(f"word{i}" for i in range(200))
+    edited = text.replace("word100 ", "changed ")
+    a, b, c, d = sketcher.sketch_many([text, text.upper(), edited, "something else entirely " * 5])
+    assert index.check_and_add("a", a) is None
+    exact = index.check_and_add("b", b)
+    assert exact is not None and exact.key == "a" and exact.exact and exact.shared == K
+    near = index.check_and_add("c", c)
+    assert near is not None and near.key == "a" and not near.exact and T <= near.shared < K
+    assert near.resemblance == near.shared / K
+    assert index.check_and_add("d", d) is None
+    assert len(index) == 2 and index.key(1) == "d"
+
+
+def test_wrong_tag_and_empty_sketches_are_refused() -> None:
+    index = SketchIndex(K, T, TAG)
+    with pytest.raises(IncompatibleSketches):
+        index.add("x", _sketch(np.zeros(K), tag="other"))
+    with pytest.raises(ValueError, match="empty"):
+        index.add("x", Sketch(np.zeros(K, dtype=np.uint32), 0, TAG, num_shingles=0))
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    sigs = _planted_workload(500, seed=2)
+    index = SketchIndex(K, T, TAG)
+    for i in range(300):
+        index.check_and_add(f"https://example.com/{i}/é", _sketch(sigs[i], i))
+    path = tmp_path / "state" / "index.bin"
+    index.save(path)
+    loaded = SketchIndex.load(path, K, T, TAG)
+    assert len(loaded) == len(index)
+    for q in range(300, 500):
+        assert index.query(_sketch(sigs[q], q)) == loaded.query(_sketch(sigs[q], q))
+    assert loaded.key(len(loaded) - 1) == index.key(len(index) - 1)
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_load_refuses_other_parameters(tmp_path: Path) -> None:
+    path = tmp_path / "index.bin"
+    SketchIndex(K, T, TAG).save(path)
+    with pytest.raises(StateError, match="min_shared=52.*min_shared=50"):
+        SketchIndex.load(path, K, 50, TAG)
+    with pytest.raises(StateError, match="tag=other"):
+        SketchIndex.load(path, K, T, "other")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "empty"])
+def test_damaged_state_gives_a_clear_error(tmp_path: Path, damage: str) -> None:
+    sigs = _planted_workload(200, seed=3)
+    index = SketchIndex(K, T, TAG)
+    for i in range(200):
+        index.add(str(i), _sketch(sigs[i], i))
+    path = tmp_path / "index.bin"
+    index.save(path)
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo("values.npy")
+        data[info.header_offset + 200] ^= 0xFF  # inside the stored signature values
+    elif damage == "garbage":
+        data = bytearray(b"not an index at all" * 10)
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+    with pytest.raises(StateError, match="damaged|not a scrapy-neardup"):
+        SketchIndex.load(path, K, T, TAG)

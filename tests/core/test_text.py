@@ -1,0 +1,58 @@
+"""Normalization and HTML extraction."""
+
+from __future__ import annotations
+
+import pytest
+
+from scrapy_neardup.text import clean_text, html_to_text, looks_like_html, normalize
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("Hello,   World!", "hello world"),
+        ("  tabs\tand\nnewlines\r\n ", "tabs and newlines"),
+        ("ﬁne ① Straße", "fine 1 strasse"),  # NFKC ligature and circled digit; casefold ß
+        ("ÅNGSTRÖM\u00a0unit", "ångström unit"),  # NBSP is a space after NFKC
+        ("Мама МЫЛА раму — «ёлку»…", "мама мыла раму ёлку"),
+        ("a\x00b\x07c\u2028d\x85e", "a b c d e"),  # controls and odd separators split words
+        ("", ""),
+        ("   \t\n ", ""),
+    ],
+)
+def test_normalize(raw: str, expected: str) -> None:
+    assert normalize(raw) == expected
+
+
+def test_normalize_survives_lone_surrogates() -> None:
+    assert normalize("abc\ud800def\udfff") == "abc def"
+
+
+def test_html_to_text_drops_scripts_styles_and_comments() -> None:
+    html = """<!doctype html><html><head><title>T</title><style>.x{color:red}</style>
+    <script>var secret = "do not index";</script></head>
+    <body><p>first</p><p>second<!-- hidden --></p><noscript>enable js</noscript>
+    <div>third<br>fourth</div></body></html>"""
+    text = normalize(html_to_text(html))
+    assert text == "t first second third fourth"
+
+
+def test_html_detection_and_bytes() -> None:
+    assert looks_like_html("<html><body>x</body></html>")
+    assert looks_like_html("  <P>paragraph</P>")
+    assert not looks_like_html("a < b and c > d")
+    cleaned = clean_text("<p>Caf\u00e9 au lait</p>".encode(), is_html=None)
+    assert cleaned.text == "café au lait"
+    assert clean_text(b"\xff\xfeinvalid utf8 \xc3(", is_html=False).text == "invalid utf8"
+
+
+def test_clean_text_caps_and_flags_long_content() -> None:
+    cleaned = clean_text("word " * 100, max_chars=50)
+    assert cleaned.truncated
+    assert cleaned.text == " ".join(["word"] * 10)
+    assert not clean_text("short").truncated
+
+
+def test_broken_html_does_not_raise() -> None:
+    for html in ["<html><body><p>unclosed <b>bold", "<html>\x00<body>nul</body></html>", "<html></html>", "<p>"]:
+        assert isinstance(clean_text(html, is_html=True).text, str)
