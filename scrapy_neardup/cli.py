@@ -15,7 +15,7 @@ from typing import IO, Any
 
 from .dedupe import Deduper
 from .sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
-from .theory import DEFAULT_THRESHOLD, curve, flag_probability, midpoint, min_shared_for
+from .theory import DEFAULT_LOW, DEFAULT_THRESHOLD, curve, flag_probability, midpoint, min_shared_for
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +33,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    if not hasattr(args, "handler"):
+    try:
+        if hasattr(args, "handler"):
+            return int(args.handler(args, parser) or 0)
+        if hasattr(args, "func"):  # the `es` commands (es_integration.cli)
+            return int(args.func(args) or 0)
         parser.print_help(sys.stderr)
         return 2
-    try:
-        return int(args.handler(args, parser) or 0)
     except CommandError as exc:
         print(f"neardup: error: {exc}", file=sys.stderr)
         return 1
@@ -326,6 +328,8 @@ def _draw_curve(path: str, k: int, t: int, threshold: float | None) -> None:
         target = DEFAULT_THRESHOLD if threshold is None else threshold
         p_target = float(flag_probability(target, k, t)[0])
         ax.plot([target], [p_target], "o", color="#2a8a3a", label=f"p({target:g}) = {p_target:.4f}")
+    p_low = float(flag_probability(DEFAULT_LOW, k, t)[0])
+    ax.plot([DEFAULT_LOW], [p_low], "s", color="#7a3aa8", label=f"p({DEFAULT_LOW:g}) = {p_low:.1e}")
     ax.set_xlabel("resemblance r (Jaccard of shingle sets)")
     ax.set_ylabel("probability of being flagged")
     ax.set_title("S-curve of the t-of-k near-duplicate rule")

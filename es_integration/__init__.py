@@ -1,0 +1,1 @@
+"""Elasticsearch integration for scrapy-neardup (mapping, queries, backend, local node launcher)."""

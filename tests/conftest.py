@@ -1,0 +1,115 @@
+"""Shared pytest fixtures.
+
+Elasticsearch fixtures (all session-scoped, started lazily, at most one plain and one secured node per run):
+
+* ``es_node`` - a local single-node Elasticsearch (:class:`es_integration.node.RunningNode`), or, when the
+  environment variable ``ES_URL`` is set, a handle to that existing cluster
+  (:class:`es_integration.node.ClusterHandle`; credentials from ``ES_USERNAME``/``ES_PASSWORD``,
+  ``ES_API_KEY``, ``ES_CA_CERTS``) and no node is started.
+* ``es_url`` - its URL.
+* ``es_client`` - an ``elasticsearch.Elasticsearch`` 8.x client for it.
+* ``secure_es_node`` - a local node with security and HTTPS (``.url``, ``.username``, ``.password``,
+  ``.ca_certs``, ``.create_api_key()``, ``.client()``).
+
+If a node cannot be started the fixture raises (the tests error); they are never skipped. Tests using these
+fixtures get the ``es`` marker automatically, so ``-m "not es"`` deselects them.
+
+Environment knobs: ``NEARDUP_ES_HEAP`` (default 512m), ``NEARDUP_ES_START_TIMEOUT`` (seconds, default 180),
+``NEARDUP_ES_KEEP=1`` (keep node data and logs after the run).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+try:
+    import es_integration  # noqa: F401
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+
+    from es_integration.node import ClusterHandle, RunningNode
+
+ES_FIXTURES = {"es_node", "es_url", "es_client", "secure_es_node"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "es: needs a real Elasticsearch node (started by the session fixture, or ES_URL)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if ES_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.es)
+
+
+def _node_options() -> dict[str, Any]:
+    return {
+        "heap": os.environ.get("NEARDUP_ES_HEAP", "512m"),
+        "timeout": float(os.environ.get("NEARDUP_ES_START_TIMEOUT", "180")),
+        "keep_data": os.environ.get("NEARDUP_ES_KEEP", "") not in ("", "0"),
+        # a killed test run (CI timeout, SIGKILL) must not leave a JVM behind
+        "die_with_parent": True,
+    }
+
+
+@pytest.fixture(scope="session")
+def es_node() -> Iterator[ClusterHandle]:
+    """A plain local node (security off, http), or the cluster at ``ES_URL``."""
+    from es_integration.node import ClusterHandle, start_node
+
+    if os.environ.get("ES_URL"):
+        yield ClusterHandle.from_env()
+        return
+    node = start_node(name=f"pytest-{os.getpid()}", **_node_options())
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="session")
+def es_url(es_node: ClusterHandle) -> str:
+    return es_node.url
+
+
+@pytest.fixture(scope="session")
+def es_client(es_node: ClusterHandle) -> Iterator[Elasticsearch]:
+    client = es_node.client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def secure_es_node() -> Iterator[RunningNode]:
+    """A local node with ``xpack.security`` on, HTTPS with a generated CA, and a known ``elastic`` password."""
+    from es_integration.node import start_node
+
+    node = start_node(secure=True, name=f"pytest-secure-{os.getpid()}", **_node_options())
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI a skipped test is a failure: a green run must have run everything, Elasticsearch included."""
+    if not os.environ.get("CI"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter is not None else 0
+    if skipped and exitstatus == 0:
+        print(f"\nCI: {skipped} test(s) skipped; a skipped test counts as a failure here", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
