@@ -90,8 +90,8 @@ def _sketcher(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sket
         parser.error(f"argument --num-perm: must be between 1 and 65536, got {args.num_perm}")
     if args.shingle_size is not None and args.shingle_size < 1:
         parser.error(f"argument --shingle-size: must be >= 1, got {args.shingle_size}")
-    if args.seed < 0:
-        parser.error(f"argument --seed: must be >= 0, got {args.seed}")
+    if not 0 <= args.seed < 1 << 64:
+        parser.error(f"argument --seed: must be in [0, 2**64), got {args.seed}")
     return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed)
 
 

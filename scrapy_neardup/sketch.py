@@ -25,7 +25,7 @@ DEFAULT_WIDTH: dict[str, int] = {"word": 5, "char": 9}
 # Texts are shingled in groups of about this many characters: bounded temporary arrays.
 _BATCH_CHARS = 1 << 20
 
-Content = str | bytes
+Content = str | bytes | bytearray | memoryview
 
 
 class IncompatibleSketches(ValueError):
@@ -128,8 +128,8 @@ class Sketcher:
         width = DEFAULT_WIDTH[shingle] if shingle_size is None else shingle_size
         if not isinstance(width, int) or width < 1:
             raise ValueError(f"shingle_size must be a positive integer, got {shingle_size!r}")
-        if not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        if not isinstance(seed, int) or not 0 <= seed < 1 << 64:
+            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
         if max_chars < 1:
             raise ValueError(f"max_chars must be positive, got {max_chars}")
         self.num_perm = num_perm

@@ -1,0 +1,202 @@
+"""Crawl overhead of the near-duplicate pipeline (issue 5, target 3: at most 5% more wall time).
+
+Generates a static site (articles, plus near-duplicate copies of some of them, linked from listing pages),
+serves it with nginx on 127.0.0.1 (a fast static server, so the crawler and not the server is the
+bottleneck), and crawls it with Scrapy at CONCURRENT_REQUESTS=32, with and without the pipeline, alternating
+runs. Each crawl runs in its own process (a fresh Twisted reactor). Prints the median wall times and the ratio,
+and writes ``benchmarks/results/crawl.json``.
+
+    python benchmarks/bench_crawl.py [--pages 4000] [--rounds 3] [--quick]
+
+nginx comes from Debian (``apt-get install -y nginx-light``); run as root the benchmark installs it if missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LINKS_PER_LISTING = 100
+
+
+def build_site(root: Path, pages: int, seed: int = 7) -> int:
+    """Write ``pages`` article pages (a fifth of them near-duplicates of others) and listing pages."""
+    rng = random.Random(seed)
+    vocabulary = [f"{rng.choice('bcdfghjklmnpqrstvwz')}{rng.choice('aeiou')}{i:x}" for i in range(20_000)]
+    originals: list[list[str]] = []
+    names = []
+    for i in range(pages):
+        if originals and rng.random() < 0.2:
+            words = list(rng.choice(originals))
+            for _ in range(3):  # a lightly edited copy
+                words[rng.randrange(len(words))] = rng.choice(vocabulary)
+        else:
+            words = rng.choices(vocabulary, k=rng.randint(600, 1400))
+            originals.append(words)
+        name = f"p{i}.html"
+        paragraphs = "".join(f"<p>{' '.join(words[j:j + 60])}</p>" for j in range(0, len(words), 60))
+        (root / name).write_text(
+            f"<html><head><title>Page {i}</title></head><body><nav><a href='/'>home</a></nav>"
+            f"<article>{paragraphs}</article></body></html>"
+        )
+        names.append(name)
+    listings = [names[i : i + LINKS_PER_LISTING] for i in range(0, len(names), LINKS_PER_LISTING)]
+    for n, chunk in enumerate(listings):
+        links = "".join(f"<li><a href='/{x}'>{x}</a></li>" for x in chunk)
+        (root / f"list{n}.html").write_text(f"<html><body><ul>{links}</ul></body></html>")
+    index = "".join(f"<li><a href='/list{n}.html'>list {n}</a></li>" for n in range(len(listings)))
+    (root / "index.html").write_text(f"<html><body><ul>{index}</ul></body></html>")
+    return pages + len(listings) + 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ensure_nginx() -> str:
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if found:
+        return found
+    if os.geteuid() != 0:
+        sys.exit("nginx is needed: apt-get install -y nginx-light")
+    subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light"], check=True, stdout=subprocess.DEVNULL)
+    return "/usr/sbin/nginx"
+
+
+def start_nginx(site: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
+    conf = work / "nginx.conf"
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    conf.write_text(
+        f"{user}worker_processes 1;\ndaemon off;\npid {work}/nginx.pid;\nerror_log {work}/error.log;\n"
+        "events { worker_connections 1024; }\n"
+        "http { access_log off; sendfile on; keepalive_requests 100000;\n"
+        f"  client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;\n"
+        f"  uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;\n"
+        f"  server {{ listen 127.0.0.1:{port}; root {site}; default_type text/html; }} }}\n"
+    )
+    process = subprocess.Popen([ensure_nginx(), "-c", str(conf), "-p", str(work)])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        time.sleep(0.05)
+    process.kill()
+    sys.exit(f"nginx did not start; see {work}/error.log")
+
+
+def crawl(url: str, with_pipeline: bool, expected_pages: int) -> dict[str, float]:
+    """One crawl in a fresh process; returns its wall time and item counts."""
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, __file__, "--run-crawl", url, "--pipeline" if with_pipeline else "--no-pipeline"],
+        capture_output=True, text=True, check=True,
+    )
+    wall = time.perf_counter() - started
+    stats = json.loads(result.stdout.strip().splitlines()[-1])
+    if stats["responses"] < expected_pages:
+        sys.exit(f"crawl fetched {stats['responses']} of {expected_pages} pages: {result.stderr[-2000:]}")
+    return {"wall_s": wall, "crawl_s": stats["crawl_s"], **stats}
+
+
+def run_crawl(url: str, with_pipeline: bool) -> None:
+    """Child process: crawl the site and print stats as one JSON line."""
+    import scrapy
+    from scrapy.crawler import CrawlerProcess
+
+    class SiteSpider(scrapy.Spider):
+        name = "bench"
+        start_urls = [url]
+
+        def parse(self, response):  # type: ignore[no-untyped-def]
+            if "/p" in response.url:
+                yield {"url": response.url, "text": response.text}
+            yield from response.follow_all(css="a", callback=self.parse)
+
+    settings = {
+        "CONCURRENT_REQUESTS": 32,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 32,
+        "LOG_LEVEL": "ERROR",
+        "ROBOTSTXT_OBEY": False,
+        "TELNETCONSOLE_ENABLED": False,
+        "ITEM_PIPELINES": {"scrapy_neardup.NearDuplicatePipeline": 300} if with_pipeline else {},
+    }
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(SiteSpider)
+    started = time.perf_counter()
+    process.crawl(crawler)
+    process.start()
+    elapsed = time.perf_counter() - started
+    stats = crawler.stats.get_stats()
+    print(json.dumps({
+        "crawl_s": elapsed,
+        "responses": stats.get("response_received_count", 0),
+        "items": stats.get("item_scraped_count", 0),
+        "dropped": stats.get("item_dropped_count", 0),
+    }))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="400 pages, one round")
+    parser.add_argument("--run-crawl", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run_crawl:
+        run_crawl(args.run_crawl, args.pipeline)
+        return
+    pages, rounds = (400, 1) if args.quick else (args.pages, args.rounds)
+    with tempfile.TemporaryDirectory(prefix="neardup-crawl-bench-") as tmp:
+        site, work = Path(tmp) / "site", Path(tmp) / "nginx"
+        site.mkdir()
+        work.mkdir()
+        os.chmod(tmp, 0o755)
+        total = build_site(site, pages)
+        port = free_port()
+        server = start_nginx(site, work, port)
+        try:
+            url = f"http://127.0.0.1:{port}/"
+            crawl(url, False, total)  # warm-up: page cache, imports
+            runs: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
+            for _ in range(rounds):
+                runs["without"].append(crawl(url, False, total))
+                runs["with"].append(crawl(url, True, total))
+        finally:
+            server.terminate()
+            server.wait()
+    median = {k: statistics.median(r["crawl_s"] for r in v) for k, v in runs.items()}
+    ratio = median["with"] / median["without"]
+    result = {
+        "pages": total,
+        "rounds": rounds,
+        "concurrent_requests": 32,
+        "median_crawl_s": median,
+        "overhead": ratio - 1,
+        "dropped_with_pipeline": runs["with"][-1]["dropped"],
+        "runs": runs,
+    }
+    print(f"site: {total} pages served by nginx on 127.0.0.1, CONCURRENT_REQUESTS=32, {rounds} round(s)")
+    print(f"crawl without pipeline: {median['without']:.2f} s (median)")
+    print(f"crawl with pipeline:    {median['with']:.2f} s (median), {result['dropped_with_pipeline']} dropped")
+    print(f"overhead: {100 * (ratio - 1):+.1f}%  (target: at most +5%)")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / ("crawl-quick.json" if args.quick else "crawl.json")).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

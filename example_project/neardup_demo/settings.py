@@ -1,0 +1,81 @@
+"""Settings of the scrapy-neardup example project.
+
+Only ITEM_PIPELINES is needed to enable near-duplicate filtering; every NEARDUP_* setting below shows its
+default and may be left out. Any of them can be overridden per run on the command line, e.g.
+``scrapy crawl demo -a start_url=http://127.0.0.1:8000/ -s NEARDUP_ACTION=mark -O pages.jsonl``.
+
+Pointing the same project at Elasticsearch (several crawler processes sharing one store of kept pages):
+
+    URL=$(neardup es start | tail -n1)           # a throw-away local node, or use your own cluster
+    NEARDUP_BACKEND=elasticsearch NEARDUP_ES_URL=$URL python run_demo.py
+    # or: scrapy crawl demo -a start_url=... -s NEARDUP_BACKEND=elasticsearch -s NEARDUP_ES_URL=$URL
+"""
+
+import os
+
+BOT_NAME = "neardup_demo"
+SPIDER_MODULES = ["neardup_demo.spiders"]
+NEWSPIDER_MODULE = "neardup_demo.spiders"
+
+ROBOTSTXT_OBEY = True
+FEED_EXPORT_ENCODING = "utf-8"
+
+# First seen is kept. Crawling breadth-first reaches the pages linked from the home page (the canonical
+# articles) before the copies linked from deeper pages, so the copies are the ones that get dropped.
+DEPTH_PRIORITY = 1
+SCHEDULER_DISK_QUEUE = "scrapy.squeues.PickleFifoDiskQueue"
+SCHEDULER_MEMORY_QUEUE = "scrapy.squeues.FifoMemoryQueue"
+
+# -- near-duplicate filtering ---------------------------------------------------------------------------------
+
+ITEM_PIPELINES = {"scrapy_neardup.NearDuplicatePipeline": 300}
+
+# Set to False to switch the pipeline off without removing it.
+NEARDUP_ENABLED = True
+
+# Item fields: the page text (plain text or HTML; markup, scripts and styles are ignored) and the page URL,
+# which is the name a kept page is reported under. Items without a URL get a stable key derived from their
+# text and are counted in neardup/missing_url.
+NEARDUP_TEXT_FIELD = "text"
+NEARDUP_URL_FIELD = "url"
+
+# When is a page a near-duplicate? Its text is cut into word 5-shingles (runs of 5 words) and summarized by
+# a MinHash sketch of k = NEARDUP_NUM_PERM positions; each position agrees between two pages with probability
+# r, their resemblance (shared shingles / all shingles). A page is a near-duplicate of a kept page when at
+# least t = NEARDUP_MIN_SHARED positions agree. By default t is derived from NEARDUP_THRESHOLD: the largest t
+# that still catches pages of resemblance 0.9 with probability >= 0.99 (t = 107 of 128); pages of resemblance
+# 0.5 are then flagged with probability ~1e-15.
+NEARDUP_THRESHOLD = 0.9
+# NEARDUP_MIN_SHARED = 107        # set t directly instead (overrides NEARDUP_THRESHOLD)
+NEARDUP_NUM_PERM = 128
+NEARDUP_SHINGLE = "word"          # "char" (character 9-grams) suits languages without spaces, short texts
+# NEARDUP_SHINGLE_SIZE = 5        # units per shingle (default 5 words, 9 characters)
+NEARDUP_SEED = 1                  # sketches are comparable only when made with the same k, shingling and seed
+
+# "drop" raises NearDuplicateDropped (counted as item_dropped_reasons_count/NearDuplicateDropped);
+# "mark" keeps the item and sets NEARDUP_MARK_FIELD to {"duplicate_of": url, "resemblance": r, "exact": bool}
+# (a scrapy.Item must declare that field, see items.py).
+NEARDUP_ACTION = os.environ.get("NEARDUP_ACTION", "drop")
+NEARDUP_MARK_FIELD = "neardup"
+
+# Where kept sketches live. "embedded": in the crawler process, saved on close to NEARDUP_STATE_DIR, which
+# defaults to <JOBDIR>/neardup, so `scrapy crawl demo -s JOBDIR=crawls/demo-1` can be stopped with one Ctrl-C
+# and resumed, and the resumed crawl still drops copies of pages kept before the pause. Without JOBDIR or
+# NEARDUP_STATE_DIR nothing is saved. NEARDUP_RESET = True discards the saved state at start.
+# "elasticsearch": one index shared by every crawler process; set the URL and, for a secured cluster, an API
+# key or a user name and password, and the CA certificate of its TLS. The index outlives the crawl: running
+# the demo twice against the same index drops every page the second time (they are all known already); use
+# another NEARDUP_ES_INDEX to start afresh.
+NEARDUP_BACKEND = os.environ.get("NEARDUP_BACKEND", "embedded")
+# NEARDUP_STATE_DIR = "neardup-state"
+NEARDUP_RESET = False
+NEARDUP_ES_URL = os.environ.get("NEARDUP_ES_URL")                    # e.g. "http://127.0.0.1:9200"
+NEARDUP_ES_INDEX = os.environ.get("NEARDUP_ES_INDEX", "neardup-demo")
+NEARDUP_ES_API_KEY = os.environ.get("NEARDUP_ES_API_KEY")
+NEARDUP_ES_USERNAME = os.environ.get("NEARDUP_ES_USERNAME")
+NEARDUP_ES_PASSWORD = os.environ.get("NEARDUP_ES_PASSWORD")
+NEARDUP_ES_CA_CERTS = os.environ.get("NEARDUP_ES_CA_CERTS")          # path of the cluster's CA certificate
+
+# Log every drop at INFO (like DUPEFILTER_DEBUG); by default drops are logged at DEBUG and a summary line is
+# logged at INFO when the spider closes.
+NEARDUP_DEBUG = False

@@ -1,0 +1,206 @@
+#!/usr/bin/env python
+"""Serve the bundled demo site on 127.0.0.1, crawl it with the near-duplicate pipeline, print what happened.
+
+    pip install -e . && python example_project/run_demo.py
+
+The demo site (``demo_site/``, static HTML) is a small newspaper with five articles and, for some of them, a
+mirror (another header and navigation), a printer-friendly version, a lightly edited copy, and a copy
+syndicated by a partner with a copyright notice; unknown URLs get a "page not found" template with status 200
+(soft 404s). The crawl uses this project's settings (``neardup_demo/settings.py``), so environment variables
+such as ``NEARDUP_BACKEND=elasticsearch NEARDUP_ES_URL=...`` or ``NEARDUP_ACTION=mark`` apply.
+
+Options: ``--serve`` only serves the site (until Ctrl-C) so that you can run ``scrapy crawl demo`` yourself;
+``--port`` picks the port (default: a free one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import mimetypes
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+PROJECT_DIR = Path(__file__).resolve().parent
+SITE_DIR = PROJECT_DIR / "demo_site"
+SOFT_404_PAGE = "404.html"
+SPIDER = "demo"
+
+
+# -- the demo site ------------------------------------------------------------------------------------------------
+
+
+class DemoSiteHandler(BaseHTTPRequestHandler):
+    """Static files from ``demo_site/``; any unknown path gets the "page not found" page with status 200,
+    as misconfigured sites do (a soft 404)."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._respond(send_body=True)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._respond(send_body=False)
+
+    def _respond(self, send_body: bool) -> None:
+        path = self._resolve(unquote(urlsplit(self.path).path))
+        data = path.read_bytes()
+        content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        if content_type.startswith("text/"):
+            content_type += "; charset=utf-8"
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if send_body:
+            self.wfile.write(data)
+
+    @staticmethod
+    def _resolve(url_path: str) -> Path:
+        relative = url_path.lstrip("/")
+        if relative == "" or relative.endswith("/"):
+            relative += "index.html"
+        candidate = (SITE_DIR / relative).resolve()
+        # Refuse anything outside the site directory (../ tricks) as well as unknown paths.
+        if SITE_DIR.resolve() in candidate.parents and candidate.is_file():
+            return candidate
+        return SITE_DIR / SOFT_404_PAGE
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet: the report is the output
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64  # the default (5) drops connections when Scrapy opens many at once
+
+
+def start_site(port: int = 0) -> ThreadingHTTPServer:
+    """Serve the demo site on 127.0.0.1 (``port=0``: a free port) from a background thread."""
+    server = _Server(("127.0.0.1", port), DemoSiteHandler)
+    threading.Thread(target=server.serve_forever, name="demo-site", daemon=True).start()
+    return server
+
+
+def site_url(server: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_port}/"
+
+
+# -- the crawl ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CrawlReport:
+    """What the pipeline decided about each page, plus Scrapy's stats."""
+
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False
+
+
+def crawl(start_url: str) -> CrawlReport:
+    """Crawl ``start_url`` with the example project's settings (quiet logging) and collect the outcome."""
+    sys.path.insert(0, str(PROJECT_DIR))
+    # Set explicitly: a scrapy.cfg in the current directory must not pick another project's settings.
+    os.environ["SCRAPY_SETTINGS_MODULE"] = "neardup_demo.settings"
+    from scrapy import signals
+    from scrapy.crawler import CrawlerProcess
+    from scrapy.utils.project import get_project_settings
+
+    settings = get_project_settings()
+    settings.set("LOG_LEVEL", "ERROR", priority="cmdline")
+    # No listening ports besides the demo site's.
+    settings.set("TELNETCONSOLE_ENABLED", False, priority="cmdline")
+    settings.set("REMOTE_CONTROL_ENABLED", False, priority="cmdline")
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(SPIDER)
+    report = CrawlReport()
+
+    def scraped(item: Any, **kwargs: Any) -> None:
+        report.kept.append(dict(item))
+
+    def dropped(item: Any, exception: BaseException, **kwargs: Any) -> None:
+        match = getattr(exception, "match", None)
+        report.dropped.append({
+            **dict(item),
+            "duplicate_of": match.key if match else None,
+            "resemblance": match.resemblance if match else None,
+            "exact": match.exact if match else False,
+            "reason": str(exception),
+        })
+
+    crawler.signals.connect(scraped, signal=signals.item_scraped, weak=False)
+    crawler.signals.connect(dropped, signal=signals.item_dropped, weak=False)
+    process.crawl(crawler, start_url=start_url)
+    process.start()
+    stats = getattr(crawler, "_stats", None)  # None when the crawl failed before it started
+    report.stats = stats.get_stats() if stats is not None else {}
+    report.failed = bool(process.bootstrap_failed)
+    return report
+
+
+# -- the report ---------------------------------------------------------------------------------------------------
+
+
+def render(report: CrawlReport, start_url: str) -> str:
+    """A readable report: kept pages, dropped pages with the kept page each duplicates, and the stats."""
+    base = start_url.rstrip("/")
+
+    def short(url: str | None) -> str:
+        return url[len(base):] or "/" if url and url.startswith(base) else str(url)
+
+    marked = [item for item in report.kept if item.get("neardup")]
+    kept = [item for item in report.kept if not item.get("neardup")]
+    lines = [f"Crawled the demo site at {start_url}", ""]
+    lines.append(f"KEPT {len(kept)} pages:")
+    for item in sorted(kept, key=lambda i: i["url"]):
+        lines.append(f"  {short(item['url']):52} {item.get('title', '')}")
+    duplicates = [
+        (d["url"], d["duplicate_of"], d["resemblance"], d["exact"]) for d in report.dropped
+    ] + [
+        (m["url"], m["neardup"]["duplicate_of"], m["neardup"]["resemblance"], m["neardup"]["exact"])
+        for m in marked
+    ]
+    verb = "MARKED" if marked and not report.dropped else "DROPPED"
+    lines += ["", f"{verb} {len(duplicates)} near-duplicates (page -> the kept page it duplicates):"]
+    for url, original, resemblance, exact in sorted(duplicates, key=lambda d: (str(d[1]), d[0])):
+        note = "  (exact copy of the text)" if exact else ""
+        lines.append(f"  {short(url):52} -> {short(original):42} resemblance {resemblance:.3f}{note}")
+    lines += ["", "STATS:"]
+    for name in sorted(report.stats):
+        if name.startswith(("neardup/", "item_", "downloader/request_count", "finish_reason")):
+            lines.append(f"  {name:52} {report.stats[name]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--serve", action="store_true", help="only serve the demo site, until Ctrl-C")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free port)")
+    args = parser.parse_args(argv)
+    server = start_site(args.port)
+    url = site_url(server)
+    try:
+        if args.serve:
+            print(f"Serving the demo site at {url} (Ctrl-C to stop). In another shell:\n"
+                  f"  cd {PROJECT_DIR} && scrapy crawl {SPIDER} -a start_url={url} -O pages.jsonl", flush=True)
+            threading.Event().wait()
+        report = crawl(url)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    if report.failed or not (report.kept or report.dropped):
+        print("The demo crawl failed; see the errors above.", file=sys.stderr)
+        return 1
+    print(render(report, url))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""The Scrapy item pipeline that keeps near-duplicate pages out of a crawl's output.
+
+Enable it with::
+
+    ITEM_PIPELINES = {"scrapy_neardup.NearDuplicatePipeline": 300}
+
+Each item's text (``NEARDUP_TEXT_FIELD``) is sketched and checked against the pages kept so far. When it
+shares at least ``t`` of ``k`` signature positions with one of them, the item is dropped
+(:class:`NearDuplicateDropped`, naming the kept page and the estimated resemblance) or marked; otherwise the
+page is kept and later pages are checked against it. First seen is kept.
+
+Concurrency: Scrapy runs ``process_item`` for up to ``CONCURRENT_ITEMS`` items at a time. The check and the
+insert of one item must not interleave with another's, or two near-duplicates checked at the same time could
+both be kept. A Twisted :class:`~twisted.internet.defer.DeferredLock` serializes ``check_and_add`` within the
+process; it is awaited through :func:`scrapy.utils.defer.maybe_deferred_to_future`, which works with the
+asyncio reactor (Scrapy's default), with other reactors, and without a reactor (an :class:`asyncio.Lock`
+cannot be awaited under a non-asyncio reactor). Sketching, the CPU-bound part, happens outside the lock.
+
+Persistence: the embedded store is saved atomically on ``close_spider`` to ``NEARDUP_STATE_DIR`` (default
+``<JOBDIR>/neardup``) and loaded on ``open_spider``, so a crawl paused gracefully and resumed with the same
+JOBDIR drops near-duplicates of pages kept before the pause. A damaged or mismatched state file stops the
+crawl at start with :class:`~scrapy_neardup.index.StateError`, and is left untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from itemadapter import ItemAdapter
+from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from twisted.internet.defer import DeferredLock
+
+from .backends import Backend, EmbeddedBackend
+from .dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
+from .index import Match
+from .settings import NearDupSettings, NearDupSettingsError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+    from .sketch import Content, Sketch
+
+logger = logging.getLogger(__name__)
+
+#: Prefix of every stat this pipeline writes.
+STATS_PREFIX = "neardup/"
+#: Stat names by reason an item was not checked (see :func:`scrapy_neardup.dedupe.skip_reason`).
+SKIP_STATS = {
+    SKIP_MISSING: "skipped_no_text",
+    SKIP_NOT_TEXT: "skipped_bad_text",
+    SKIP_EMPTY: "skipped_empty",
+}
+#: Spider close reason when NEARDUP_ACTION='mark' meets an item class without the mark field.
+MARK_FIELD_MISSING = "neardup_mark_field_missing"
+#: Key prefix for items without a URL; the rest is the text's exact fingerprint, so the key is stable.
+NO_URL_PREFIX = "no-url:"
+
+
+class NearDuplicateDropped(DropItem):
+    """An item dropped because its page near-duplicates a page kept earlier.
+
+    Raised with ``log_level="DEBUG"``; Scrapy counts it as
+    ``item_dropped_reasons_count/NearDuplicateDropped``.
+
+    Attributes:
+        url: the dropped page's key.
+        match: the kept page it near-duplicates (``match.key``), with the shared positions and the estimated
+            resemblance ``shared / k``.
+    """
+
+    def __init__(self, url: str, match: Match) -> None:
+        super().__init__(f"near-duplicate of {match.key} ({_describe(match)})", log_level="DEBUG")
+        self.url = url
+        self.match = match
+
+
+class MarkFieldError(NearDupSettingsError):
+    """``NEARDUP_ACTION='mark'`` but the item class does not declare ``NEARDUP_MARK_FIELD``."""
+
+
+class NearDuplicatePipeline:
+    """Drop (or mark) items whose page text near-duplicates a page kept earlier in the crawl.
+
+    Built by Scrapy through :meth:`from_crawler`; see :mod:`scrapy_neardup.settings` for the ``NEARDUP_*``
+    settings and :mod:`scrapy_neardup.pipeline` for how concurrency and persistence work.
+
+    Args:
+        config: the validated settings.
+        stats: where ``neardup/*`` counters go (the crawler's stats collector); ``None``: local only.
+        crawler: used to stop the crawl when a mark field is missing; optional for use outside a crawl.
+    """
+
+    def __init__(
+        self, config: NearDupSettings, stats: StatsCollector | None = None, crawler: Crawler | None = None
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self.crawler = crawler
+        self.sketcher = config.sketcher()
+        self.backend: Backend | None = None
+        self._opened = False
+        self._lock = DeferredLock()
+        self._counts: dict[str, int] = {}
+        self._mark_checked: set[type] = set()
+        self._backend_error_logged = False
+        self._stopping = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> NearDuplicatePipeline:
+        """Read the settings; ``NotConfigured`` when ``NEARDUP_ENABLED`` is false.
+
+        Raises:
+            NearDupSettingsError: a ``NEARDUP_*`` setting is wrong. Scrapy then aborts the crawl before the
+                first request and logs the message (which names the setting and its value).
+        """
+        config = NearDupSettings.from_settings(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured("NEARDUP_ENABLED is False")
+        return cls(config, stats=crawler.stats, crawler=crawler)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def make_backend(self) -> Backend:
+        """The store named by ``NEARDUP_BACKEND`` (override to plug in another :class:`Backend`)."""
+        config = self.config
+        if config.backend == "elasticsearch":
+            # Imported only here: the embedded default must not need the Elasticsearch client.
+            from es_integration.backend import ElasticsearchBackend
+
+            es = config.elasticsearch
+            assert es is not None  # guaranteed by NearDupSettings.from_settings
+            return ElasticsearchBackend(
+                url=es.url, index=es.index, num_perm=config.num_perm, min_shared=config.min_shared,
+                tag=self.sketcher.tag, api_key=es.api_key, username=es.username, password=es.password,
+                ca_certs=es.ca_certs, request_timeout=es.request_timeout,
+            )
+        return EmbeddedBackend(
+            config.num_perm, config.min_shared, self.sketcher.tag,
+            state_dir=config.state_dir, reset=config.reset,
+        )
+
+    async def open_spider(self, spider: Any = None) -> None:
+        """Open the backend (load saved state); a failure stops the crawl before any page is fetched."""
+        if self.config.backend != "embedded" and (self.config.state_dir or self.config.reset):
+            logger.debug("NEARDUP_STATE_DIR and NEARDUP_RESET apply to the embedded backend only")
+        self.backend = self.make_backend()
+        await self.backend.open()
+        self._opened = True
+        logger.debug(
+            "near-duplicate pipeline: %s backend, k=%d t=%d (%s), action=%s", self.config.backend,
+            self.config.num_perm, self.config.min_shared, self.sketcher.tag, self.config.action,
+        )
+
+    async def close_spider(self, spider: Any = None) -> None:
+        """Persist the backend's state and log a summary.
+
+        Scrapy calls this even when :meth:`open_spider` failed; the backend is then not closed, so that a
+        state file that could not be loaded is never overwritten by an empty index.
+        """
+        if not self._opened or self.backend is None:
+            return
+        self._opened = False
+        try:
+            await self.backend.close()
+        finally:
+            logger.info(self.summary())
+
+    def summary(self) -> str:
+        """One line with what the pipeline did so far."""
+        c = self._counts.get
+        skipped = sum(c(name, 0) for name in SKIP_STATS.values())
+        verdict = f"marked {c('marked', 0)}" if self.config.action == "mark" else f"dropped {c('dropped', 0)}"
+        line = (
+            f"Near-duplicates: checked {c('checked', 0)} items, kept {c('kept', 0)}, {verdict} "
+            f"({c('exact_duplicates', 0)} exact), passed through {skipped} without usable text"
+        )
+        if c("backend_errors", 0):
+            line += f", {c('backend_errors')} backend errors (items passed through)"
+        if c("missing_url", 0):
+            line += f", {c('missing_url')} without {self.config.url_field!r}"
+        return line
+
+    # -- items -----------------------------------------------------------------------------------------------
+
+    async def process_item(self, item: Any, spider: Any = None) -> Any:
+        """Return ``item`` when kept, skipped or marked; raise :class:`NearDuplicateDropped` when dropped."""
+        adapter = ItemAdapter(item)
+        if self.config.action == "mark":
+            self._check_mark_field(item)
+        content = adapter.get(self.config.text_field)
+        reason = skip_reason(content)
+        if reason is not None:
+            return self._skip(reason, item)
+        try:
+            sketch = self.sketcher.sketch(cast("Content", content))
+        except Exception:
+            logger.warning("could not sketch the text of an item; passing it through", exc_info=True)
+            return self._skip(SKIP_NOT_TEXT, item)
+        if sketch.truncated:
+            self._inc("truncated")
+        if sketch.empty:
+            return self._skip(SKIP_EMPTY, item)
+        key = self._key(adapter, sketch)
+        self._inc("checked")
+        try:
+            match = await self._check_and_add(key, sketch)
+        except Exception:
+            # Without an answer from the store we cannot name a kept page, so the item is never dropped.
+            self._backend_failed(key)
+            return item
+        if match is None:
+            self._inc("kept")
+            return item
+        return self._duplicate(item, adapter, key, match)
+
+    async def _check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        assert self.backend is not None, "process_item called before open_spider"
+        # Serialize check-and-insert: a backend that awaits (Elasticsearch) would otherwise let two
+        # near-duplicates both see "no match" and both be kept.
+        await maybe_deferred_to_future(self._lock.acquire())
+        try:
+            return await self.backend.check_and_add(key, sketch)
+        finally:
+            self._lock.release()
+
+    def _duplicate(self, item: Any, adapter: ItemAdapter, key: str, match: Match) -> Any:
+        if match.exact:
+            self._inc("exact_duplicates")
+        level = logging.INFO if self.config.debug else logging.DEBUG
+        verb = "Marked" if self.config.action == "mark" else "Dropped"
+        logger.log(level, "%s near-duplicate %s of %s (%s)", verb, key, match.key, _describe(match))
+        if self.config.action == "mark":
+            adapter[self.config.mark_field] = {
+                "duplicate_of": match.key,
+                "resemblance": match.resemblance,
+                "exact": match.exact,
+            }
+            self._inc("marked")
+            return item
+        self._inc("dropped")
+        raise NearDuplicateDropped(key, match)
+
+    def _key(self, adapter: ItemAdapter, sketch: Sketch) -> str:
+        url = adapter.get(self.config.url_field)
+        if url is None or url == "":
+            self._inc("missing_url")
+            return f"{NO_URL_PREFIX}{sketch.fingerprint:016x}"
+        return url if isinstance(url, str) else str(url)
+
+    def _skip(self, reason: str, item: Any) -> Any:
+        self._inc(SKIP_STATS[reason])
+        return item
+
+    def _check_mark_field(self, item: Any) -> None:
+        """Fail on the first item of a class that cannot hold the mark field (an undeclared Item field)."""
+        cls = type(item)
+        if cls in self._mark_checked:
+            return
+        names = ItemAdapter.get_field_names_from_class(cls)
+        field = self.config.mark_field
+        if names is None or field in names:
+            self._mark_checked.add(cls)
+            return
+        message = (
+            f"NEARDUP_ACTION='mark' needs item field NEARDUP_MARK_FIELD={field!r}, which "
+            f"{cls.__module__}.{cls.__qualname__} does not declare: add `{field} = scrapy.Field()` "
+            "(or a dataclass/attrs field) to the item class, or set NEARDUP_MARK_FIELD to a declared field"
+        )
+        self._stop_crawl(message)
+        raise MarkFieldError(message)
+
+    def _stop_crawl(self, message: str) -> None:
+        """Log ``message`` once and close the spider: a misconfiguration must not let the crawl run on."""
+        if self._stopping:
+            return
+        self._stopping = True
+        logger.error(message)
+        if self.crawler is None:
+            return
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # not crawling (the pipeline is used on its own)
+            return
+        deferred_from_coro(engine.close_spider_async(reason=MARK_FIELD_MISSING))
+
+    def _backend_failed(self, key: str) -> None:
+        self._inc("backend_errors")
+        if not self._backend_error_logged:
+            self._backend_error_logged = True
+            logger.error(
+                "near-duplicate backend failed while checking %s; the item is kept unchecked (later "
+                "failures are logged at DEBUG and counted in neardup/backend_errors)", key, exc_info=True,
+            )
+        else:
+            logger.debug("near-duplicate backend failed while checking %s", key, exc_info=True)
+
+    def _inc(self, name: str) -> None:
+        self._counts[name] = self._counts.get(name, 0) + 1
+        if self.stats is not None:
+            self.stats.inc_value(STATS_PREFIX + name)
+
+
+def _describe(match: Match) -> str:
+    exact = ", exact duplicate" if match.exact else ""
+    return f"resemblance {match.resemblance:.3f}, {match.shared} positions shared{exact}"
+
+
+__all__ = ["MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError"]

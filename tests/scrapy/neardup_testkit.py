@@ -1,0 +1,463 @@
+"""Building blocks of the Scrapy tests: a local site server, running a crawl in a subprocess, generated
+near-duplicate sites with their ground truth, a test spider and item classes, a backend that awaits between
+its check and its insert, and the checks shared by the embedded and Elasticsearch crawl tests.
+
+Imported both by the pytest process (conftest, tests) and by ``crawl_runner.py``, which runs each crawl in a
+subprocess. Kept free of pytest imports for that reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import scrapy
+from scrapy.http import Response
+
+from scrapy_neardup.index import Match, SketchIndex
+from scrapy_neardup.pipeline import NearDuplicatePipeline
+from scrapy_neardup.sketch import Sketch, Sketcher
+
+# -- a static site on 127.0.0.1 ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    body: str
+    status: int = 200
+    content_type: str = "text/html; charset=utf-8"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The default backlog of 5 drops connections when Scrapy opens 16 at once; the client then retries
+    # after a 1 s SYN timeout, which would make every test crawl a second slower.
+    request_queue_size = 128
+
+
+class SiteServer:
+    """Serves ``pages`` (path -> :class:`Page`) on 127.0.0.1 at a free port; other paths get ``fallback``."""
+
+    def __init__(self, pages: dict[str, Page], fallback: Page | None = None) -> None:
+        self.pages = pages
+        self.fallback = fallback or Page("<html><body><h1>404</h1></body></html>", status=404)
+        self.requests: list[str] = []
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
+        # A short poll interval: shutdown() waits for it, once per test.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_port}"
+
+    def start(self) -> SiteServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                path = urlsplit(self.path).path
+                site.requests.append(path)
+                page = site.pages.get(path, site.fallback)
+                data = page.body.encode("utf-8")
+                self.send_response(page.status)
+                self.send_header("Content-Type", page.content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet test output
+                pass
+
+        return Handler
+
+
+# -- running a crawl in its own process --------------------------------------------------------------------------
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+CRAWL_TIMEOUT = 60
+
+
+@dataclass
+class CrawlResult:
+    """What one crawl did: its exit status, log (stderr) and the runner's JSON record."""
+
+    returncode: int
+    log: str
+    data: dict[str, Any]
+
+    @property
+    def scraped(self) -> list[dict[str, Any]]:
+        return self.data.get("scraped", [])
+
+    @property
+    def dropped(self) -> list[dict[str, Any]]:
+        return self.data.get("dropped", [])
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self.data.get("stats", {})
+
+    def stat(self, name: str) -> int:
+        return int(self.stats.get(name, 0))
+
+    @property
+    def kept_urls(self) -> list[str]:
+        return [item["url"] for item in self.scraped]
+
+    def drops_by_url(self) -> dict[str, dict[str, Any]]:
+        return {drop["item"]["url"]: drop for drop in self.dropped}
+
+
+def run_crawl_process(
+    workdir: Path,
+    *,
+    settings: dict[str, Any] | None = None,
+    spider: dict[str, Any] | None = None,
+    reactor: str = "asyncio",
+    stop_after_items: int | None = None,
+    name: str = "crawl",
+) -> CrawlResult:
+    """Run one crawl in a fresh Python process and return what happened."""
+    spec = {"settings": settings or {}, "spider": spider or {}, "reactor": reactor,
+            "stop_after_items": stop_after_items}
+    spec_path = workdir / f"{name}-spec.json"
+    out_path = workdir / f"{name}-out.json"
+    spec_path.write_text(json.dumps(spec))
+    out_path.unlink(missing_ok=True)
+    pythonpath = [str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "crawl_runner.py"), str(spec_path), str(out_path)],
+        capture_output=True, text=True, timeout=CRAWL_TIMEOUT, cwd=workdir, env=env,
+    )
+    data = json.loads(out_path.read_text()) if out_path.exists() else {}
+    if not data and proc.returncode == 0:
+        raise AssertionError(f"crawl runner wrote nothing:\n{proc.stderr[-4000:]}")
+    return CrawlResult(proc.returncode, proc.stderr, data)
+
+
+# -- generated text ----------------------------------------------------------------------------------------------
+
+_SYLLABLES = [
+    "ba", "ke", "lo", "mi", "nu", "ra", "si", "to", "ve", "za", "dor", "fin", "gal", "hem", "jus", "kal", "lun",
+    "mor", "nel", "pra", "qui", "rost", "sel", "tam", "ul", "vin", "wex", "yor", "zen", "ar", "em", "is",
+]
+
+
+def vocabulary(size: int = 4000, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+_VOCAB = vocabulary()
+
+
+def article_words(seed: int, n: int = 400) -> list[str]:
+    """``n`` pseudo-random words: two different seeds share (almost) no 5-word shingle."""
+    rng = random.Random(seed)
+    return [rng.choice(_VOCAB) for _ in range(n)]
+
+
+def edit_words(words: list[str], changes: int, seed: int) -> list[str]:
+    """Replace ``changes`` words spread over the text (each change alters at most 5 word 5-shingles)."""
+    rng = random.Random(seed)
+    out = list(words)
+    step = len(words) // (changes + 1)
+    for i in range(1, changes + 1):
+        out[i * step] = rng.choice(_VOCAB) + "x"
+    return out
+
+
+def html_page(title: str, words: list[str], *, nav: str = "", footer: str = "", links: Sequence[str] = ()) -> str:
+    """An HTML page whose visible text is ``nav``, ``title``, the words (as paragraphs) and ``footer``."""
+    paragraphs = "\n".join(
+        f"<p>{' '.join(words[i : i + 40])}</p>" for i in range(0, len(words), 40)
+    )
+    anchors = "\n".join(f'<li><a href="{html.escape(href)}">{html.escape(href)}</a></li>' for href in links)
+    return (
+        f"<!doctype html><html><head><title>{html.escape(title)}</title>"
+        "<style>body { font-family: serif }</style><script>var tracking = 1;</script></head><body>"
+        f"<nav>{html.escape(nav)}</nav><h1>{html.escape(title)}</h1><article>{paragraphs}</article>"
+        f"<footer>{html.escape(footer)}</footer><ul class=links>{anchors}</ul></body></html>"
+    )
+
+
+# -- a site with every kind of near-duplicate ------------------------------------------------------------------
+
+NAV = "Home News Sports Weather Contact"
+MIRROR_NAV = "Mirror hosted by Example Mirror Network visit the original site"
+ADDED_SENTENCE = ["one", "sentence", "was", "added", "here"]
+COPYRIGHT = "Copyright 2024 The Example Gazette all rights reserved republished with permission"
+SOFT_404 = (
+    "Page not found. We are sorry, but the page you were looking for could not be found on this server. "
+    "It may have been moved or deleted, or you may have mistyped the address. Please go back to the home page "
+    "or use the search box to find what you were looking for. If you think this is an error, contact us."
+)
+
+
+@dataclass
+class NearDupSite:
+    """Pages plus ground truth: which page each copy duplicates (``original_of``) and the distinct pages."""
+
+    pages: dict[str, Page] = field(default_factory=dict)
+    original_of: dict[str, str] = field(default_factory=dict)
+    distinct: list[str] = field(default_factory=list)
+    soft_404: list[str] = field(default_factory=list)
+
+
+def kinds_site(articles: int = 4, soft_404s: int = 3) -> NearDupSite:
+    """Home -> distinct articles -> their mirror, printer, lightly edited and syndicated copies; home also
+    links to URLs answered by a "page not found" template with status 200 (soft 404s).
+
+    Copies are linked only from their original, so the original is always crawled (and kept) first.
+    """
+    site = NearDupSite()
+    home_links = []
+    for i in range(1, articles + 1):
+        words = article_words(1000 + i)
+        title = f"Article {i}"
+        original = f"/news/{i}.html"
+        copies = {
+            f"/mirror/{i}.html": html_page(title, words, nav=MIRROR_NAV),
+            f"/print/{i}.html": html_page(title + " (print)", words),
+            f"/edited/{i}.html": html_page(title, edit_words(words, 2, seed=i) + ADDED_SENTENCE, nav=NAV),
+            f"/syndicated/{i}.html": html_page(title, words, nav="Partner Daily", footer=COPYRIGHT),
+        }
+        site.pages[original] = Page(html_page(title, words, nav=NAV, links=list(copies)))
+        site.distinct.append(original)
+        home_links.append(original)
+        for path, body in copies.items():
+            site.pages[path] = Page(body)
+            site.original_of[path] = original
+    for j in range(1, soft_404s + 1):
+        path = f"/old/story-{j}.html"
+        site.soft_404.append(path)
+        home_links.append(path)
+    site.pages["/"] = Page(html_page("Home", article_words(999, 60), nav=NAV, links=home_links))
+    site.distinct.append("/")
+    return site
+
+
+def soft_404_page() -> Page:
+    return Page(html_page("Page not found", SOFT_404.split(), nav=NAV))
+
+
+# -- spider and items ----------------------------------------------------------------------------------------------
+
+
+class PageItem(scrapy.Item):
+    url = scrapy.Field()
+    title = scrapy.Field()
+    text = scrapy.Field()
+    neardup = scrapy.Field()
+
+
+class PageItemWithoutMark(scrapy.Item):
+    url = scrapy.Field()
+    title = scrapy.Field()
+    text = scrapy.Field()
+
+
+@dataclass
+class PageRecord:
+    url: str | None = None
+    title: str | None = None
+    text: Any = None
+    neardup: dict[str, Any] | None = None
+
+
+ITEM_TYPES: dict[str, Any] = {
+    "dict": dict,
+    "item": PageItem,
+    "item_without_mark": PageItemWithoutMark,
+    "dataclass": PageRecord,
+}
+
+
+def make_item(item_type: str, fields: dict[str, Any]) -> Any:
+    cls = ITEM_TYPES[item_type]
+    if cls is dict:
+        return dict(fields)
+    if dataclasses.is_dataclass(cls):
+        return cast(Any, cls)(**fields)
+    item = cls()
+    for key, value in fields.items():
+        item[key] = value
+    return item
+
+
+def item_to_dict(item: Any) -> dict[str, Any]:
+    from itemadapter import ItemAdapter
+
+    return ItemAdapter(item).asdict()
+
+
+class NearDupTestSpider(scrapy.Spider):
+    """Follows every link under the start URL's host and yields one item per page: ``{url, title, text}``.
+
+    Spider arguments:
+        start_url: where to start.
+        item_type: ``dict`` (default), ``item``, ``item_without_mark`` or ``dataclass``.
+        overrides: path -> fields to set on that page's item (``{"text": None}``), or ``{"__drop__": [..]}``
+            to remove fields.
+        burst: items (dicts) to yield all at once from the start page's callback, instead of following links.
+    """
+
+    name = "neardup_test"
+
+    def __init__(
+        self, start_url: str, item_type: str = "dict", overrides: dict[str, Any] | None = None,
+        burst: list[dict[str, Any]] | None = None, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.start_url = start_url
+        self.item_type = item_type
+        self.overrides = overrides or {}
+        self.burst = burst
+
+    async def start(self) -> Any:
+        # dont_filter=False: a resumed JOBDIR crawl must not re-fetch the start page.
+        yield scrapy.Request(self.start_url, callback=self.parse)
+
+    def parse(self, response: Response, **kwargs: Any) -> Any:
+        if self.burst is not None:
+            for burst_fields in self.burst:
+                yield make_item(self.item_type, burst_fields)
+            return
+        fields: dict[str, Any] = {
+            "url": response.url,
+            "title": response.css("title::text").get(),
+            "text": response.text,
+        }
+        path = urlsplit(response.url).path
+        override = dict(self.overrides.get(path, {}))
+        for name in override.pop("__drop__", []):
+            fields.pop(name, None)
+        fields.update(override)
+        yield make_item(self.item_type, fields)
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+
+
+# -- a backend that awaits between check and insert ------------------------------------------------------------
+
+
+class SlowBackend:
+    """Like the embedded backend, but awaits a short random sleep between its check and its insert, as a
+    network backend does. Without the pipeline's lock, near-duplicates checked at the same time would all see
+    "no match" and all be kept."""
+
+    def __init__(self, num_perm: int, min_shared: int, tag: str) -> None:
+        self.index = SketchIndex(num_perm, min_shared, tag)
+        self.rng = random.Random(3)
+
+    async def open(self) -> None:
+        pass
+
+    async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        from scrapy.utils.asyncio import sleep
+
+        match = self.index.best_match(sketch)
+        await sleep(self.rng.uniform(0.0005, 0.004))
+        if match is None:
+            self.index.add(key, sketch)
+        return match
+
+    async def close(self) -> None:
+        pass
+
+
+class SlowBackendPipeline(NearDuplicatePipeline):
+    def make_backend(self) -> Any:
+        return SlowBackend(self.config.num_perm, self.config.min_shared, self.sketcher.tag)
+
+
+class UnlockedSlowBackendPipeline(SlowBackendPipeline):
+    """Negative control: the same backend with the pipeline's lock bypassed."""
+
+    async def _check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        assert self.backend is not None
+        return await self.backend.check_and_add(key, sketch)
+
+
+# -- checks shared by the crawl tests (embedded and Elasticsearch) ----------------------------------------------
+
+
+def path_of(url: str) -> str:
+    return "/" + url.split("/", 3)[3] if url.count("/") >= 3 else url
+
+
+def check_kinds_outcome(result: CrawlResult, site: NearDupSite, server: SiteServer) -> None:
+    """Every distinct page kept, every copy dropped naming its original, exactly one soft 404 kept."""
+    base = server.url
+    kept = {path_of(u) for u in result.kept_urls}
+    drops = {path_of(u): d for u, d in result.drops_by_url().items()}
+    assert set(site.distinct) <= kept
+    for copy, original in site.original_of.items():
+        assert copy in drops, f"{copy} (a copy of {original}) was not dropped"
+        assert drops[copy]["duplicate_of"] == base + original
+        assert drops[copy]["reason"] == "NearDuplicateDropped"
+    kept_404 = [p for p in site.soft_404 if p in kept]
+    assert len(kept_404) == 1, kept_404
+    for path in set(site.soft_404) - set(kept_404):
+        assert drops[path]["duplicate_of"] == base + kept_404[0] and drops[path]["exact"]
+    assert kept == set(site.distinct) | set(kept_404)
+    # Every drop names a page that was kept (and thus is in the output).
+    assert {d["duplicate_of"] for d in result.dropped} <= set(result.kept_urls)
+
+
+def burst_items(groups: int = 3, per_group: int = 25) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Interleaved near-duplicate variants of ``groups`` articles (each variant appends a distinct word)."""
+    items, group_of = [], {}
+    bases = [article_words(500 + g, 300) for g in range(groups)]
+    for i, g in itertools.product(range(per_group), range(groups)):
+        url = f"http://variants.test/g{g}/v{i}"
+        items.append({"url": url, "title": f"g{g} v{i}", "text": " ".join(bases[g] + [f"variant{i}"])})
+        group_of[url] = g
+    return items, group_of
+
+
+def check_burst_precondition(items: list[dict[str, Any]], group_of: dict[str, int]) -> None:
+    """Within a group every pair is a near-duplicate, across groups none is: "exactly one kept per group"
+    is then the only correct outcome."""
+    sketcher = Sketcher()
+    sketches = dict(zip([i["url"] for i in items], sketcher.sketch_many([i["text"] for i in items]), strict=True))
+    urls = list(sketches)
+    for a, b in itertools.combinations(urls[:12], 2):
+        shared = sketches[a].shared_positions(sketches[b])
+        assert (shared >= 107) == (group_of[a] == group_of[b]), (a, b, shared)
+
+
+def check_one_kept_per_group(result: CrawlResult, group_of: dict[str, int], groups: int) -> None:
+    kept = result.kept_urls
+    assert sorted(group_of[u] for u in kept) == list(range(groups)), kept
+    for drop in result.dropped:
+        assert drop["duplicate_of"] in kept
+        assert group_of[drop["duplicate_of"]] == group_of[drop["item"]["url"]]
+    assert len(kept) + len(result.dropped) == len(group_of)

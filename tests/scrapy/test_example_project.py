@@ -1,0 +1,146 @@
+"""The example project: its demo site is what it claims to be, and its demo script really filters it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scrapy.http import HtmlResponse
+
+from scrapy_neardup import Sketcher
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = REPO / "example_project"
+SITE = PROJECT / "demo_site"
+sys.path.insert(0, str(PROJECT))
+
+from neardup_demo.spiders.demo import page_text  # noqa: E402
+
+
+def site_path(file: Path) -> str:
+    rel = file.relative_to(SITE).as_posix()
+    return "/" if rel == "index.html" else "/" + rel
+
+
+def original_of(path: str) -> str | None:
+    """Ground truth from the site's layout: which article a copy reproduces (None for an original page)."""
+    for pattern in (r"/print/(.+)\.html", r"/mirror/news/(.+)\.html", r"/partners/coastal-times/(.+)\.html",
+                    r"/news/(.+)-updated\.html"):
+        if m := re.fullmatch(pattern, path):
+            return f"/news/{m.group(1)}.html"
+    return None
+
+
+PAGES = {site_path(f): f for f in SITE.rglob("*.html") if f.name != "404.html"}
+COPIES = {p: o for p in PAGES if (o := original_of(p)) is not None}
+ORIGINALS = sorted(set(COPIES.values()))
+DISTINCT = sorted(set(PAGES) - set(COPIES))
+
+
+def links_to_missing_pages() -> set[str]:
+    """URLs linked from the site that have no file: the server answers them with the soft 404 page."""
+    hrefs = {h for f in PAGES.values() for h in re.findall(r'href="([^"]+)"', f.read_text())}
+    return {h for h in hrefs if h not in PAGES and not (SITE / h.lstrip("/") / "index.html").exists()}
+
+
+SOFT_404 = links_to_missing_pages()
+
+
+def main_text(path: str) -> str:
+    body = PAGES[path].read_bytes()
+    return page_text(HtmlResponse(url="http://127.0.0.1" + path, body=body, encoding="utf-8"))
+
+
+def test_site_has_every_kind_of_copy() -> None:
+    def kind(path: str) -> str:
+        return "edited" if path.endswith("-updated.html") else path.split("/")[1]
+
+    assert {kind(p) for p in COPIES} == {"print", "mirror", "partners", "edited"}
+    assert len(ORIGINALS) >= 5 and len(SOFT_404) >= 3
+
+
+def test_edited_copies_resemble_their_originals_at_least_0_9() -> None:
+    """Word 5-shingle Jaccard of the whole HTML files, as `neardup compare` computes it."""
+    sketcher = Sketcher()
+    edited = {c: o for c, o in COPIES.items() if c.endswith("-updated.html")}
+    assert edited
+    for copy, original in edited.items():
+        jaccard = sketcher.jaccard(PAGES[copy].read_text(), PAGES[original].read_text())
+        assert jaccard >= 0.9, (copy, jaccard)
+
+
+def test_every_copy_shares_its_originals_main_text() -> None:
+    sketcher = Sketcher()
+    for copy, original in COPIES.items():
+        jaccard = sketcher.jaccard(main_text(copy), main_text(original), is_html=False)
+        assert 0.9 <= jaccard < 1.0, (copy, jaccard)  # near-duplicates, not exact ones
+    for a, b in itertools.combinations(DISTINCT, 2):
+        jaccard = sketcher.jaccard(main_text(a), main_text(b), is_html=False)
+        assert jaccard < 0.3, (a, b, jaccard)
+
+
+def clean_env() -> dict[str, str]:
+    # The project's settings read NEARDUP_* environment variables; the demo must run on its defaults here.
+    return {k: v for k, v in os.environ.items() if not k.startswith(("NEARDUP_", "SCRAPY_"))}
+
+
+@pytest.fixture(scope="module")
+def demo_report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # the script must work from any current directory
+    proc = subprocess.run([sys.executable, str(PROJECT / "run_demo.py")], cwd=elsewhere, env=clean_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def report_section(report: str, title: str) -> list[str]:
+    lines = report.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    section = []
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        section.append(line)
+    return section
+
+
+def test_demo_keeps_every_distinct_page(demo_report: str) -> None:
+    kept = [line.split()[0] for line in report_section(demo_report, "KEPT")]
+    kept_404 = [p for p in kept if p in SOFT_404]
+    assert len(kept_404) == 1, kept  # the first "page not found" page; its clones are dropped
+    assert sorted(set(kept) - set(kept_404)) == DISTINCT
+    assert len(kept) == len(set(kept))
+
+
+def test_demo_drops_every_copy_naming_its_original(demo_report: str) -> None:
+    pattern = re.compile(r"^\s+(\S+)\s+->\s+(\S+)\s+resemblance (\d\.\d{3})")
+    drops = {m.group(1): (m.group(2), float(m.group(3)))
+             for line in report_section(demo_report, "DROPPED") if (m := pattern.match(line))}
+    for copy, original in COPIES.items():
+        assert copy in drops, f"{copy} was not dropped:\n{demo_report}"
+        assert drops[copy][0] == original
+        assert 107 / 128 <= drops[copy][1] < 1.0
+    kept_404 = next(line.split()[0] for line in report_section(demo_report, "KEPT") if line.split()[0] in SOFT_404)
+    for url in SOFT_404 - {kept_404}:
+        assert drops[url] == (kept_404, 1.0)
+    assert set(drops) == set(COPIES) | (SOFT_404 - {kept_404})
+    stats = dict(line.split()[:2] for line in report_section(demo_report, "STATS"))
+    assert int(stats["neardup/dropped"]) == len(drops) == int(stats["item_dropped_reasons_count/NearDuplicateDropped"])
+    assert int(stats["neardup/checked"]) == len(drops) + len(report_section(demo_report, "KEPT"))
+    assert int(stats["neardup/exact_duplicates"]) == len(SOFT_404) - 1
+
+
+def test_scrapy_crawl_with_a_wrong_setting_fails_with_a_clear_message() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "demo", "-a", "start_url=http://127.0.0.1:9/",
+         "-s", "NEARDUP_ACTION=bogus", "-s", "TELNETCONSOLE_ENABLED=0", "-s", "REMOTE_CONTROL_ENABLED=0"],
+        cwd=PROJECT, env=clean_env(), capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "NEARDUP_ACTION='bogus' is not valid: expected one of 'drop', 'mark'" in proc.stderr
+    assert "Crawled (" not in proc.stderr

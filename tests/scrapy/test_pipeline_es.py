@@ -1,0 +1,124 @@
+"""The pipeline with NEARDUP_BACKEND="elasticsearch" against a real local node (fixture ``es_url``).
+
+Needs ``es_integration.backend.ElasticsearchBackend`` and the session fixture ``es_url`` (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from neardup_testkit import (
+    Page,
+    article_words,
+    burst_items,
+    check_kinds_outcome,
+    check_one_kept_per_group,
+    html_page,
+    kinds_site,
+    path_of,
+    soft_404_page,
+)
+
+pytestmark = pytest.mark.es
+
+
+def index_name() -> str:
+    return f"neardup-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def es_index(es_client: Any) -> Iterator[str]:
+    name = index_name()
+    yield name
+    es_client.indices.delete(index=name, ignore_unavailable=True)
+
+
+def es_settings(es_url: str, index: str, **extra: Any) -> dict[str, Any]:
+    return {"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": es_url, "NEARDUP_ES_INDEX": index, **extra}
+
+
+def test_drops_every_kind_of_near_duplicate(
+    es_url: str, es_index: str, run_crawl: Any, serve_kinds_site: Any
+) -> None:
+    site = kinds_site()
+    server = serve_kinds_site(site)
+    result = run_crawl(settings=es_settings(es_url, es_index), spider={"start_url": server.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    check_kinds_outcome(result, site, server)
+    assert result.stat("neardup/backend_errors") == 0
+
+
+def test_index_is_shared_between_crawler_processes(
+    es_url: str, es_index: str, run_crawl: Any, serve_kinds_site: Any
+) -> None:
+    """A second crawl (another process) of the same content under other URLs drops every page, naming the
+    pages the first crawl kept."""
+    site = kinds_site(articles=2, soft_404s=2)
+    first_server, second_server = serve_kinds_site(site), serve_kinds_site(site)
+    first = run_crawl(settings=es_settings(es_url, es_index), spider={"start_url": first_server.url + "/"},
+                      name="first")
+    assert first.returncode == 0, first.log[-3000:]
+    second = run_crawl(settings=es_settings(es_url, es_index), spider={"start_url": second_server.url + "/"},
+                       name="second")
+    assert second.returncode == 0, second.log[-3000:]
+    assert second.scraped == []
+    kept_first = set(first.kept_urls)
+    for drop in second.dropped:
+        assert drop["duplicate_of"] in kept_first
+    # Each page of the second crawl names the same page of the first one when that page was kept.
+    for url, drop in second.drops_by_url().items():
+        twin = first_server.url + path_of(url)
+        if twin in kept_first:
+            assert drop["duplicate_of"] == twin
+
+
+def test_concurrent_near_duplicates_keep_exactly_one(
+    es_url: str, es_index: str, run_crawl: Any, serve_site: Any
+) -> None:
+    items, group_of = burst_items()
+    server = serve_site({"/": Page(html_page("Burst", article_words(1, 20)))}, fallback=soft_404_page())
+    result = run_crawl(settings=es_settings(es_url, es_index, CONCURRENT_ITEMS=500),
+                       spider={"start_url": server.url + "/", "burst": items})
+    assert result.returncode == 0, result.log[-3000:]
+    check_one_kept_per_group(result, group_of, groups=3)
+    assert result.stat("neardup/backend_errors") == 0
+
+
+@pytest.mark.parametrize("auth", ["password", "api_key"])
+def test_secured_node_with_tls_and_credentials(
+    auth: str, secure_es_node: Any, run_crawl: Any, serve_kinds_site: Any
+) -> None:
+    """NEARDUP_ES_USERNAME/PASSWORD or NEARDUP_ES_API_KEY, and NEARDUP_ES_CA_CERTS, reach the backend."""
+    site = kinds_site(articles=2, soft_404s=2)
+    server = serve_kinds_site(site)
+    credentials = (
+        {"NEARDUP_ES_USERNAME": secure_es_node.username, "NEARDUP_ES_PASSWORD": secure_es_node.password}
+        if auth == "password"
+        else {"NEARDUP_ES_API_KEY": secure_es_node.create_api_key(f"neardup-{auth}")["encoded"]}
+    )
+    index = index_name()
+    settings = es_settings(secure_es_node.url, index, NEARDUP_ES_CA_CERTS=str(secure_es_node.ca_certs),
+                           **credentials)
+    assert secure_es_node.url.startswith("https://")
+    result = run_crawl(settings=settings, spider={"start_url": server.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    check_kinds_outcome(result, site, server)
+    client = secure_es_node.client()
+    try:
+        client.indices.delete(index=index, ignore_unavailable=True)
+    finally:
+        client.close()
+
+
+def test_unreachable_node_stops_the_crawl_at_start(run_crawl: Any, serve_site: Any) -> None:
+    server = serve_site({"/": Page(html_page("Home", article_words(3, 50)))})
+    # Port 9 (discard) on 127.0.0.1: nothing listens there.
+    result = run_crawl(settings=es_settings("http://127.0.0.1:9", "neardup-unreachable", NEARDUP_ES_TIMEOUT=2),
+                       spider={"start_url": server.url + "/"})
+    assert result.returncode == 1
+    error = result.data["crawl_error"]
+    assert error is not None and error["type"] not in ("ModuleNotFoundError", "ImportError"), error
+    assert server.requests == []

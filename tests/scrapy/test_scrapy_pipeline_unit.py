@@ -1,0 +1,224 @@
+"""The pipeline driven directly (no crawl): edge cases that a crawl makes slow or awkward to reach."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from neardup_testkit import article_words
+from scrapy.utils.test import get_crawler
+
+from scrapy_neardup import NearDuplicatePipeline, Sketcher, StateError
+from scrapy_neardup.backends import STATE_FILE
+from scrapy_neardup.index import Match
+from scrapy_neardup.pipeline import MarkFieldError, NearDuplicateDropped
+from scrapy_neardup.sketch import Sketch
+
+ARTICLE = " ".join(article_words(5, 300))
+
+
+def make_pipeline(**settings: Any) -> NearDuplicatePipeline:
+    return NearDuplicatePipeline.from_crawler(get_crawler(settings_dict=settings))
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def process_all(pipeline: NearDuplicatePipeline, items: list[Any]) -> list[Any]:
+    """Each item's result, or the exception it raised."""
+    out = []
+    for item in items:
+        try:
+            out.append(await pipeline.process_item(item))
+        except Exception as exc:
+            out.append(exc)
+    return out
+
+
+def stats(pipeline: NearDuplicatePipeline) -> dict[str, Any]:
+    assert pipeline.stats is not None
+    return {k: v for k, v in pipeline.stats.get_stats().items() if k.startswith("neardup/")}
+
+
+def test_drop_names_kept_page_with_debug_log_level() -> None:
+    pipeline = make_pipeline()
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        return await process_all(pipeline, [{"url": "a", "text": ARTICLE}, {"url": "b", "text": ARTICLE + " end"}])
+
+    kept, dropped = run(scenario())
+    assert kept == {"url": "a", "text": ARTICLE}
+    assert isinstance(dropped, NearDuplicateDropped)
+    assert dropped.log_level == "DEBUG"
+    assert (dropped.url, dropped.match.key) == ("b", "a")
+    assert dropped.match.shared >= pipeline.config.min_shared and not dropped.match.exact
+    assert "near-duplicate of a (resemblance 0.9" in str(dropped)
+
+
+def test_bytes_text_is_sketched_like_str() -> None:
+    pipeline = make_pipeline()
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        return await process_all(pipeline, [{"url": "a", "text": ARTICLE}, {"url": "b", "text": ARTICLE.encode()},
+                                            {"url": "c", "text": bytearray(ARTICLE.encode())}])
+
+    _, b, c = run(scenario())
+    assert isinstance(b, NearDuplicateDropped) and b.match.exact
+    assert isinstance(c, NearDuplicateDropped) and c.match.key == "a"
+
+
+def test_items_without_url_get_a_stable_fallback_key() -> None:
+    keys = []
+    for _ in range(2):  # two independent pipelines: the key does not depend on the run
+        pipeline = make_pipeline()
+
+        async def scenario(p: NearDuplicatePipeline = pipeline) -> list[Any]:
+            await p.open_spider()
+            return await process_all(p, [{"text": ARTICLE}, {"text": ARTICLE, "url": None}])
+
+        kept, dropped = run(scenario())
+        assert kept == {"text": ARTICLE}
+        assert isinstance(dropped, NearDuplicateDropped)
+        keys.append(dropped.match.key)
+        assert stats(pipeline)["neardup/missing_url"] == 2
+    assert keys[0] == keys[1] and keys[0].startswith("no-url:")
+
+
+def test_truncated_text_is_counted() -> None:
+    pipeline = make_pipeline()
+    pipeline.sketcher = Sketcher(max_chars=500)  # the tag is unchanged: max_chars is not a sketch parameter
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        return await process_all(pipeline, [{"url": "long", "text": ARTICLE}, {"url": "short", "text": "a b"}])
+
+    run(scenario())
+    assert stats(pipeline) == {"neardup/truncated": 1, "neardup/checked": 2, "neardup/kept": 2}
+
+
+@pytest.mark.parametrize(("debug", "level"), [(False, logging.DEBUG), (True, logging.INFO)])
+def test_debug_setting_logs_each_drop_at_info(
+    debug: bool, level: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    pipeline = make_pipeline(NEARDUP_DEBUG=debug)
+    caplog.set_level(logging.DEBUG, logger="scrapy_neardup")
+
+    async def scenario() -> None:
+        await pipeline.open_spider()
+        await process_all(pipeline, [{"url": "a", "text": ARTICLE}, {"url": "b", "text": ARTICLE}])
+        await pipeline.close_spider()
+
+    run(scenario())
+    drops = [r for r in caplog.records if r.getMessage().startswith("Dropped near-duplicate b of a")]
+    assert [r.levelno for r in drops] == [level]
+    assert "resemblance 1.000" in drops[0].getMessage()
+    summary = [r for r in caplog.records if r.getMessage().startswith("Near-duplicates: checked 2 items")]
+    assert len(summary) == 1 and summary[0].levelno == logging.INFO
+    assert "kept 1, dropped 1 (1 exact)" in summary[0].getMessage()
+
+
+class FailingBackend:
+    async def open(self) -> None:
+        pass
+
+    async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        raise ConnectionError("store unreachable")
+
+    async def close(self) -> None:
+        pass
+
+
+def test_backend_errors_pass_items_through_and_are_counted(caplog: pytest.LogCaptureFixture) -> None:
+    pipeline = make_pipeline()
+    pipeline.make_backend = FailingBackend  # type: ignore[method-assign]
+    items = [{"url": "a", "text": ARTICLE}, {"url": "b", "text": ARTICLE}]
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        return await process_all(pipeline, items)
+
+    with caplog.at_level(logging.DEBUG, logger="scrapy_neardup"):
+        assert run(scenario()) == items  # never dropped without an answer from the store
+    assert stats(pipeline)["neardup/backend_errors"] == 2
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "store unreachable" in caplog.text  # the first one, with its traceback
+
+
+def test_state_from_other_parameters_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    first = make_pipeline(NEARDUP_STATE_DIR=str(tmp_path))
+
+    async def fill() -> None:
+        await first.open_spider()
+        await process_all(first, [{"url": "a", "text": ARTICLE}])
+        await first.close_spider()
+
+    run(fill())
+    state = tmp_path / STATE_FILE
+    saved = state.read_bytes()
+    other = make_pipeline(NEARDUP_STATE_DIR=str(tmp_path), NEARDUP_THRESHOLD=0.8)
+
+    async def reopen() -> None:
+        try:
+            await other.open_spider()
+        finally:
+            await other.close_spider()  # Scrapy closes the pipelines even when opening failed
+
+    with pytest.raises(StateError) as info:
+        run(reopen())
+    assert "min_shared=107" in str(info.value) and f"min_shared={other.config.min_shared}" in str(info.value)
+    assert state.read_bytes() == saved
+
+
+def test_state_round_trip_and_reset(tmp_path: Path) -> None:
+    async def crawl(items: list[Any], **settings: Any) -> list[Any]:
+        pipeline = make_pipeline(NEARDUP_STATE_DIR=str(tmp_path), **settings)
+        await pipeline.open_spider()
+        try:
+            return await process_all(pipeline, items)
+        finally:
+            await pipeline.close_spider()
+
+    run(crawl([{"url": "a", "text": ARTICLE}]))
+    (again,) = run(crawl([{"url": "b", "text": ARTICLE}]))
+    assert isinstance(again, NearDuplicateDropped) and again.match.key == "a"
+    (after_reset,) = run(crawl([{"url": "c", "text": ARTICLE}], NEARDUP_RESET=True))
+    assert after_reset == {"url": "c", "text": ARTICLE}
+
+
+@dataclasses.dataclass
+class RecordWithoutMark:
+    url: str
+    text: str
+
+
+def test_mark_needs_a_declared_field_on_dataclass_items() -> None:
+    pipeline = make_pipeline(NEARDUP_ACTION="mark")
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        return await process_all(pipeline, [RecordWithoutMark("a", ARTICLE)])
+
+    (error,) = run(scenario())
+    assert isinstance(error, MarkFieldError)
+    assert "NEARDUP_MARK_FIELD='neardup'" in str(error) and "RecordWithoutMark" in str(error)
+
+
+def test_mark_dict_items_get_the_field() -> None:
+    pipeline = make_pipeline(NEARDUP_ACTION="mark", NEARDUP_MARK_FIELD="dup")
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        return await process_all(pipeline, [{"url": "a", "text": ARTICLE}, {"url": "b", "text": ARTICLE}])
+
+    first, second = run(scenario())
+    assert "dup" not in first
+    assert second["dup"] == {"duplicate_of": "a", "resemblance": 1.0, "exact": True}
+    assert stats(pipeline) == {"neardup/checked": 2, "neardup/kept": 1, "neardup/exact_duplicates": 1,
+                               "neardup/marked": 1}

@@ -1,0 +1,152 @@
+"""NEARDUP_* settings: parsing, defaults, and one clear error per wrong value (in-process, no crawl)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy.exceptions import NotConfigured
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from scrapy_neardup import NearDuplicatePipeline
+from scrapy_neardup.settings import NearDupSettings, NearDupSettingsError
+from scrapy_neardup.theory import min_shared_for
+
+
+def parse(**values: Any) -> NearDupSettings:
+    return NearDupSettings.from_settings(Settings(values))
+
+
+def test_defaults() -> None:
+    config = parse()
+    assert config.enabled and config.action == "drop" and config.backend == "embedded"
+    assert (config.text_field, config.url_field, config.mark_field) == ("text", "url", "neardup")
+    assert (config.num_perm, config.threshold, config.min_shared) == (128, 0.9, min_shared_for(0.9, 128))
+    assert config.min_shared == 107
+    assert (config.shingle, config.shingle_size, config.seed) == ("word", None, 1)
+    assert config.state_dir is None and not config.reset and not config.debug
+    assert config.elasticsearch is None
+    assert config.sketcher().tag == "mh1-k128-word5-s1"
+
+
+def test_command_line_strings_are_parsed() -> None:
+    # `scrapy crawl -s NAME=value` always passes strings.
+    config = parse(
+        NEARDUP_THRESHOLD="0.8", NEARDUP_NUM_PERM="64", NEARDUP_SHINGLE="CHAR", NEARDUP_SHINGLE_SIZE="7",
+        NEARDUP_SEED="42", NEARDUP_ACTION="Mark", NEARDUP_RESET="true", NEARDUP_DEBUG="1", NEARDUP_ENABLED="yes",
+    )
+    assert (config.threshold, config.num_perm, config.min_shared) == (0.8, 64, min_shared_for(0.8, 64))
+    assert (config.shingle, config.shingle_size, config.seed, config.action) == ("char", 7, 42, "mark")
+    assert config.reset and config.debug and config.enabled
+    assert config.sketcher().tag == "mh1-k64-char7-s42"
+
+
+def test_min_shared_overrides_threshold() -> None:
+    config = parse(NEARDUP_THRESHOLD=0.5, NEARDUP_MIN_SHARED=100)
+    assert (config.min_shared, config.threshold) == (100, None)
+
+
+def test_state_dir_defaults_to_jobdir_subdirectory(tmp_path: Path) -> None:
+    jobdir = tmp_path / "job"
+    assert parse(JOBDIR=str(jobdir)).state_dir == str(jobdir / "neardup")
+    assert jobdir.is_dir()  # created like Scrapy's own JOBDIR components do
+    assert parse(JOBDIR=str(jobdir), NEARDUP_STATE_DIR=str(tmp_path / "s")).state_dir == str(tmp_path / "s")
+    assert parse(NEARDUP_STATE_DIR=tmp_path / "p").state_dir == str(tmp_path / "p")  # PathLike accepted
+
+
+def test_elasticsearch_settings(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    config = parse(
+        NEARDUP_BACKEND="elasticsearch", NEARDUP_ES_URL="https://127.0.0.1:9200", NEARDUP_ES_INDEX="pages",
+        NEARDUP_ES_USERNAME="elastic", NEARDUP_ES_PASSWORD="s3cret", NEARDUP_ES_CA_CERTS=str(ca),
+        NEARDUP_ES_TIMEOUT="2.5",
+    )
+    es = config.elasticsearch
+    assert es is not None
+    assert (es.url, es.index, es.username, es.password, es.ca_certs, es.request_timeout) == (
+        "https://127.0.0.1:9200", "pages", "elastic", "s3cret", str(ca), 2.5)
+    assert "s3cret" not in repr(config)  # secrets never reach a log line
+    # Empty strings (unset environment variables in settings.py) count as unset.
+    es2 = parse(NEARDUP_BACKEND="elasticsearch", NEARDUP_ES_URL="http://127.0.0.1:9200", NEARDUP_ES_INDEX="x",
+                NEARDUP_ES_API_KEY="", NEARDUP_ES_USERNAME="", NEARDUP_ES_PASSWORD="").elasticsearch
+    assert es2 is not None and (es2.api_key, es2.username, es2.password) == (None, None, None)
+
+
+BAD_SETTINGS = [
+    ({"NEARDUP_ACTION": "delete"}, ["NEARDUP_ACTION", "'delete'", "'drop'", "'mark'"]),
+    ({"NEARDUP_BACKEND": "redis"}, ["NEARDUP_BACKEND", "'redis'", "'embedded'", "'elasticsearch'"]),
+    ({"NEARDUP_SHINGLE": "sentence"}, ["NEARDUP_SHINGLE", "'sentence'"]),
+    ({"NEARDUP_THRESHOLD": 0}, ["NEARDUP_THRESHOLD", "0", "(0, 1]"]),
+    ({"NEARDUP_THRESHOLD": 1.5}, ["NEARDUP_THRESHOLD", "1.5"]),
+    ({"NEARDUP_THRESHOLD": "-0.2"}, ["NEARDUP_THRESHOLD", "'-0.2'"]),
+    ({"NEARDUP_THRESHOLD": "high"}, ["NEARDUP_THRESHOLD", "'high'"]),
+    ({"NEARDUP_THRESHOLD": float("nan")}, ["NEARDUP_THRESHOLD", "nan"]),
+    ({"NEARDUP_THRESHOLD": 0.01}, ["NEARDUP_THRESHOLD=0.01", "too low", "NEARDUP_NUM_PERM=128"]),
+    ({"NEARDUP_MIN_SHARED": 0}, ["NEARDUP_MIN_SHARED", "0", "NEARDUP_NUM_PERM=128"]),
+    ({"NEARDUP_MIN_SHARED": 129}, ["NEARDUP_MIN_SHARED", "129", "[1, NEARDUP_NUM_PERM=128]"]),
+    ({"NEARDUP_MIN_SHARED": 20, "NEARDUP_NUM_PERM": 16}, ["NEARDUP_MIN_SHARED", "20", "NEARDUP_NUM_PERM=16"]),
+    ({"NEARDUP_MIN_SHARED": 3.5}, ["NEARDUP_MIN_SHARED", "3.5", "integer"]),
+    ({"NEARDUP_NUM_PERM": 0}, ["NEARDUP_NUM_PERM", "0"]),
+    ({"NEARDUP_NUM_PERM": -5}, ["NEARDUP_NUM_PERM", "-5"]),
+    ({"NEARDUP_NUM_PERM": 70000}, ["NEARDUP_NUM_PERM", "70000", "65536"]),
+    ({"NEARDUP_NUM_PERM": True}, ["NEARDUP_NUM_PERM", "True"]),
+    ({"NEARDUP_SHINGLE_SIZE": 0}, ["NEARDUP_SHINGLE_SIZE", "0"]),
+    ({"NEARDUP_SHINGLE_SIZE": "-3"}, ["NEARDUP_SHINGLE_SIZE", "'-3'"]),
+    ({"NEARDUP_SEED": -1}, ["NEARDUP_SEED", "-1"]),
+    ({"NEARDUP_SEED": 2**64}, ["NEARDUP_SEED", str(2**64)]),
+    ({"NEARDUP_RESET": "maybe"}, ["NEARDUP_RESET", "'maybe'", "boolean"]),
+    ({"NEARDUP_DEBUG": 2}, ["NEARDUP_DEBUG", "2", "boolean"]),
+    ({"NEARDUP_ENABLED": "sometimes"}, ["NEARDUP_ENABLED", "'sometimes'"]),
+    ({"NEARDUP_TEXT_FIELD": ""}, ["NEARDUP_TEXT_FIELD", "''"]),
+    ({"NEARDUP_URL_FIELD": 3}, ["NEARDUP_URL_FIELD", "3"]),
+    ({"NEARDUP_MARK_FIELD": "  "}, ["NEARDUP_MARK_FIELD"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_INDEX": "pages"}, ["NEARDUP_ES_URL", "elasticsearch"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "", "NEARDUP_ES_INDEX": "pages"}, ["NEARDUP_ES_URL"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://127.0.0.1:9200"}, ["NEARDUP_ES_INDEX"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "127.0.0.1:9200", "NEARDUP_ES_INDEX": "p"},
+     ["NEARDUP_ES_URL", "'127.0.0.1:9200'", "http"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "Pages"},
+     ["NEARDUP_ES_INDEX", "'Pages'", "lowercase"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "p",
+      "NEARDUP_ES_USERNAME": "elastic"}, ["NEARDUP_ES_PASSWORD"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "p",
+      "NEARDUP_ES_CA_CERTS": "/nonexistent/ca.pem"}, ["NEARDUP_ES_CA_CERTS", "/nonexistent/ca.pem"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "p",
+      "NEARDUP_ES_TIMEOUT": 0}, ["NEARDUP_ES_TIMEOUT", "0"]),
+]
+
+
+@pytest.mark.parametrize(("values", "expected"), BAD_SETTINGS, ids=[str(v) for v, _ in BAD_SETTINGS])
+def test_wrong_setting_is_named_in_the_error(values: dict[str, Any], expected: list[str]) -> None:
+    with pytest.raises(NearDupSettingsError) as info:
+        parse(**values)
+    message = str(info.value)
+    for fragment in expected:
+        assert fragment in message, f"{fragment!r} missing from {message!r}"
+    assert isinstance(info.value, ValueError)
+
+
+def test_settings_error_subclasses_value_error() -> None:
+    assert issubclass(NearDupSettingsError, ValueError)
+
+
+def test_disabled_pipeline_is_not_configured_even_with_wrong_settings() -> None:
+    crawler = get_crawler(settings_dict={"NEARDUP_ENABLED": False, "NEARDUP_ACTION": "bogus"})
+    with pytest.raises(NotConfigured, match="NEARDUP_ENABLED"):
+        NearDuplicatePipeline.from_crawler(crawler)
+
+
+def test_from_crawler_raises_settings_error() -> None:
+    crawler = get_crawler(settings_dict={"NEARDUP_ACTION": "bogus"})
+    with pytest.raises(NearDupSettingsError, match="NEARDUP_ACTION='bogus'"):
+        NearDuplicatePipeline.from_crawler(crawler)
+
+
+def test_from_crawler_builds_pipeline_with_settings() -> None:
+    crawler = get_crawler(settings_dict={"NEARDUP_NUM_PERM": 64, "NEARDUP_MIN_SHARED": 60})
+    pipeline = NearDuplicatePipeline.from_crawler(crawler)
+    assert (pipeline.config.num_perm, pipeline.config.min_shared) == (64, 60)
+    assert pipeline.sketcher.num_perm == 64
