@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .dedupe import Deduper
+from .minhash import MAX_NUM_PERM
 from .sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
 from .theory import DEFAULT_LOW, DEFAULT_THRESHOLD, curve, flag_probability, midpoint, min_shared_for
 
@@ -86,13 +87,17 @@ def _add_threshold_options(group: Any) -> None:
 
 
 def _sketcher(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sketcher:
-    if not 1 <= args.num_perm <= 65536:
-        parser.error(f"argument --num-perm: must be between 1 and 65536, got {args.num_perm}")
+    _check_num_perm(args.num_perm, parser)
     if args.shingle_size is not None and args.shingle_size < 1:
         parser.error(f"argument --shingle-size: must be >= 1, got {args.shingle_size}")
     if not 0 <= args.seed < 1 << 64:
         parser.error(f"argument --seed: must be in [0, 2**64), got {args.seed}")
     return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed)
+
+
+def _check_num_perm(num_perm: int, parser: argparse.ArgumentParser) -> None:
+    if not 1 <= num_perm <= MAX_NUM_PERM:
+        parser.error(f"argument --num-perm: must be between 1 and {MAX_NUM_PERM}, got {num_perm}")
 
 
 def _min_shared(args: argparse.Namespace, parser: argparse.ArgumentParser, num_perm: int) -> int:
@@ -293,8 +298,7 @@ def _add_curve(sub: Any) -> None:
 
 def _run_curve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     k = args.num_perm
-    if not 1 <= k <= 65536:
-        parser.error(f"argument --num-perm: must be between 1 and 65536, got {k}")
+    _check_num_perm(k, parser)
     t = _min_shared(args, parser, k)
     points = curve(k, t)
     if args.json:

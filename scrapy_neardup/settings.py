@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from .minhash import MAX_NUM_PERM
 from .shingles import ShingleKind
 from .sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
 from .theory import DEFAULT_THRESHOLD, min_shared_for
@@ -50,8 +51,6 @@ BackendName = Literal["embedded", "elasticsearch"]
 ACTIONS: tuple[Action, ...] = ("drop", "mark")
 BACKENDS: tuple[BackendName, ...] = ("embedded", "elasticsearch")
 SHINGLES: tuple[ShingleKind, ...] = ("word", "char")
-#: Largest accepted k (the MinHash implementation's limit).
-MAX_NUM_PERM = 1 << 16
 #: Seeds are hashed as unsigned 64-bit integers; larger ones would silently alias smaller ones.
 MAX_SEED = (1 << 64) - 1
 #: Directory under JOBDIR that holds the embedded store.
