@@ -175,7 +175,8 @@ def _record_batches(source: IO[bytes], progress: Any) -> Iterator[list[tuple[int
 def _dedupe_batch(
     deduper: Deduper, batch: list[tuple[int, dict[str, Any]]], args: argparse.Namespace, sink: IO[str]
 ) -> None:
-    ids = [record.get(args.id_field, number) for number, record in batch]
+    # A missing or null id becomes the line number: duplicate_of null must only ever mean "kept".
+    ids = [number if record.get(args.id_field) is None else record[args.id_field] for number, record in batch]
     # Index keys are JSON so that duplicate_of comes back with the id's own type (int stays int).
     keys = [json.dumps(i, ensure_ascii=False) for i in ids]
     verdicts = deduper.check_many(keys, [record.get(args.text_field) for _, record in batch])
@@ -185,7 +186,16 @@ def _dedupe_batch(
         match = verdict.match
         record["duplicate_of"] = json.loads(match.key) if match else None
         record["resemblance"] = match.resemblance if match else None
-        sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+        sink.write(_json_line(record))
+
+
+# Line and paragraph separators are legal raw inside JSON strings, but readers that split lines on them
+# (str.splitlines) would cut the record: write them escaped.
+_LINE_BREAKS = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _json_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from typing import Any
 
 from .index import Match, SketchIndex
 from .sketch import Sketch, Sketcher
+from .text import looks_binary
 from .theory import DEFAULT_THRESHOLD, min_shared_for
 
 logger = logging.getLogger(__name__)
@@ -84,10 +85,18 @@ class DedupeStats:
 
 
 def skip_reason(content: Any) -> str | None:
-    """Why ``content`` cannot be sketched at all (``None`` when it is text or bytes)."""
+    """Why ``content`` cannot be sketched at all (``None`` when it is text, or bytes of text).
+
+    ``missing`` for ``None``; ``not_text`` for anything but ``str`` and bytes, and for binary data (a PDF, an
+    image, compressed bytes: see :func:`~scrapy_neardup.text.looks_binary`), which sketched as text would be
+    garbage that could near-duplicate other garbage.
+    """
     if content is None:
         return SKIP_MISSING
     if not isinstance(content, str | bytes | bytearray | memoryview):
+        return SKIP_NOT_TEXT
+    if looks_binary(content):
+        logger.debug("binary content (%d bytes or characters) is not sketched", len(content))
         return SKIP_NOT_TEXT
     return None
 

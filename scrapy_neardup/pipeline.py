@@ -16,10 +16,13 @@ process; it is awaited through :func:`scrapy.utils.defer.maybe_deferred_to_futur
 asyncio reactor (Scrapy's default), with other reactors, and without a reactor (an :class:`asyncio.Lock`
 cannot be awaited under a non-asyncio reactor). Sketching, the CPU-bound part, happens outside the lock.
 
-Persistence: the embedded store is saved atomically on ``close_spider`` to ``NEARDUP_STATE_DIR`` (default
-``<JOBDIR>/neardup``) and loaded on ``open_spider``, so a crawl paused gracefully and resumed with the same
-JOBDIR drops near-duplicates of pages kept before the pause. A damaged or mismatched state file stops the
-crawl at start with :class:`~scrapy_neardup.index.StateError`, and is left untouched.
+Persistence: the embedded store lives in ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``): a snapshot
+saved atomically on ``close_spider``, and a journal to which each kept page is appended before its item leaves
+the pipeline (see :mod:`scrapy_neardup.backends`). Both are loaded on ``open_spider``, so a crawl paused
+gracefully, or killed (``kill -9``), and resumed with the same JOBDIR drops near-duplicates of pages kept
+before; what the journal recovered is counted in ``neardup/journal_replayed`` (``neardup/journal_torn``: the
+torn record of the page in flight at the kill, ignored). Damaged or mismatched state stops the crawl at start
+with :class:`~scrapy_neardup.index.StateError`, and is left untouched.
 """
 
 from __future__ import annotations
@@ -149,6 +152,9 @@ class NearDuplicatePipeline:
         self.backend = self.make_backend()
         await self.backend.open()
         self._opened = True
+        # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
+        for name, count in getattr(self.backend, "open_stats", {}).items():
+            self._inc(name, count)
         logger.debug(
             "near-duplicate pipeline: %s backend, k=%d t=%d (%s), action=%s", self.config.backend,
             self.config.num_perm, self.config.min_shared, self.sketcher.tag, self.config.action,
@@ -297,10 +303,10 @@ class NearDuplicatePipeline:
         else:
             logger.debug("near-duplicate backend failed while checking %s", key, exc_info=True)
 
-    def _inc(self, name: str) -> None:
-        self._counts[name] = self._counts.get(name, 0) + 1
+    def _inc(self, name: str, count: int = 1) -> None:
+        self._counts[name] = self._counts.get(name, 0) + count
         if self.stats is not None:
-            self.stats.inc_value(STATS_PREFIX + name)
+            self.stats.inc_value(STATS_PREFIX + name, count)
 
 
 def _describe(match: Match) -> str:

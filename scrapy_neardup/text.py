@@ -4,10 +4,20 @@ Normalization makes the sketch insensitive to differences that never make two pa
 Unicode compatibility forms (NFKC), letter case (``str.casefold``, which also handles the Russian and German
 cases that ``lower`` misses), runs of whitespace, and markup. Invalid Unicode (lone surrogates, NUL and other
 control characters) is replaced or dropped rather than raised on, so hostile pages never stop a crawl.
+
+Hostile sizes are bounded: only the first ``max_chars`` characters (:data:`DEFAULT_MAX_CHARS`) of a page are
+used, bytes are decoded only as far as those characters go, HTML is cut before its
+``max_chars // CHARS_PER_TAG``-th tag, and NFKC's output (which can be 18 times its input) is capped at
+``max_chars`` characters; whichever cap applies sets ``CleanText.truncated`` (``Sketch.truncated``, counted by
+the pipeline and the ``neardup`` command). So a 50 MB page costs what 8 MB cost: at most about 2.5 s and
+250 MB beyond the page itself (tests/reliability measures it, hostile pages included). Binary data
+(:func:`looks_binary`) is recognized so that callers can skip it instead of sketching garbage.
 """
 
 from __future__ import annotations
 
+import codecs
+import html as html_lib
 import logging
 import re
 import unicodedata
@@ -19,6 +29,21 @@ logger = logging.getLogger(__name__)
 
 #: Default cap on the characters of raw content looked at; a longer page is truncated and flagged.
 DEFAULT_MAX_CHARS = 8_000_000
+#: HTML is also cut before its ``max_chars // CHARS_PER_TAG``-th tag (500,000 tags under the default cap). Parsing
+#: costs about 3 us and 400 bytes per element, so 8 MB of nothing but ``<p>`` would otherwise take 6 s and
+#: 800 MB; real pages have one tag per 30-100 characters and meet the character cap first.
+CHARS_PER_TAG = 16
+#: Characters sampled at the head of content to tell text from binary data (see :func:`looks_binary`).
+BINARY_SAMPLE = 8192
+#: Content is binary when more than this share of the sample is control characters, lone surrogates or
+#: bytes that are not UTF-8 (random bytes give about 0.5; text in a legacy 8-bit encoding read as UTF-8 with
+#: a few accented letters stays under 0.05).
+BINARY_SHARE = 0.10
+# Long non-ASCII texts get NFKC in pieces of about this many characters (see _nfkc).
+_NFKC_PIECE = 1 << 16
+_ASCII_CHAR = re.compile(r"[\x00-\x7f]")
+# UTF-8 takes at most 4 bytes a character: the bytes beyond 4 * max_chars are never decoded.
+_MAX_UTF8_BYTES = 4
 
 # C0/C1 controls other than whitespace, plus the Unicode noncharacters U+FFFE/U+FFFF.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
@@ -29,6 +54,22 @@ _NON_ASCII_SEPARATOR = re.compile(r"[^\w\x00-\x7f]+")
 _SEPARATOR_BYTE = np.array(
     [not (chr(b).isalnum() or chr(b) == "_") if b < 128 else False for b in range(256)], dtype=bool
 )
+# What text does not contain: C0/C1 controls other than whitespace, lone surrogates, and U+FFFD (what bytes
+# that are not UTF-8 decode to).
+_NOT_TEXT = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffd]")
+# Leading bytes of common binary formats, each with a byte that text does not start with (PDF aside: a text
+# starting with "%PDF-" is no text). PDF, PNG, gzip, zip (docx, xlsx, epub...), JPEG, xz, 7z, zstd, ELF, OLE2,
+# WebAssembly. Other formats are caught by their share of non-text bytes.
+_BINARY_SIGNATURES = (
+    b"%PDF-", b"\x89PNG\r\n\x1a\n", b"\x1f\x8b", b"PK\x03\x04", b"\xff\xd8\xff", b"\xfd7zXZ\x00",
+    b"7z\xbc\xaf\x27\x1c", b"\x28\xb5\x2f\xfd", b"\x7fELF", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", b"\x00asm",
+)
+# For _strip_tags: an unclosed comment or dropped element runs to the end, as it does for a parser.
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_DROPPED_ELEMENT = re.compile(
+    r"<(script|style|noscript|template|svg|math|iframe|object)\b.*?(?:</\1\s*>|\Z)", re.DOTALL | re.IGNORECASE
+)
+_TAG = re.compile(r"<[^>]*>")
 _HTML_SNIFF = re.compile(
     r"<\s*(?:!doctype\s+html|html|head|body|div|p|span|a\s|table|br|script|style|title|meta|h[1-6])\b",
     re.IGNORECASE,
@@ -69,6 +110,26 @@ def to_str(content: str | bytes | bytearray | memoryview) -> str:
     raise TypeError(f"expected text or bytes, got {type(content).__name__}")
 
 
+def looks_binary(content: str | bytes | bytearray | memoryview) -> bool:
+    """Whether ``content`` is binary data (a PDF, an image, compressed bytes...) rather than text.
+
+    Looks at the first :data:`BINARY_SAMPLE` characters (or bytes) only, so it costs microseconds whatever the
+    size: a known binary signature at the start, or more than :data:`BINARY_SHARE` of the sample made of control
+    characters, lone surrogates and bytes that are not UTF-8. A spider that puts ``response.body`` of a PDF into
+    the text field gets its item passed through unchecked instead of garbage sketched as text.
+    """
+    if isinstance(content, str):
+        sample = content[:BINARY_SAMPLE]
+        head = sample[:16].encode("latin-1", errors="replace")
+    else:
+        head = bytes(memoryview(content)[:BINARY_SAMPLE])
+        # final=False: a character cut by the sample's end is not counted as an invalid byte.
+        sample = codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False)
+    if head.startswith(_BINARY_SIGNATURES):
+        return True
+    return len(_NOT_TEXT.findall(sample)) > BINARY_SHARE * len(sample)
+
+
 def looks_like_html(text: str) -> bool:
     """Whether the first 4 KiB of ``text`` contain a typical HTML tag."""
     return _HTML_SNIFF.search(text[:4096]) is not None
@@ -86,15 +147,30 @@ def html_to_text(html: str) -> str:
     cleaned = scrub_unicode(html)
     if not cleaned.strip():
         return ""
+    # huge_tree: past libxml2's default limits (elements nested 256 deep, a text node of 10 MB) the parser
+    # ends the document early without raising, and the rest of the page would be lost: two pages sharing only
+    # their head would then be taken for duplicates. With it, the limit is 2048 levels, checked below.
+    parser = lxml.html.HTMLParser(huge_tree=True)
     try:
-        root = lxml.html.document_fromstring(cleaned)
+        root = lxml.html.document_fromstring(cleaned, parser=parser)
     except (lxml.etree.ParserError, ValueError):
         logger.debug("unparsable HTML; using it as plain text")
         return re.sub(r"<[^>]*>", " ", cleaned)
+    if any(error.type_name == "ERR_RESOURCE_LIMIT" for error in parser.error_log):
+        logger.debug("HTML beyond the parser's limits (elements nested over 2048 deep): tags stripped instead")
+        return _strip_tags(cleaned)
     lxml.etree.strip_elements(root, *_DROPPED_TAGS, lxml.etree.Comment, with_tail=False)
     for element in root.iter(*_BLOCK_TAGS):
         element.tail = "\n" + (element.tail or "")
     return str(root.text_content())
+
+
+def _strip_tags(html: str) -> str:
+    """Visible text without a parser, for HTML that the parser gives up on: comments and the non-text
+    elements (scripts, styles...) removed, every tag a separator, character references decoded."""
+    text = _COMMENT.sub(" ", html)
+    text = _DROPPED_ELEMENT.sub(" ", text)
+    return html_lib.unescape(_TAG.sub(" ", text))
 
 
 def scrub_unicode(text: str) -> str:
@@ -119,9 +195,52 @@ def normalize_utf8(text: str) -> bytes:
     ASCII separators are found and collapsed over the UTF-8 bytes with numpy (a regex over the string is
     several times slower on large pages); only non-ASCII text pays for a regex.
     """
+    return _normalize_utf8(text, None)[0]
+
+
+def _normalize_utf8(text: str, max_chars: int | None) -> tuple[bytes, bool]:
+    """:func:`normalize_utf8`, with NFKC's output cut at ``max_chars`` characters (and whether it was)."""
+    cut = False
     if not text.isascii():
         text = text.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
-        text = _NON_ASCII_SEPARATOR.sub(" ", unicodedata.normalize("NFKC", text))
+        text, cut = _nfkc(text, max_chars)
+        text = _NON_ASCII_SEPARATOR.sub(" ", text)
+    return _collapse_separators(text), cut
+
+
+def _nfkc(text: str, max_chars: int | None) -> tuple[str, bool]:
+    """NFKC of ``text``, stopped once longer than ``max_chars`` (``None``: never), and whether it was.
+
+    NFKC can turn one character into 18 (U+FDFA): 8 MB of it would take a minute and gigabytes. So long texts
+    are normalized in pieces of about 64K characters, and the output is capped. A piece ends before an ASCII
+    character: ASCII characters are starters that never compose with what precedes them, so the pieces
+    normalize exactly as the whole text does. Only where no ASCII character follows within another 64K
+    characters is a piece cut elsewhere (a possible difference at that cut, on such pathological input; still
+    deterministic).
+    """
+    if max_chars is None or len(text) <= _NFKC_PIECE:
+        out = unicodedata.normalize("NFKC", text)
+        if max_chars is not None and len(out) > max_chars:
+            return out[:max_chars], True
+        return out, False
+    pieces: list[str] = []
+    size = start = 0
+    while start < len(text):
+        stop = start + _NFKC_PIECE
+        if stop < len(text):
+            ascii_char = _ASCII_CHAR.search(text, stop, stop + _NFKC_PIECE)
+            stop = ascii_char.start() if ascii_char else stop + _NFKC_PIECE
+        piece = unicodedata.normalize("NFKC", text[start:stop])
+        pieces.append(piece)
+        size += len(piece)
+        if size > max_chars:
+            return "".join(pieces)[:max_chars], True
+        start = stop
+    return "".join(pieces), False
+
+
+def _collapse_separators(text: str) -> bytes:
+    """Case-fold, then words joined by single spaces, as UTF-8 (ASCII separators found with numpy)."""
     data = np.frombuffer(text.casefold().encode("utf-8"), dtype=np.uint8)
     space = _SEPARATOR_BYTE[data]
     if not space.any():
@@ -150,14 +269,56 @@ def clean_text(
         content: page text, HTML, or bytes (decoded as UTF-8).
         is_html: ``True``/``False`` to force; ``None`` sniffs the first 4 KiB for HTML tags.
         max_chars: only the first ``max_chars`` characters of the content are used (bounded time and memory
-            on hostile pages); ``CleanText.truncated`` tells when the cap applied.
+            on hostile pages); HTML is also cut at ``max_chars // CHARS_PER_TAG`` tags and the normalized text
+            at ``max_chars`` characters. ``CleanText.truncated`` tells when a cap applied.
     """
-    raw = to_str(content)
-    truncated = len(raw) > max_chars
-    if truncated:
-        raw = raw[:max_chars]
+    raw, truncated = _head(content, max_chars)
     if is_html is None:
         is_html = looks_like_html(raw)
     if is_html:
+        raw, cut = _cap_tags(raw, max(1, max_chars // CHARS_PER_TAG))
+        truncated |= cut
         raw = html_to_text(raw)
-    return CleanText(normalize_utf8(raw), truncated)
+    utf8, cut = _normalize_utf8(raw, max_chars)
+    return CleanText(utf8, truncated or cut)
+
+
+def _head(content: str | bytes | bytearray | memoryview, max_chars: int) -> tuple[str, bool]:
+    """The first ``max_chars`` characters of ``content`` and whether there was more.
+
+    Bytes are decoded only up to ``4 * max_chars`` of them (at least ``max_chars`` characters, as a character
+    takes at most 4 bytes and an invalid byte decodes to one U+FFFD): a 1 GB body is never decoded whole.
+    """
+    if isinstance(content, str):
+        raw, truncated = content, False
+    elif isinstance(content, bytes | bytearray | memoryview):
+        data = memoryview(content)
+        if data.format != "B" or not data.c_contiguous:
+            data = memoryview(data.tobytes())
+        limit = _MAX_UTF8_BYTES * max_chars
+        truncated = data.nbytes > limit
+        raw = str(data[:limit] if truncated else data, "utf-8", "replace")
+    else:
+        raise TypeError(f"expected text or bytes, got {type(content).__name__}")
+    if len(raw) > max_chars:
+        raw, truncated = raw[:max_chars], True
+    return raw, truncated
+
+
+def _cap_tags(html: str, max_tags: int) -> tuple[str, bool]:
+    """``html`` cut before its ``max_tags + 1``-th ``<`` (bounded parse time and memory), and whether it was.
+
+    Counting ``<`` also counts a literal ``<`` in text: a few more cuts on pathological pages, never fewer.
+    """
+    if html.count("<") <= max_tags:
+        return html, False
+    block, seen = 1 << 16, 0
+    for start in range(0, len(html), block):
+        found = html.count("<", start, start + block)
+        if seen + found > max_tags:
+            at = start - 1
+            for _ in range(max_tags - seen + 1):
+                at = html.find("<", at + 1)
+            return html[:at], True
+        seen += found
+    return html, False  # not reached: the count above says there are more

@@ -15,7 +15,6 @@ Defaults: ``k = 128``, and ``t`` chosen so that pairs of resemblance 0.9 are cau
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,21 +38,7 @@ def flag_probability(r: float | np.ndarray, num_perm: int, min_shared: int) -> n
     Computed as a sum of binomial terms in log space (exact to double precision, no SciPy needed).
     """
     _check_k_t(num_perm, min_shared)
-    rs = np.atleast_1d(np.asarray(r, dtype=np.float64))
-    if np.any((rs < 0) | (rs > 1)):
-        raise ValueError("resemblance must lie in [0, 1]")
-    i = np.arange(min_shared, num_perm + 1, dtype=np.float64)
-    log_comb = np.array([_log_comb(num_perm, int(j)) for j in i])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_r = np.log(rs)[:, None]
-        log_q = np.log1p(-rs)[:, None]
-        terms = np.exp(log_comb[None, :] + i[None, :] * log_r + (num_perm - i)[None, :] * log_q)
-    # 0 * log(0) is 0 here: r = 0 agrees nowhere, r = 1 everywhere.
-    terms = np.nan_to_num(terms, nan=0.0)
-    out = terms.sum(axis=1)
-    out[rs == 1.0] = 1.0
-    out[rs == 0.0] = 1.0 if min_shared == 0 else 0.0
-    return np.clip(out, 0.0, 1.0)
+    return _binomial_pmf(r, num_perm)[:, min_shared:].sum(axis=1).clip(0.0, 1.0)
 
 
 def min_shared_for(threshold: float, num_perm: int, recall: float = DEFAULT_RECALL) -> int:
@@ -67,9 +52,26 @@ def min_shared_for(threshold: float, num_perm: int, recall: float = DEFAULT_RECA
     if not 0 < recall < 1:
         raise ValueError(f"recall must lie in (0, 1), got {recall}")
     _check_k_t(num_perm, 0)
-    ts = np.arange(num_perm + 1)
-    probs = np.array([flag_probability(threshold, num_perm, int(t))[0] for t in ts])
-    return int(ts[probs >= recall].max())
+    # tail[t] = P[Binomial(k, r) >= t] for every t at once: a reversed cumulative sum of the pmf.
+    tail = np.cumsum(_binomial_pmf(threshold, num_perm)[0, ::-1])[::-1]
+    return int(np.flatnonzero(tail >= recall).max())
+
+
+def _binomial_pmf(r: float | np.ndarray, num_perm: int) -> np.ndarray:
+    """``P[Binomial(k, r) = i]`` for each ``r`` (rows) and ``i = 0..k`` (columns), computed in log space."""
+    rs = np.atleast_1d(np.asarray(r, dtype=np.float64))
+    if np.any((rs < 0) | (rs > 1)):
+        raise ValueError("resemblance must lie in [0, 1]")
+    i = np.arange(num_perm + 1, dtype=np.float64)
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, num_perm + 1)))])
+    log_comb = log_factorial[num_perm] - log_factorial - log_factorial[::-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_terms = log_comb + i * np.log(rs)[:, None] + (num_perm - i) * np.log1p(-rs)[:, None]
+    pmf = np.nan_to_num(np.exp(log_terms), nan=0.0)
+    # 0 * log(0) is 0 here: r = 0 puts all mass on i = 0, r = 1 on i = k.
+    pmf[rs == 0.0] = np.eye(1, num_perm + 1, 0)
+    pmf[rs == 1.0] = np.eye(1, num_perm + 1, num_perm)
+    return pmf
 
 
 @dataclass(frozen=True)
@@ -118,10 +120,6 @@ def midpoint(num_perm: int, min_shared: int) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
-
-
-def _log_comb(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 def _check_k_t(num_perm: int, min_shared: int) -> None:

@@ -1,0 +1,245 @@
+"""Hostile input to the text path: ``normalize``, ``clean_text``, ``html_to_text`` and ``Sketcher.sketch`` /
+``sketch_many`` on arbitrary Unicode (lone surrogates, NUL, controls, 18-fold NFKC expansions), bytes and
+generated markup: they never raise, are deterministic, and a batch gives what single calls give. Plus the
+binary-content detector and the caps' own invariants.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import random
+import unicodedata
+import zipfile
+import zlib
+from collections.abc import Callable
+from typing import Any
+from unittest import mock
+
+import pytest
+from fuzzing import EXAMPLES, content, hostile_text, markup
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reliability_kit import Ledger
+
+from scrapy_neardup import text as text_module
+from scrapy_neardup.sketch import Sketch, Sketcher
+from scrapy_neardup.text import clean_text, html_to_text, looks_binary, normalize
+
+SKETCHERS = [Sketcher(), Sketcher(shingle="char", num_perm=64, seed=7)]
+_COUNTS: dict[str, int] = {}
+
+
+def counted(name: str) -> None:
+    _COUNTS[name] = _COUNTS.get(name, 0) + 1
+
+
+def same(a: Sketch, b: Sketch) -> bool:
+    return a == b and a.num_shingles == b.num_shingles and a.truncated == b.truncated
+
+
+def _is_clean(normalized: str) -> bool:
+    return (
+        normalized == normalized.strip() and "  " not in normalized
+        and normalized.encode("utf-8", errors="strict") is not None  # no lone surrogate survives
+        and not any(unicodedata.category(c) == "Cc" for c in normalized.replace(" ", ""))
+    )
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.one_of(hostile_text, markup))
+def test_fuzz_normalize_never_raises_and_gives_clean_words(text: str) -> None:
+    counted("normalize")
+    out = normalize(text)
+    assert out == normalize(text) and _is_clean(out)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(content, st.sampled_from([None, True, False]), st.one_of(st.none(), st.integers(1, 400)))
+def test_fuzz_clean_text_never_raises_and_caps_are_exact(raw: Any, is_html: bool | None, cap: int | None) -> None:
+    counted("clean_text")
+    default = clean_text(raw, is_html)
+    assert default == clean_text(raw, is_html)
+    assert _is_clean(default.text)
+    if cap is None:
+        return
+    capped = clean_text(raw, is_html, max_chars=cap)
+    assert _is_clean(capped.text)
+    size = len(raw) if isinstance(raw, str) else len(bytes(raw))
+    if isinstance(raw, str) and size > cap or not isinstance(raw, str) and size > 4 * cap:
+        assert capped.truncated
+    if not capped.truncated:  # no cap applied: exactly what the default cap gives
+        assert capped == default
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(markup)
+def test_fuzz_html_to_text_never_raises(document: str) -> None:
+    counted("html_to_text")
+    out = html_to_text(document)
+    assert isinstance(out, str) and out == html_to_text(document)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(content, min_size=1, max_size=6), st.sampled_from([None, True, False]), st.sampled_from(SKETCHERS))
+def test_fuzz_sketch_never_raises_deterministic_and_batch_equals_single(
+    pages: list[Any], is_html: bool | None, sketcher: Sketcher
+) -> None:
+    counted("sketch")
+    batch = sketcher.sketch_many(pages, is_html=is_html)
+    single = [sketcher.sketch(page, is_html=is_html) for page in pages]
+    again = sketcher.sketch_many(pages, is_html=is_html)
+    assert len(batch) == len(pages)
+    for a, b, c in zip(batch, single, again, strict=True):
+        assert same(a, b) and same(a, c)
+        assert a.signature.shape == (sketcher.num_perm,) and a.tag == sketcher.tag
+        assert a.empty == (a.num_shingles == 0)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.text(st.sampled_from(["a", "é", "\u0301", "\ufdfa", "ﬁ", "\u1100", "\u1161", "Å", "\u212b",
+                                        "\uff21", "\u0338", "="]), max_size=8), max_size=40))
+def test_fuzz_nfkc_in_pieces_equals_nfkc_of_the_whole(words: list[str]) -> None:
+    """Pieces end before an ASCII character, so they normalize exactly as the whole text (tiny pieces here:
+    8 characters, as long as the longest run without ASCII, so that no piece has to be cut elsewhere)."""
+    counted("nfkc_pieces")
+    text = " ".join(words)
+    with mock.patch.object(text_module, "_NFKC_PIECE", 8):
+        out, cut = text_module._nfkc(text, max_chars=10**9)
+    assert not cut and out == unicodedata.normalize("NFKC", text)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.text(st.sampled_from(["<", "a", " ", ">", "é"]), max_size=200), st.integers(1, 30))
+def test_fuzz_tag_cap_keeps_a_prefix_with_at_most_max_tags(document: str, max_tags: int) -> None:
+    counted("tag_cap")
+    out, cut = text_module._cap_tags(document, max_tags)
+    assert document.startswith(out) and out.count("<") <= max_tags
+    assert cut == (document.count("<") > max_tags)
+    if cut:
+        assert document[len(out)] == "<" and out.count("<") == max_tags
+
+
+# -- markup past the parser's limits -----------------------------------------------------------------------------
+
+HEADER = "<html><body><p>Welcome to the example forum where people talk about things every day</p>"
+
+
+@settings(max_examples=max(20, EXAMPLES // 4), deadline=None)
+@given(st.integers(200, 3000), st.sampled_from(["font", "b", "span", "div", "i", "a"]), st.integers(0, 10**6))
+def test_fuzz_deep_nesting_loses_no_text(depth: int, tag: str, seed: int) -> None:
+    """Unclosed elements nested deeper than libxml2's limits (256 by default, 2048 with huge_tree) used to end
+    the document silently: the text after them was lost, and pages differing only there became duplicates."""
+    counted("deep_nesting")
+    tail = f"unique tail words {seed} alpha beta gamma delta"
+    document = HEADER + f"<{tag}>" * depth + f"<p>{tail}</p><script>var hidden = 1;</script>"
+    text = normalize(html_to_text(document))
+    assert text.endswith(normalize(tail)) and "hidden" not in text
+
+
+@pytest.mark.parametrize("depth", [300, 3000])
+def test_pages_differing_after_deep_nesting_are_not_duplicates(depth: int) -> None:
+    a = HEADER + "<font>" * depth + "<p>first page: alpha beta gamma delta epsilon zeta eta theta</p>"
+    b = HEADER + "<font>" * depth + "<p>second page: one two three four five six seven eight nine</p>"
+    x, y = Sketcher().sketch_many([a, b])
+    assert x.fingerprint != y.fingerprint and x.shared_positions(y) < 107
+
+
+def test_a_text_node_over_10_mb_is_kept_whole() -> None:
+    """libxml2 drops a text node over 10 MB without huge_tree: a 6M-character Cyrillic paragraph is 12 MB."""
+    document = "<html><body><p>" + "слово " * 1_000_000 + "конец</p></body></html>"
+    assert normalize(html_to_text(document)).endswith("слово конец")
+
+
+# -- binary content -----------------------------------------------------------------------------------------------
+
+
+def _png() -> bytes:
+    import struct
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rng = random.Random(1)
+    pixels = b"".join(b"\x00" + rng.randbytes(3 * 64) for _ in range(64))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 64, 64, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(pixels)) + chunk(b"IEND", b""))
+
+
+def _pdf() -> bytes:
+    stream = zlib.compress(b"BT /F1 12 Tf 72 712 Td (" + b"Hello near-duplicate world " * 200 + b") Tj ET")
+    return (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n"
+            b"4 0 obj\n<< /Length " + str(len(stream)).encode() + b" /Filter /FlateDecode >>\nstream\n"
+            + stream + b"\nendstream\nendobj\ntrailer\n<< /Root 1 0 R >>\n%%EOF\n")
+
+
+def _zip() -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("word/document.xml", "<w:document>" + "text " * 500 + "</w:document>")
+    return out.getvalue()
+
+
+ARTICLE = ("The harbour bridge reopened on Monday after two years of repairs, and commuters crossed it before "
+           "dawn. ") * 40
+FRENCH = "Le pont du port a rouvert lundi après deux années de travaux; les habitués étaient là dès l'aube. " * 40
+BINARY_SAMPLES: dict[str, Callable[[], bytes]] = {
+    "pdf": _pdf,
+    "png": _png,
+    "gzip": lambda: gzip.compress(ARTICLE.encode()),
+    "zip/docx": _zip,
+    "jpeg header": lambda: b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + random.Random(2).randbytes(4000),
+    "gif": lambda: b"GIF89a\x40\x00\x40\x00\xf7\x00\x00" + random.Random(3).randbytes(4000),
+    "random bytes": lambda: random.Random(4).randbytes(20000),
+    "utf-16 text": lambda: ARTICLE.encode("utf-16"),
+    "elf": lambda: b"\x7fELF\x02\x01\x01" + bytes(9) + random.Random(5).randbytes(3000),
+}
+TEXT_SAMPLES: dict[str, Any] = {
+    "ascii": ARTICLE,
+    "utf-8 bytes": ("Мост в гавани снова открыт после двух лет ремонта. 港の橋が再開した。" * 50).encode(),
+    "html": f"<html><body><p>{ARTICLE}</p></body></html>",
+    "latin-1 bytes (a few undecodable)": FRENCH.encode("latin-1"),
+    "text with one NUL and a surrogate": "lone \ud800 and NUL \x00 " + ARTICLE,
+    "empty": "",
+    "empty bytes": b"",
+    "emoji": "😀 " * 100,
+}
+
+
+@pytest.mark.parametrize("name", list(BINARY_SAMPLES))
+def test_binary_formats_are_recognized(name: str) -> None:
+    data = BINARY_SAMPLES[name]()
+    assert looks_binary(data)
+    assert looks_binary(bytearray(data)) and looks_binary(memoryview(data))
+    # The same bytes decoded by a spider (response.text of a mislabelled body) are recognized too.
+    assert looks_binary(data.decode("utf-8", errors="replace"))
+    assert looks_binary(data.decode("latin-1"))
+    assert looks_binary(data.decode("cp1252", errors="replace"))
+
+
+@pytest.mark.parametrize("name", list(TEXT_SAMPLES))
+def test_text_is_not_taken_for_binary(name: str) -> None:
+    assert not looks_binary(TEXT_SAMPLES[name])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.text(st.characters(categories=["L", "M", "N", "P", "S", "Zs"], exclude_characters="\ufffd"), max_size=3000))
+def test_fuzz_printable_text_is_never_binary(text: str) -> None:
+    counted("printable_not_binary")
+    assert not looks_binary(text) and not looks_binary(text.encode("utf-8", errors="surrogatepass"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(content)
+def test_fuzz_binary_detection_never_raises(raw: Any) -> None:
+    counted("looks_binary")
+    assert looks_binary(raw) in (True, False)
+
+
+def test_text_fuzz_tally(ledger: Ledger) -> None:
+    if not _COUNTS:
+        pytest.skip("the fuzz tests did not run")
+    total = sum(_COUNTS.values())
+    ledger.record(f"{total} generated inputs through the text path ("
+                  + ", ".join(f"{k}: {v}" for k, v in _COUNTS.items()) + ")", lost=0,
+                  notes="no exception, deterministic, batch == single")
