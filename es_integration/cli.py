@@ -15,17 +15,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["register", "main", "cmd_start", "cmd_stop"]
+__all__ = ["register", "main", "cmd_start", "cmd_stop", "cmd_index", "cmd_backfill", "cmd_groups", "cmd_search"]
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``es`` command group to *subparsers* (from ``ArgumentParser.add_subparsers()``); return it."""
     es = subparsers.add_parser(
         "es",
-        help="Elasticsearch: run a local node, ...",
-        description="Elasticsearch commands: run a local Elasticsearch node for development and tests, ...",
+        help="Elasticsearch: run a local node; index, group and search near-duplicates",
+        description="Elasticsearch commands: run a local Elasticsearch node for development and tests; index "
+        "documents with sketches, backfill sketches, find near-duplicate groups, search with them collapsed.",
     )
     _add_subcommands(es)
+    es.set_defaults(handler=_run_with_parser)
     return es
 
 
@@ -34,6 +36,7 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=lambda args: _usage(parser))
     _add_start(commands)
     _add_stop(commands)
+    _add_job_subcommands(commands)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -124,6 +127,393 @@ def cmd_stop(args: argparse.Namespace) -> int:
         kept = f"; data kept in {node.node_dir}" if args.keep_data else ""
         print(f"stopped Elasticsearch at {node.url} (pid {node.pid}){kept}")
     return 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# index / backfill / groups / search (near-duplicate jobs against an existing cluster)
+# --------------------------------------------------------------------------------------------------------------
+# Shared options: connection (--es-url, --index, --api-key, --username, --password, --ca-certs, --timeout; secrets
+# also from NEARDUP_ES_PASSWORD / NEARDUP_ES_API_KEY), sketch parameters (--num-perm, --shingle, --shingle-size,
+# --seed; they must match the ones the index was sketched with) and --threshold / --min-shared. Failures are one
+# line on stderr (`neardup es <cmd>: error: ...`) and exit status 1; secrets never appear in them.
+
+
+def _run_with_parser(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Adapter for the main ``neardup`` entry point, which calls ``args.handler(args, parser)``."""
+    return int(args.func(args))
+
+
+def _add_job_subcommands(commands: Any) -> None:
+    _add_index(commands)
+    _add_backfill(commands)
+    _add_groups(commands)
+    _add_search(commands)
+
+
+def _env(name: str) -> str | None:
+    import os
+
+    return os.environ.get(name) or None
+
+
+def _connection_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection")
+    g.add_argument("--es-url", default=_env("NEARDUP_ES_URL"), metavar="URL",
+                   help="cluster URL, e.g. http://127.0.0.1:9200 (default: $NEARDUP_ES_URL)")
+    g.add_argument("--index", required=True, metavar="NAME", help="index name")
+    g.add_argument("--api-key", default=_env("NEARDUP_ES_API_KEY"), metavar="KEY",
+                   help="encoded API key (default: $NEARDUP_ES_API_KEY; prefer the variable: command lines are "
+                   "visible to other users)")
+    g.add_argument("--username", default=_env("NEARDUP_ES_USERNAME"), help="basic-auth user (default: "
+                   "$NEARDUP_ES_USERNAME)")
+    g.add_argument("--password", default=_env("NEARDUP_ES_PASSWORD"),
+                   help="basic-auth password (default: $NEARDUP_ES_PASSWORD; prefer the variable)")
+    g.add_argument("--ca-certs", default=_env("NEARDUP_ES_CA_CERTS"), metavar="PEM",
+                   help="CA certificate for https (default: $NEARDUP_ES_CA_CERTS)")
+    g.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
+    from scrapy_neardup.sketch import DEFAULT_NUM_PERM, DEFAULT_SEED
+
+    g = p.add_argument_group("sketch parameters (as when the index was sketched)")
+    g.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
+                   help="signature positions k (default: %(default)s)")
+    g.add_argument("--shingle", choices=("word", "char"), default="word", help="shingle kind (default: word)")
+    g.add_argument("--shingle-size", type=int, default=None, metavar="W",
+                   help="units per shingle (default: 5 words or 9 characters)")
+    g.add_argument("--seed", type=int, default=DEFAULT_SEED, help="hash seed (default: %(default)s)")
+    if threshold:
+        x = g.add_mutually_exclusive_group()
+        x.add_argument("--threshold", type=float, metavar="R",
+                       help="target resemblance, caught with probability >= 0.99 (default: 0.9)")
+        x.add_argument("--min-shared", type=int, metavar="T", help="positions that must agree (overrides --threshold)")
+
+
+def _job_sketcher(args: argparse.Namespace) -> Any:
+    from es_integration.client import EsError
+    from scrapy_neardup.sketch import Sketcher
+
+    try:
+        return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed)
+    except ValueError as exc:
+        raise EsError(str(exc)) from None
+
+
+def _job_min_shared(args: argparse.Namespace) -> int:
+    from es_integration.client import EsError
+    from scrapy_neardup.theory import DEFAULT_THRESHOLD, min_shared_for
+
+    k = args.num_perm
+    if args.min_shared is not None:
+        if not 1 <= args.min_shared <= k:
+            raise EsError(f"--min-shared must lie in [1, {k}], got {args.min_shared}")
+        return int(args.min_shared)
+    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+    if not 0 < threshold <= 1:
+        raise EsError(f"--threshold must lie in (0, 1], got {threshold}")
+    return min_shared_for(threshold, k)
+
+
+def _job_client(args: argparse.Namespace) -> Any:
+    from es_integration.client import ConnectionSettings, EsError, make_client
+    from es_integration.names import validate_index_name
+
+    if not args.es_url:
+        raise EsError("no cluster URL: give --es-url or set NEARDUP_ES_URL")
+    validate_index_name(args.index)
+    settings = ConnectionSettings.create(
+        args.es_url, api_key=args.api_key, username=args.username, password=args.password,
+        ca_certs=args.ca_certs, request_timeout=args.timeout,
+    )
+    return settings, make_client(settings, max_retries=3, retry_on_timeout=True)
+
+
+def _progress(args: argparse.Namespace, desc: str, total: int | None = None) -> Any:
+    from tqdm import tqdm
+
+    disable = not sys.stderr.isatty() if args.progress is None else not args.progress
+    return tqdm(total=total, desc=desc, unit="docs", file=sys.stderr, disable=disable, dynamic_ncols=True)
+
+
+def _run_job(name: str, job: Any, args: argparse.Namespace) -> int:
+    """Run ``job(args, client)`` with the client built from ``args``; print errors as one line."""
+    from es_integration.client import EsError, translate_errors
+    from es_integration.names import InvalidNameError
+
+    try:
+        settings, client = _job_client(args)
+        try:
+            with translate_errors(settings.url):
+                return int(job(args, client))
+        finally:
+            client.close()
+    except (EsError, InvalidNameError) as exc:
+        print(f"neardup es {name}: error: {exc}", file=sys.stderr)
+        return 1
+    except _bulk_error() as exc:
+        print(f"neardup es {name}: error: {_bulk_message(exc)}", file=sys.stderr)
+        return 1
+
+
+def _bulk_error() -> type[Exception]:
+    from elasticsearch.helpers import BulkIndexError
+
+    return BulkIndexError
+
+
+def _bulk_message(exc: Exception) -> str:
+    errors: list[Any] = list(getattr(exc, "errors", []))
+    first = errors[0] if errors else {}
+    op: Any = next(iter(first.values()), {}) if isinstance(first, dict) else {}
+    error = op.get("error") if isinstance(op, dict) else None
+    reason = str(error.get("reason", "")) if isinstance(error, dict) else ""
+    return f"{len(errors)} document(s) refused by Elasticsearch" + (f"; first: {reason}" if reason else "")
+
+
+# -- index ---------------------------------------------------------------------------------------------------------
+
+
+def _add_index(commands: Any) -> None:
+    p = commands.add_parser(
+        "index",
+        help="index JSON-lines documents with their near-duplicate sketches",
+        description="Read JSON lines (one object per line) and bulk-index each object unchanged plus a `neardup` "
+        "object: sketch positions, fingerprint, parameter tag, group id (its own _id) and status. The index is "
+        "created with the near-duplicate mapping when missing; an existing index gets the mapping added.",
+    )
+    p.add_argument("input", help="JSON-lines file, or - for stdin")
+    p.add_argument("--id-field", default="id", help="field with the document id (default: id; missing: random)")
+    p.add_argument("--text-field", default="text", help="field with the text or HTML (default: text)")
+    p.add_argument("--chunk-size", type=int, default=500, help="documents per bulk request (default: 500)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="bulk request threads; more than 1 overlaps sketching with indexing (default: 1)")
+    _connection_options(p)
+    _sketch_options(p, threshold=False)
+    p.set_defaults(func=cmd_index)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """``neardup es index``: bulk-index JSON lines with sketches; summary on stderr."""
+    return _run_job("index", _index_job, args)
+
+
+def _index_job(args: argparse.Namespace, client: Any) -> int:
+    from es_integration.indexing import index_records
+    from es_integration.names import validate_field_name
+
+    validate_field_name(args.id_field)
+    validate_field_name(args.text_field)
+    sketcher = _job_sketcher(args)
+    with _open_lines(args.input) as lines, _progress(args, "index") as bar:
+        stats = index_records(
+            client, args.index, _json_records(lines), sketcher, id_field=args.id_field,
+            text_field=args.text_field, chunk_size=args.chunk_size, threads=max(1, args.threads),
+            progress=bar.update,
+        )
+    print(f"neardup es index: {args.index}: {stats.summary()}", file=sys.stderr)
+    return 1 if stats.errors else 0
+
+
+def _open_lines(path: str) -> Any:
+    import contextlib
+
+    from es_integration.client import EsError
+
+    if path == "-":
+        return contextlib.nullcontext(sys.stdin.buffer)
+    try:
+        return open(path, "rb")  # noqa: SIM115 - used as a context manager by the caller
+    except OSError as exc:
+        raise EsError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _json_records(lines: Any) -> Any:
+    import json
+
+    from es_integration.client import EsError
+
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except ValueError as exc:
+            raise EsError(f"line {number}: invalid JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise EsError(f"line {number}: expected a JSON object, got {type(record).__name__}")
+        yield record
+
+
+# -- backfill ------------------------------------------------------------------------------------------------------
+
+
+def _add_backfill(commands: Any) -> None:
+    p = commands.add_parser(
+        "backfill",
+        help="add sketches to the documents of an existing index",
+        description="Sweep an existing index with a point in time and add the `neardup` sketch fields to every "
+        "document that has none for these sketch parameters (all documents with --force), with bulk partial "
+        "updates. Each updated document becomes its own group; run `neardup es groups --assign` afterwards.",
+    )
+    p.add_argument("--text-field", required=True, help="field with the text or HTML")
+    p.add_argument("--force", action="store_true", help="re-sketch documents that already have a sketch")
+    _connection_options(p)
+    _sketch_options(p, threshold=False)
+    p.set_defaults(func=cmd_backfill)
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    """``neardup es backfill``: sketch the documents of an existing index in place."""
+    return _run_job("backfill", _backfill_job, args)
+
+
+def _backfill_job(args: argparse.Namespace, client: Any) -> int:
+    from es_integration.indexing import backfill
+    from es_integration.names import validate_field_name
+
+    validate_field_name(args.text_field)
+    sketcher = _job_sketcher(args)
+    with _progress(args, "backfill") as bar:
+        stats = backfill(
+            client, args.index, sketcher, text_field=args.text_field, force=args.force, progress=bar.update,
+            total=lambda n: setattr(bar, "total", n),
+        )
+    print(f"neardup es backfill: {args.index}: {stats.summary()}", file=sys.stderr)
+    return 1 if stats.errors else 0
+
+
+# -- groups --------------------------------------------------------------------------------------------------------
+
+
+def _add_groups(commands: Any) -> None:
+    p = commands.add_parser(
+        "groups",
+        help="find near-duplicate groups across an index (Broder's clustering)",
+        description="Sweep the sketched documents, find every pair sharing >= t positions with batched candidate "
+        "queries, join pairs with union-find, and pick a representative per group. Prints groups of two or more "
+        "(with --json: one object per line, {\"group\", \"representative\", \"members\"}, representative first). "
+        "--assign writes neardup.group / status / duplicate_of onto the documents (for `neardup es search`).",
+    )
+    p.add_argument("--assign", action="store_true", help="write the group id and status onto every document")
+    p.add_argument("--json", action="store_true", help="one JSON object per line per group")
+    p.add_argument("--keep", choices=("first", "shortest-url", "highest"), default="first",
+                   help="representative: first indexed (default), shortest URL, or highest --value-field")
+    p.add_argument("--url-field", default="url", help="URL field for --keep shortest-url (default: url)")
+    p.add_argument("--value-field", help="numeric field for --keep highest")
+    _connection_options(p)
+    _sketch_options(p, threshold=True)
+    p.set_defaults(func=cmd_groups)
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    """``neardup es groups``: print (and optionally assign) near-duplicate groups."""
+    return _run_job("groups", _groups_job, args)
+
+
+def _groups_job(args: argparse.Namespace, client: Any) -> int:
+    import json
+
+    from es_integration.client import EsError
+    from es_integration.groups import KeepRule, assign_groups, find_groups
+
+    if args.keep == "highest" and not args.value_field:
+        raise EsError("--keep highest needs --value-field")
+    field = {"first": None, "shortest-url": args.url_field, "highest": args.value_field}[args.keep]
+    keep = KeepRule(args.keep, field)
+    sketcher = _job_sketcher(args)
+    t = _job_min_shared(args)
+    with _progress(args, "groups") as bar:
+        report = find_groups(
+            client, args.index, sketcher.tag, t, keep=keep, progress=bar.update,
+            total=lambda n: setattr(bar, "total", n),
+        )
+    out = sys.stdout
+    for group in report.groups:
+        if args.json:
+            out.write(json.dumps(group.to_json(), ensure_ascii=False) + "\n")
+        else:
+            others = ", ".join(group.members[1:])
+            out.write(f"group {group.id}: {len(group.members)} pages, keep {group.representative}; "
+                      f"duplicates: {others}\n")
+    out.flush()
+    print(f"neardup es groups: {args.index}: {report.summary()} (k={sketcher.num_perm}, t={t})", file=sys.stderr)
+    if args.assign:
+        with _progress(args, "assign") as bar:
+            written = assign_groups(client, args.index, report, progress=bar.update)
+        print(f"neardup es groups: group fields updated on {written} documents", file=sys.stderr)
+    return 0
+
+
+# -- search --------------------------------------------------------------------------------------------------------
+
+
+def _add_search(commands: Any) -> None:
+    p = commands.add_parser(
+        "search",
+        help="search with near-duplicates collapsed",
+        description="Full-text search (simple_query_string, all terms required) showing one hit per "
+        "near-duplicate group, each with the number of similar matching pages it hides. Uses the group ids "
+        "written by `neardup es groups --assign` (collapse on neardup.group); with --by-sketch, collapses the "
+        "top hits by comparing their sketches instead (no group ids needed).",
+    )
+    p.add_argument("query", help="query text")
+    p.add_argument("--size", type=int, default=10, help="results to show (default: 10)")
+    p.add_argument("--field", action="append", default=[], metavar="F",
+                   help="field to search (repeatable; default: every text field of the index)")
+    p.add_argument("--json", action="store_true", help='print {"hits": [{"id", "score", "omitted", ...}]}')
+    p.add_argument("--by-sketch", action="store_true",
+                   help="collapse by comparing the sketches of the top hits (indices without group ids)")
+    p.add_argument("--fetch", type=int, default=None, metavar="N",
+                   help="hits fetched for --by-sketch before collapsing (default: 5 x --size)")
+    _connection_options(p)
+    _sketch_options(p, threshold=True)
+    p.set_defaults(func=cmd_search)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """``neardup es search``: collapsed search results."""
+    return _run_job("search", _search_job, args)
+
+
+def _search_job(args: argparse.Namespace, client: Any) -> int:
+    import json
+
+    from es_integration.client import EsError
+    from es_integration.collapse import collapse_hits, search_collapsed, text_fields, text_query
+
+    if args.size < 1:
+        raise EsError(f"--size must be >= 1, got {args.size}")
+    if args.by_sketch:
+        t = _job_min_shared(args)
+        fetch = args.fetch or 5 * args.size
+        fields = args.field or text_fields(client, args.index)
+        response = client.search(index=args.index, query=text_query(args.query, fields), size=fetch)
+        hits = collapse_hits(response["hits"]["hits"], t)[: args.size]
+    else:
+        hits = search_collapsed(client, args.index, args.query, size=args.size, fields=args.field)
+    if args.json:
+        print(json.dumps({"hits": [h.to_json() for h in hits]}, ensure_ascii=False))
+        return 0
+    if not hits:
+        print("no results")
+    for rank, hit in enumerate(hits, start=1):
+        score = f"{hit.score:.3f}" if isinstance(hit.score, int | float) else "-"
+        label = _label(hit.source or {})
+        omitted = f"  ({hit.omitted} similar page{'s' if hit.omitted != 1 else ''} omitted)" if hit.omitted else ""
+        print(f"{rank:>3}. {hit.id}  score {score}{'  ' + label if label else ''}{omitted}")
+    return 0
+
+
+def _label(source: dict[str, Any]) -> str:
+    for name in ("title", "url", "text"):
+        value = source.get(name)
+        if isinstance(value, str) and value.strip():
+            text = " ".join(value.split())
+            return text if len(text) <= 80 else text[:77] + "..."
+    return ""
 
 
 # --------------------------------------------------------------------------------------------------------------

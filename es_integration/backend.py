@@ -1,0 +1,440 @@
+"""The Elasticsearch backend of the Scrapy pipeline: check-and-insert against an index shared by many crawlers.
+
+Semantics
+---------
+Those of the embedded :class:`~scrapy_neardup.index.SketchIndex`: a page is a near-duplicate when it shares
+``>= t`` of ``k`` signature positions with a *kept* page; the answer is the best kept match (exact duplicates
+first, then most shared positions, then the earliest kept), else the page is kept under its key. Both compare
+the low 16 bits of each position (see :mod:`es_integration.mapping`), so the counts are the same too.
+
+Documents
+---------
+One document per checked page that was not answered at once (step a below), ``_id`` a random UUID, holding
+only the ``neardup`` object: ``key`` (the page key, returned as ``Match.key``), ``positions``,
+``fingerprint``, ``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``), ``seq`` (the write order),
+``group`` and ``duplicate_of``/``shared`` for duplicates. The index has **one primary shard** (created so when
+missing; refused otherwise), so ``_seq_no`` totally orders the writes.
+
+Protocol (one page P)
+---------------------
+Within a process, calls are serialized by an ``asyncio.Lock``. Across processes:
+
+a. Search P's candidates among documents with status ``kept`` or ``pending`` (a status seen in search may be
+   stale; ``pending`` ones are re-read with a real-time multi-get, polled until they settle). If any is
+   ``kept``, return the best one: P is a duplicate and nothing is written.
+b. Write P as ``pending`` (``op_type=create``); its ``_seq_no`` is P's position in the write order.
+c. Wait until the shard's local checkpoint reaches P's ``_seq_no`` (every earlier write is then applied),
+   refresh, and search again, now considering only candidates written *before* P (``seq < P's``); settle
+   ``pending`` ones as in (a). If any is ``kept``, P is a duplicate of the best; else P is kept.
+d. Write P's final status (``kept``, or ``duplicate`` with ``duplicate_of``) and ``seq``.
+
+A pending page's outcome depends only on pages written before it, so waiting always ends (the earliest pending
+page waits for nobody).
+
+Guarantees
+----------
+* **One process** (any number of concurrent coroutines): identical answers to ``SketchIndex`` on the same
+  stream.
+* **Several processes**, while every process finishes its checks:
+
+  - every duplicate names a page whose status is ``kept``, and ``kept`` is final;
+  - no two kept pages share ``>= t`` positions (of two near-duplicates written in steps b, the later one sees
+    the earlier one, settled, in step c);
+  - the kept pages and the answers are those of the embedded index run over the pages in write order
+    (``_seq_no``), except that a page answered in step (a) names the best kept match visible at that moment
+    (a better one may still be pending): it is a duplicate either way. In particular, of concurrent
+    near-duplicates of one page exactly one is kept, the earliest writer, and every other names it.
+* **Not guaranteed** when a process dies (or stalls longer than ``pending_timeout``) between steps b and d:
+  its page stays ``pending``; others wait up to ``pending_timeout`` (default 30 s) for it, then ignore it
+  (a warning is logged). If that process was only slow and later keeps its page, two near-duplicates may both
+  be kept. Also weaker without the ``monitor`` privilege on the index (no checkpoint wait; a warning is logged
+  once): a write that is still in flight when a later page refreshes may be missed, in a window of
+  microseconds.
+
+Errors
+------
+Requests failing with a connection error, a timeout, or HTTP 429/502/503/504 are retried up to ``retries``
+times with exponential backoff (0.1 s, 0.2 s, ...); then, or at once for any other failure (wrong credentials,
+missing privileges, bad index), :class:`~es_integration.client.EsError` is raised with a one-line message
+holding no secret. ``errors`` counts failed requests, ``retried`` the retries.
+
+Cost per page: a duplicate answered in (a) costs one search (plus a multi-get when a candidate looks
+pending); a kept page costs a search, a create, a stats call, a refresh, a search and an index request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scrapy_neardup.index import Match
+from scrapy_neardup.sketch import IncompatibleSketches, Sketch
+
+from .candidates import candidate_query
+from .client import ConnectionSettings, EsError, describe_error, make_async_client
+from .mapping import (
+    DUPLICATE,
+    F_FINGERPRINT,
+    F_KEY,
+    F_SEQ,
+    F_STATUS,
+    KEPT,
+    PENDING,
+    ROOT,
+    fingerprint_hex,
+    index_mappings,
+    position_tokens,
+    sketch_properties,
+)
+from .names import validate_index_name
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from elasticsearch import AsyncElasticsearch
+
+__all__ = ["ElasticsearchBackend"]
+
+logger = logging.getLogger(__name__)
+
+_RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_CANDIDATES = 1000
+_POLL_FIRST, _POLL_MAX = 0.002, 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    id: str
+    key: str
+    shared: int
+    exact: bool
+    order: int
+
+    def rank(self) -> tuple[bool, int, int]:
+        return (self.exact, self.shared, -self.order)
+
+
+class ElasticsearchBackend:
+    """A :class:`~scrapy_neardup.backends.Backend` storing kept sketches in an Elasticsearch index.
+
+    Args:
+        url: ``http(s)://host:port``.
+        index: index of kept sketches (created with one primary shard when missing).
+        num_perm: ``k``, signature positions.
+        min_shared: ``t``: a page shares ``>= t`` of ``k`` positions with a kept page to be its near-duplicate;
+            pages of resemblance ``r`` are flagged with probability ``P[Binomial(k, r) >= t]``.
+        tag: sketch parameter tag; only sketches with this tag are compared (and accepted).
+        api_key, username, password, ca_certs: credentials and CA (see :mod:`es_integration.client`).
+        request_timeout: seconds per request.
+    """
+
+    #: attempts after the first for a retryable failure
+    retries = 3
+    #: first backoff in seconds (doubled per retry)
+    backoff = 0.1
+    #: seconds to wait for a page another process left ``pending`` before ignoring it
+    pending_timeout = 30.0
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        index: str,
+        num_perm: int,
+        min_shared: int,
+        tag: str,
+        api_key: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        ca_certs: str | None = None,
+        request_timeout: float = 10.0,
+    ) -> None:
+        if not 1 <= min_shared <= num_perm:
+            raise ValueError(f"min_shared must lie in [1, num_perm={num_perm}], got {min_shared}")
+        self.index = validate_index_name(index)
+        self.num_perm = num_perm
+        self.min_shared = min_shared
+        self.tag = tag
+        self.settings = ConnectionSettings.create(
+            url, api_key=api_key, username=username, password=password, ca_certs=ca_certs,
+            request_timeout=request_timeout,
+        )
+        self.errors = 0
+        self.retried = 0
+        self._client: AsyncElasticsearch | None = None
+        self._lock: asyncio.Lock | None = None
+        self._abandoned: set[str] = set()
+        self._checkpoints = True
+
+    def __repr__(self) -> str:
+        return f"ElasticsearchBackend(url={self.settings.url!r}, index={self.index!r}, tag={self.tag!r})"
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, and create the index (one primary shard) or check the existing one.
+
+        Raises:
+            EsError: unreachable, wrong credentials, TLS failure, or an index with several primary shards.
+        """
+        self._lock = asyncio.Lock()
+        self._client = make_async_client(self.settings, max_retries=0, retry_on_timeout=False)
+        try:
+            await self._call("opening the index", self._ensure_index)
+        except BaseException:
+            await self.close()
+            raise
+        logger.debug("%r open", self)
+
+    async def close(self) -> None:
+        """Release the connection pool."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def _ensure_index(self) -> None:
+        es = self._es
+        if not await es.indices.exists(index=self.index):
+            from elasticsearch import BadRequestError
+
+            try:
+                await es.indices.create(
+                    index=self.index, mappings=index_mappings(), settings={"number_of_shards": 1}
+                )
+                return
+            except BadRequestError as exc:
+                if "resource_already_exists_exception" not in str(exc.body):
+                    raise
+        settings = await es.indices.get_settings(index=self.index, name="index.number_of_shards")
+        for name, body in settings.items():
+            shards = int(body["settings"]["index"]["number_of_shards"])
+            if shards != 1:
+                raise EsError(
+                    f"index {name} has {shards} primary shards; the crawler backend needs an index with one "
+                    "(it orders concurrent writes by _seq_no): use another NEARDUP_ES_INDEX"
+                )
+        await es.indices.put_mapping(index=self.index, properties={ROOT: sketch_properties()})
+
+    # -- check and add ---------------------------------------------------------------------------------------
+
+    async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        """Return the best kept match of ``sketch``, or keep it under ``key`` and return None (see module doc).
+
+        Raises:
+            IncompatibleSketches: the sketch's tag is not this backend's.
+            ValueError: an empty sketch, or a signature of the wrong length.
+            EsError: Elasticsearch failed after bounded retries.
+        """
+        if sketch.tag != self.tag:
+            raise IncompatibleSketches(f"backend holds {self.tag!r} sketches, got one made with {sketch.tag!r}")
+        if sketch.empty:
+            raise ValueError("an empty sketch (text without shingles) cannot be indexed")
+        if sketch.num_perm != self.num_perm:
+            raise ValueError(f"expected a signature of {self.num_perm} positions, got {sketch.num_perm}")
+        if self._lock is None or self._client is None:
+            raise RuntimeError("ElasticsearchBackend.check_and_add called before open()")
+        async with self._lock:
+            return await self._check_and_add(key, sketch)
+
+    async def _check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        tokens = position_tokens(sketch.signature)
+        fingerprint = fingerprint_hex(sketch.fingerprint)
+        best = await self._best_kept(tokens, fingerprint, before=None, exclude=None)  # (a)
+        if best is not None:
+            return self._match(best)
+        doc_id = uuid.uuid4().hex
+        fields = {
+            "key": key, "tag": self.tag, "positions": tokens, "fingerprint": fingerprint, "empty": False,
+            "status": PENDING, "group": doc_id,
+        }
+        try:
+            seq = await self._call("writing a pending page", self._create, doc_id, fields)  # (b)
+            await self._call("waiting for earlier writes", self._settle_writes, seq)  # (c)
+            best = await self._best_kept(tokens, fingerprint, before=seq, exclude=doc_id)
+            fields["seq"] = seq
+            if best is None:
+                fields["status"] = KEPT
+            else:
+                fields.update(status=DUPLICATE, group=best.id, duplicate_of=best.key, shared=best.shared)
+            await self._call("writing the decision", self._write, doc_id, fields)  # (d)
+        except EsError:
+            # P may now stay pending (written, never settled): this process knows it will never settle, so it
+            # does not wait pending_timeout for it (other processes do, then ignore it).
+            self._abandoned.add(doc_id)
+            raise
+        return None if best is None else self._match(best)
+
+    def _match(self, candidate: _Candidate) -> Match:
+        return Match(
+            key=candidate.key, shared=candidate.shared, resemblance=candidate.shared / self.num_perm,
+            exact=candidate.exact,
+        )
+
+    async def _best_kept(
+        self, tokens: list[str], fingerprint: str, *, before: int | None, exclude: str | None
+    ) -> _Candidate | None:
+        """The best candidate whose status is ``kept``, after settling the ``pending`` ones; only candidates
+        written before ``before`` (a ``_seq_no``) when given."""
+        hits = await self._call("searching candidates", self._search, tokens, exclude)
+        kept: list[_Candidate] = []
+        pending: dict[str, int] = {}  # id -> shared
+        for hit in hits:
+            source = hit["_source"][ROOT]
+            order = int(source.get("seq", hit["_seq_no"]))
+            if before is not None and order >= before:
+                continue
+            shared = round(hit["_score"])
+            if source.get("status") == KEPT:
+                kept.append(self._candidate(hit["_id"], source, shared, fingerprint, order))
+            elif hit["_id"] not in self._abandoned:
+                pending[hit["_id"]] = shared
+        if pending:
+            kept.extend(await self._settle(pending, fingerprint, before))
+        return max(kept, key=_Candidate.rank, default=None)
+
+    @staticmethod
+    def _candidate(doc_id: str, source: dict[str, Any], shared: int, fingerprint: str, order: int) -> _Candidate:
+        return _Candidate(
+            id=doc_id, key=str(source.get("key", doc_id)), shared=shared,
+            exact=source.get("fingerprint") == fingerprint, order=order,
+        )
+
+    async def _settle(self, pending: dict[str, int], fingerprint: str, before: int | None) -> list[_Candidate]:
+        """Poll pending candidates (real-time multi-get) until each is kept or duplicate; return the kept."""
+        kept: list[_Candidate] = []
+        deadline = time.monotonic() + self.pending_timeout
+        delay = _POLL_FIRST
+        while pending:
+            docs = await self._call("reading pending pages", self._mget, list(pending))
+            for doc in docs:
+                doc_id = doc["_id"]
+                if not doc.get("found"):
+                    pending.pop(doc_id)
+                    continue
+                source = doc["_source"][ROOT]
+                status = source.get("status")
+                if status == PENDING:
+                    continue
+                shared = pending.pop(doc_id)
+                order = int(source.get("seq", doc["_seq_no"]))
+                if status == KEPT and (before is None or order < before):
+                    kept.append(self._candidate(doc_id, source, shared, fingerprint, order))
+            if not pending:
+                break
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "ignoring %d page(s) left pending for over %.0fs in %s (a crawler stopped mid-check?)",
+                    len(pending), self.pending_timeout, self.index,
+                )
+                self._abandoned.update(pending)
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+        return kept
+
+    # -- requests --------------------------------------------------------------------------------------------
+
+    @property
+    def _es(self) -> AsyncElasticsearch:
+        if self._client is None:
+            raise RuntimeError("ElasticsearchBackend used before open() or after close()")
+        return self._client
+
+    async def _search(self, tokens: list[str], exclude: str | None) -> list[dict[str, Any]]:
+        query = candidate_query(
+            tokens, self.min_shared, self.tag, statuses=(KEPT, PENDING), exclude_ids=[exclude] if exclude else ()
+        )
+        response = await self._es.search(
+            index=self.index, query=query, size=_CANDIDATES, seq_no_primary_term=True,
+            source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT]}, track_total_hits=False,
+        )
+        hits: list[dict[str, Any]] = response["hits"]["hits"]
+        if len(hits) >= _CANDIDATES:
+            logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(hits),
+                           self.index)
+        return hits
+
+    async def _mget(self, ids: list[str]) -> list[dict[str, Any]]:
+        response = await self._es.mget(
+            index=self.index, ids=ids, realtime=True, source=[F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT]
+        )
+        docs: list[dict[str, Any]] = response["docs"]
+        return docs
+
+    async def _create(self, doc_id: str, fields: dict[str, Any]) -> int:
+        """Write the pending document; its ``_seq_no`` (also after a retry whose first attempt succeeded)."""
+        from elasticsearch import ConflictError
+
+        try:
+            response = await self._es.create(index=self.index, id=doc_id, document={ROOT: fields})
+            return int(response["_seq_no"])
+        except ConflictError:
+            # An earlier attempt of this very write succeeded (the id is a fresh UUID).
+            doc = await self._es.get(index=self.index, id=doc_id, source=False)
+            return int(doc["_seq_no"])
+
+    async def _settle_writes(self, seq: int) -> None:
+        """Wait until every write up to ``seq`` is applied on the primary, then refresh (see module doc)."""
+        from elasticsearch import AuthorizationException
+
+        delay = _POLL_FIRST
+        deadline = time.monotonic() + self.pending_timeout
+        while self._checkpoints and time.monotonic() < deadline:
+            try:
+                stats = await self._es.indices.stats(index=self.index, metric="docs", level="shards")
+            except AuthorizationException:
+                logger.warning(
+                    "no 'monitor' privilege on %s: cannot wait for the write checkpoint; concurrent crawlers "
+                    "are then ordered slightly less strictly", self.index,
+                )
+                self._checkpoints = False
+                break
+            if _local_checkpoint(stats.body) >= seq:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+        await self._es.indices.refresh(index=self.index)
+
+    async def _write(self, doc_id: str, fields: dict[str, Any]) -> None:
+        await self._es.index(index=self.index, id=doc_id, document={ROOT: fields})
+
+    async def _call(self, what: str, func: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """``await func(*args)`` with bounded retries and backoff; failures become :class:`EsError`."""
+        from elastic_transport import ConnectionError as TransportConnectionError
+        from elastic_transport import ConnectionTimeout, TlsError, TransportError
+        from elasticsearch import ApiError
+
+        delay = self.backoff
+        for attempt in range(self.retries + 1):
+            try:
+                return await func(*args)
+            except (ApiError, TransportError) as exc:
+                self.errors += 1
+                status = exc.meta.status if isinstance(exc, ApiError) else None
+                retryable = status in _RETRY_STATUSES or (
+                    isinstance(exc, TransportConnectionError | ConnectionTimeout) and not isinstance(exc, TlsError)
+                )
+                message = describe_error(exc, self.settings.url)
+                if not retryable:
+                    raise EsError(f"{what} in {self.index}: {message}") from None
+                if attempt == self.retries:
+                    raise EsError(f"{what} in {self.index}: {message} (after {attempt + 1} attempts)") from None
+                self.retried += 1
+                logger.debug("%s failed (%s); retrying in %.2fs", what, message, delay)
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+
+def _local_checkpoint(stats: dict[str, Any]) -> int:
+    """The local checkpoint of the (single) primary shard, from index stats at shard level."""
+    for index_stats in stats["indices"].values():
+        for copies in index_stats["shards"].values():
+            for copy in copies:
+                if copy["routing"]["primary"]:
+                    return int(copy["seq_no"]["local_checkpoint"])
+    return -1

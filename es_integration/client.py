@@ -1,0 +1,213 @@
+"""The one place that builds Elasticsearch clients, and turns their failures into clear one-line errors.
+
+Credentials: basic auth (``username`` + ``password``) or an API key (the ``encoded`` value Elasticsearch returns
+from ``POST /_security/api_key``, or ``"id:api_key"``); TLS is verified against ``ca_certs`` when given, else the
+system/certifi store. A URL may carry ``user:password@``; it is moved into basic auth so that the URL that
+appears in messages never holds a secret.
+
+Secrets never reach logs or exception messages: :class:`ConnectionSettings` hides them in ``repr``, the transport
+logs headers with ``Authorization`` masked, and :func:`describe_error` builds messages from the status, the
+error type and reason, and the sanitized URL only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from elasticsearch import AsyncElasticsearch, Elasticsearch
+
+__all__ = [
+    "ConnectionSettings",
+    "EsError",
+    "describe_error",
+    "make_async_client",
+    "make_client",
+    "translate_errors",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class EsError(RuntimeError):
+    """A failure talking to Elasticsearch, with a message fit for a user (no traceback, no secrets)."""
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Where and how to connect.
+
+    Attributes:
+        url: ``http(s)://host:port`` (userinfo is moved into ``username``/``password`` by :meth:`create`).
+        api_key: encoded API key, or ``"id:key"``; excludes ``username``/``password``.
+        username, password: basic auth; both or neither.
+        ca_certs: PEM file of the CA that signed the cluster's certificate (https only).
+        request_timeout: seconds per request.
+    """
+
+    url: str
+    api_key: str | None = field(default=None, repr=False)
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_certs: str | None = None
+    request_timeout: float = 30.0
+
+    @classmethod
+    def create(
+        cls,
+        url: str,
+        *,
+        api_key: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        ca_certs: str | None = None,
+        request_timeout: float = 30.0,
+    ) -> ConnectionSettings:
+        """Validated settings; ``user:password@`` in ``url`` becomes basic auth unless ``username`` is given.
+
+        Raises:
+            EsError: bad URL scheme, password without user (or the reverse), both an API key and a password,
+                a CA file that does not exist, a non-positive timeout.
+        """
+        try:
+            parts = urllib.parse.urlsplit(url.strip())
+            port = parts.port
+        except ValueError:
+            parts, port = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise EsError(f"Elasticsearch URL must look like http://host:9200 or https://host:9200, got {_safe(url)!r}")
+        if parts.username and username is None:
+            username = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "") if password is None else password
+        host = parts.hostname
+        netloc = f"[{host}]" if ":" in host else host
+        if port:
+            netloc += f":{port}"
+        clean = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        if (username is None) != (password is None):
+            raise EsError("username and password go together: give both or neither")
+        if api_key and username is not None:
+            raise EsError("give either an API key or a username and password, not both")
+        if ca_certs is not None:
+            if parts.scheme != "https":
+                raise EsError("a CA certificate only makes sense with an https:// URL")
+            if not os.path.isfile(ca_certs):
+                raise EsError(f"CA certificate file {ca_certs!r} does not exist")
+        if not request_timeout > 0:
+            raise EsError(f"request timeout must be > 0 seconds, got {request_timeout}")
+        return cls(clean, api_key or None, username, password, ca_certs, float(request_timeout))
+
+    def client_options(self, **overrides: Any) -> dict[str, Any]:
+        """Keyword arguments for ``Elasticsearch(...)`` / ``AsyncElasticsearch(...)``."""
+        options: dict[str, Any] = {"request_timeout": self.request_timeout}
+        if self.api_key:
+            options["api_key"] = _api_key(self.api_key)
+        elif self.username is not None:
+            options["basic_auth"] = (self.username, self.password or "")
+        if self.ca_certs:
+            options["ca_certs"] = self.ca_certs
+        options.update(overrides)
+        return options
+
+
+def _api_key(value: str) -> str | tuple[str, str]:
+    """The encoded key (base64, never holds ``:``) as is; ``"id:key"`` as an ``(id, key)`` pair."""
+    if ":" in value:
+        ident, _, key = value.partition(":")
+        return ident, key
+    return value
+
+
+def make_client(settings: ConnectionSettings, **overrides: Any) -> Elasticsearch:
+    """A synchronous client (``overrides``: e.g. ``max_retries``, ``retry_on_timeout``)."""
+    from elasticsearch import Elasticsearch
+
+    logger.debug("connecting to %s", settings.url)
+    return Elasticsearch(settings.url, **settings.client_options(**overrides))
+
+
+def make_async_client(settings: ConnectionSettings, **overrides: Any) -> AsyncElasticsearch:
+    """An asyncio client (aiohttp); same options as :func:`make_client`."""
+    from elasticsearch import AsyncElasticsearch
+
+    logger.debug("connecting (async) to %s", settings.url)
+    return AsyncElasticsearch(settings.url, **settings.client_options(**overrides))
+
+
+def describe_error(exc: BaseException, url: str) -> str:
+    """One line saying what went wrong with a request to ``url`` and what to check; never holds secrets."""
+    from elastic_transport import ConnectionError as TransportConnectionError
+    from elastic_transport import ConnectionTimeout, TlsError
+    from elasticsearch import ApiError, AuthenticationException, AuthorizationException
+
+    where = _safe(url)
+    if isinstance(exc, AuthenticationException):
+        return f"authentication failed at {where} (HTTP 401): check the username and password, or the API key"
+    if isinstance(exc, AuthorizationException):
+        return f"permission denied at {where} (HTTP 403): {_reason(exc)}"
+    if isinstance(exc, ApiError):
+        return f"Elasticsearch at {where} answered HTTP {exc.meta.status}: {_reason(exc)}"
+    if isinstance(exc, TlsError):
+        return (
+            f"TLS connection to {where} failed ({_short(exc)}); give the CA certificate that signed the cluster's "
+            "certificate with --ca-certs"
+        )
+    if isinstance(exc, ConnectionTimeout):
+        return f"request to {where} timed out ({_short(exc)})"
+    if isinstance(exc, TransportConnectionError):
+        return f"cannot connect to Elasticsearch at {where} ({_short(exc)})"
+    return f"request to {where} failed: {type(exc).__name__}: {_short(exc)}"
+
+
+@contextlib.contextmanager
+def translate_errors(url: str, what: str = "") -> Iterator[None]:
+    """Re-raise client and transport errors as :class:`EsError` with :func:`describe_error`'s message.
+
+    Works around ``await`` calls too. ``what`` prefixes the message (e.g. ``"creating index pages"``).
+    """
+    from elastic_transport import TransportError
+    from elasticsearch import ApiError
+
+    try:
+        yield
+    except (ApiError, TransportError) as exc:
+        message = describe_error(exc, url)
+        raise EsError(f"{what}: {message}" if what else message) from None
+
+
+def _reason(exc: Any) -> str:
+    """``type: reason`` of an API error body (root cause first), else the status text."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error = body["error"]
+        causes = error.get("root_cause") or []
+        first = causes[0] if causes and isinstance(causes[0], dict) else error
+        kind, reason = first.get("type", "error"), first.get("reason", "")
+        return f"{kind}: {reason}" if reason else str(kind)
+    if isinstance(body, dict) and "error" in body:
+        return str(body["error"])[:300]
+    return str(getattr(exc, "message", "") or type(exc).__name__)[:300]
+
+
+def _short(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", "") or exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _safe(url: str) -> str:
+    """``url`` without userinfo, query or fragment."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<invalid URL>"
+    if not parts.hostname:
+        return url.split("@")[-1][:200]
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))

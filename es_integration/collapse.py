@@ -1,0 +1,217 @@
+"""Serve-time collapse: one result per near-duplicate group, each saying how many similar pages it hides.
+
+:func:`search_collapsed` (indices with group ids): a search with ``collapse`` on ``neardup.group`` (a
+single-valued keyword with doc values) returns the best hit of each group; then *one* more request, a
+``terms`` aggregation on ``neardup.group`` over the same query restricted to the returned groups
+(``include`` = their ids), counts the matching documents of every shown group at once, so
+``omitted = count - 1`` costs two requests in total, not one per group (as ``inner_hits`` would).
+Every document must carry a group id (the indexer and backfill give each page its own ``_id`` until groups
+are assigned): ``collapse`` puts all documents *without* one into a single group.
+
+:func:`collapse_hits` (any list of hits that carry sketches, e.g. an index without group ids, or hits merged
+from several indices): walks the hits in rank order and drops each one sharing ``>= t`` signature positions
+with a hit already kept, counting it on the kept hit it shares most positions with. That is the
+embedded index's rule applied to a result list: kept hits never near-duplicate each other, and the best-ranked
+page of a set of near-duplicates is the one shown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .indexing import get_field
+from .mapping import F_GROUP, F_POSITIONS, F_TAG, signature_from_tokens
+from .names import validate_field_name, validate_index_name
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+
+__all__ = ["CollapsedHit", "collapse_hits", "hit_signature", "search_collapsed", "text_fields", "text_query"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CollapsedHit:
+    """A hit shown after collapsing.
+
+    Attributes:
+        id, index, score: the hit's ``_id``, ``_index`` and ``_score``.
+        omitted: near-duplicates of it that matched the query and are not shown.
+        group: its group id (``search_collapsed``), or None.
+        source: its ``_source`` (without the position tokens).
+        hidden: ids of the hidden near-duplicates (``collapse_hits`` only; ``search_collapsed`` counts them).
+        hit: the original hit (``collapse_hits`` only).
+    """
+
+    id: str
+    index: str
+    score: float | None
+    omitted: int = 0
+    group: str | None = None
+    source: dict[str, Any] | None = None
+    hidden: list[str] = field(default_factory=list)
+    hit: dict[str, Any] | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "score": self.score, "omitted": self.omitted, "index": self.index}
+        if self.group is not None:
+            out["group"] = self.group
+        if self.hidden:
+            out["hidden"] = list(self.hidden)
+        if self.source is not None:
+            out["source"] = self.source
+        return out
+
+
+def text_fields(client: Elasticsearch, index: str) -> list[str]:
+    """The ``text`` fields of ``index`` (dotted paths): what a text query searches by default, so that words
+    like "kept" never match this package's keyword fields."""
+    found: set[str] = set()
+
+    def walk(properties: dict[str, Any], prefix: str) -> None:
+        for name, spec in properties.items():
+            path = prefix + name
+            if spec.get("type") == "text":
+                found.add(path)
+            walk(spec.get("properties", {}), path + ".")
+
+    for body in client.indices.get_mapping(index=validate_index_name(index)).body.values():
+        walk(body.get("mappings", {}).get("properties", {}), "")
+    return sorted(found)
+
+
+def text_query(text: str, fields: Sequence[str] = ()) -> dict[str, Any]:
+    """A ``simple_query_string`` query (all terms required) over ``fields`` (default: the index's default
+    fields, ``index.query.default_field``)."""
+    query: dict[str, Any] = {"query": text, "default_operator": "and"}
+    if fields:
+        query["fields"] = [validate_field_name(f) for f in fields]
+    return {"simple_query_string": query}
+
+
+def search_collapsed(
+    client: Elasticsearch,
+    index: str,
+    query: dict[str, Any] | str,
+    *,
+    size: int = 10,
+    from_: int = 0,
+    fields: Sequence[str] = (),
+) -> list[CollapsedHit]:
+    """The top ``size`` groups matching ``query``, one hit each, with the count of hits it hides.
+
+    Args:
+        query: a query clause, or text for :func:`text_query`.
+        from_: groups to skip (paging).
+        fields: fields searched by a text query (default: :func:`text_fields`).
+    """
+    validate_index_name(index)
+    clause = text_query(query, fields or text_fields(client, index)) if isinstance(query, str) else query
+    response = client.search(
+        index=index,
+        query=clause,
+        collapse={"field": F_GROUP},
+        size=size,
+        from_=from_,
+        source={"excludes": [F_POSITIONS]},
+    )
+    hits = [
+        CollapsedHit(
+            id=hit["_id"],
+            index=hit["_index"],
+            score=hit.get("_score"),
+            group=(hit.get("fields", {}).get(F_GROUP) or [None])[0],
+            source=hit.get("_source"),
+        )
+        for hit in response["hits"]["hits"]
+    ]
+    groups = sorted({h.group for h in hits if h.group is not None})
+    if groups:
+        counts = _group_counts(client, index, clause, groups)
+        for h in hits:
+            if h.group is not None:
+                h.omitted = max(0, counts.get(h.group, 1) - 1)
+    return hits
+
+
+def _group_counts(client: Elasticsearch, index: str, clause: dict[str, Any], groups: list[str]) -> dict[str, int]:
+    """Documents matching ``clause`` in each of ``groups``: one terms aggregation (exact: ``include`` lists
+    every term, so each shard reports all of them)."""
+    response = client.search(
+        index=index,
+        size=0,
+        query={"bool": {"must": [clause], "filter": [{"terms": {F_GROUP: groups}}]}},
+        aggs={"groups": {"terms": {"field": F_GROUP, "include": groups, "size": len(groups),
+                                   "shard_size": len(groups)}}},
+        track_total_hits=False,
+    )
+    return {b["key"]: int(b["doc_count"]) for b in response["aggregations"]["groups"]["buckets"]}
+
+
+def hit_signature(hit: dict[str, Any], num_perm: int | None = None) -> tuple[str, np.ndarray] | None:
+    """``(tag, signature)`` of a search hit whose ``_source`` holds ``neardup.positions`` and ``neardup.tag``;
+    None when it has no sketch (or a malformed one)."""
+    source = hit.get("_source") or {}
+    tokens, tag = get_field(source, F_POSITIONS), get_field(source, F_TAG)
+    if not tokens or not isinstance(tag, str):
+        return None
+    try:
+        return tag, signature_from_tokens(tokens, num_perm or len(tokens))
+    except ValueError:
+        logger.debug("hit %s has a malformed sketch", hit.get("_id"))
+        return None
+
+
+def collapse_hits(
+    hits: Sequence[dict[str, Any]],
+    min_shared: int,
+    *,
+    signature_of: Callable[[dict[str, Any]], tuple[str, np.ndarray] | None] = hit_signature,
+) -> list[CollapsedHit]:
+    """Drop near-duplicates from a ranked list of hits, best-ranked first (see the module doc).
+
+    Args:
+        hits: search hits in rank order (``{"_id", "_index", "_score", "_source"}``).
+        min_shared: ``t``: a hit sharing ``>= t`` positions with a kept hit (same tag) is hidden under it.
+        signature_of: ``(tag, signature)`` of a hit, or None for a hit without a sketch (always kept).
+
+    Returns:
+        The kept hits in their original order, each with ``omitted`` and the ``hidden`` ids. Cost
+        ``O(n * kept * k)`` comparisons, vectorized per hit.
+    """
+    kept: list[CollapsedHit] = []
+    by_tag: dict[str, tuple[list[int], list[np.ndarray]]] = {}
+    for hit in hits:
+        sketch = signature_of(hit)
+        entry = CollapsedHit(
+            id=str(hit.get("_id")), index=str(hit.get("_index", "")), score=hit.get("_score"),
+            source=_without_positions(hit.get("_source")), hit=hit,
+        )
+        if sketch is not None:
+            tag, signature = sketch
+            owners, signatures = by_tag.setdefault(tag, ([], []))
+            if signatures and len(signature) == len(signatures[0]):
+                shared = np.count_nonzero(np.vstack(signatures) == signature, axis=1)
+                best = int(np.argmax(shared))  # first (best-ranked) among the most shared
+                if shared[best] >= min_shared:
+                    owner = kept[owners[best]]
+                    owner.omitted += 1
+                    owner.hidden.append(entry.id)
+                    continue
+            owners.append(len(kept))
+            signatures.append(signature)
+        kept.append(entry)
+    return kept
+
+
+def _without_positions(source: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not source or not isinstance(source.get("neardup"), dict) or "positions" not in source["neardup"]:
+        return source
+    neardup = {k: v for k, v in source["neardup"].items() if k != "positions"}
+    return {**source, "neardup": neardup}

@@ -1,0 +1,269 @@
+"""Bulk indexing of documents with their sketches, and backfilling sketches into an existing index.
+
+Both run through ``elasticsearch.helpers.streaming_bulk`` (or ``parallel_bulk`` with ``threads > 1``, which
+overlaps sketching in this thread with bulk requests in worker threads). Sketches are computed in batches with
+:meth:`Sketcher.sketch_many` (the vectorized path). Every document gets ``neardup.group = _id`` and
+``neardup.status = "kept"``: until groups are assigned, each page is its own group, so serve-time collapse
+works from the first query.
+
+Backfill sweeps the index with a point in time (only documents without a sketch of the current tag, unless
+``force``) and writes the sketch fields with partial updates (``_op_type: update``); this distribution has no
+update-by-query and no scripting, and none is needed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy_neardup.sketch import Sketcher
+
+from .mapping import F_TAG, KEPT, ROOT, ensure_index, sketch_fields
+from .names import validate_field_name, validate_index_name
+from .sweep import point_in_time, sweep
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+
+__all__ = ["IndexStats", "SeqClock", "backfill", "get_field", "index_records", "record_actions"]
+
+logger = logging.getLogger(__name__)
+
+_SKETCH_BATCH = 256
+_MAX_ERROR_SAMPLES = 5
+Progress = Callable[[int], Any]
+
+
+@dataclass
+class IndexStats:
+    """Outcome of an indexing or backfill run.
+
+    Attributes:
+        indexed: documents written (created, replaced or updated).
+        without_text: documents whose text field was missing, not a string, or had no shingles (they get
+            ``neardup.empty = true`` and no positions: they are nobody's near-duplicate).
+        errors: documents Elasticsearch refused; ``error_samples`` holds the first few reasons.
+        seconds: wall time.
+    """
+
+    indexed: int = 0
+    without_text: int = 0
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        rate = self.indexed / self.seconds if self.seconds > 0 else 0.0
+        text = f"{self.indexed} documents written ({self.without_text} without text), {self.errors} errors, "
+        text += f"{self.seconds:.1f}s ({rate:.0f} docs/s)"
+        if self.error_samples:
+            text += "; first errors: " + " | ".join(self.error_samples)
+        return text
+
+    def _record(self, ok: bool, info: dict[str, Any]) -> None:
+        if ok:
+            self.indexed += 1
+            return
+        self.errors += 1
+        if len(self.error_samples) < _MAX_ERROR_SAMPLES:
+            (op,) = info.values() if len(info) == 1 else (info,)
+            error = op.get("error", op) if isinstance(op, dict) else op
+            reason = error.get("reason", error) if isinstance(error, dict) else error
+            self.error_samples.append(f"{op.get('_id', '?') if isinstance(op, dict) else '?'}: {reason}")
+
+
+class SeqClock:
+    """Strictly increasing indexing order numbers: nanoseconds since the epoch, bumped on ties.
+
+    Orders documents indexed by one process exactly, and by several processes up to clock skew.
+    """
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def __call__(self) -> int:
+        self._last = max(self._last + 1, time.time_ns())
+        return self._last
+
+
+def get_field(source: dict[str, Any], path: str) -> Any:
+    """The value at a dotted ``path`` of a document (nested objects, or a literal dotted key); None if absent."""
+    if path in source:
+        return source[path]
+    node: Any = source
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _text_of(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def record_actions(
+    records: Iterable[dict[str, Any]],
+    sketcher: Sketcher | None,
+    index: str,
+    *,
+    id_field: str = "id",
+    text_field: str = "text",
+    clock: SeqClock | None = None,
+    stats: IndexStats | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Bulk ``index`` actions for JSON records, sketched in batches (``sketcher=None``: no sketch fields).
+
+    A record's ``_id`` is ``str(record[id_field])`` when present, else a random UUID; the record is stored
+    unchanged, plus the ``neardup`` object.
+    """
+    clock = clock or SeqClock()
+    iterator = iter(records)
+    while batch := list(itertools.islice(iterator, _SKETCH_BATCH)):
+        ids = [_doc_id(get_field(record, id_field)) for record in batch]
+        if sketcher is None:
+            for doc_id, record in zip(ids, batch, strict=True):
+                yield {"_op_type": "index", "_index": index, "_id": doc_id, "_source": record}
+            continue
+        sketches = sketcher.sketch_many([_text_of(get_field(record, text_field)) for record in batch])
+        for doc_id, record, sketch in zip(ids, batch, sketches, strict=True):
+            if stats is not None and sketch.empty:
+                stats.without_text += 1
+            source = {**record, ROOT: sketch_fields(sketch, seq=clock(), group=doc_id, status=KEPT)}
+            yield {"_op_type": "index", "_index": index, "_id": doc_id, "_source": source}
+
+
+def _doc_id(value: Any) -> str:
+    if value is None or value == "":
+        return uuid.uuid4().hex
+    return value if isinstance(value, str) else str(value)
+
+
+def index_records(
+    client: Elasticsearch,
+    index: str,
+    records: Iterable[dict[str, Any]],
+    sketcher: Sketcher | None,
+    *,
+    id_field: str = "id",
+    text_field: str = "text",
+    chunk_size: int = 500,
+    threads: int = 1,
+    refresh: bool = True,
+    progress: Progress | None = None,
+    create_index: bool = True,
+) -> IndexStats:
+    """Index JSON records with their sketches (``sketcher=None``: without, e.g. to measure the overhead).
+
+    Args:
+        chunk_size: documents per bulk request.
+        threads: 1 uses ``streaming_bulk`` (retrying 429 answers with backoff); more uses ``parallel_bulk``.
+        refresh: refresh the index at the end, so the documents are searchable when this returns.
+        progress: called with the number of documents done since the last call.
+        create_index: create the index with the ``neardup`` mapping (or add it to an existing index) first.
+    """
+    from elasticsearch import helpers
+
+    validate_index_name(index)
+    validate_field_name(id_field)
+    validate_field_name(text_field)
+    if create_index:
+        ensure_index(client, index)
+    stats = IndexStats()
+    started = time.perf_counter()
+    actions = record_actions(records, sketcher, index, id_field=id_field, text_field=text_field, stats=stats)
+    results: Iterable[tuple[bool, Any]]
+    if threads > 1:
+        results = helpers.parallel_bulk(
+            client, actions, thread_count=threads, chunk_size=chunk_size, raise_on_error=False,
+            raise_on_exception=True,
+        )
+    else:
+        results = helpers.streaming_bulk(
+            client, actions, chunk_size=chunk_size, raise_on_error=False, max_retries=3, initial_backoff=0.5,
+        )
+    for ok, info in results:
+        stats._record(ok, info)
+        if progress is not None:
+            progress(1)
+    if refresh:
+        client.indices.refresh(index=index)
+    stats.seconds = time.perf_counter() - started
+    logger.info("indexed into %s: %s", index, stats.summary())
+    return stats
+
+
+def backfill(
+    client: Elasticsearch,
+    index: str,
+    sketcher: Sketcher,
+    *,
+    text_field: str = "text",
+    force: bool = False,
+    page_size: int = 500,
+    refresh: bool = True,
+    progress: Progress | None = None,
+    total: Callable[[int], Any] | None = None,
+) -> IndexStats:
+    """Add sketch fields to the documents of ``index`` that have none for ``sketcher.tag`` (all with ``force``).
+
+    Adds the ``neardup`` mapping, sweeps the matching documents with a point in time, sketches their
+    ``text_field`` in batches and writes ``neardup`` with bulk partial updates. Each updated document becomes
+    its own group, ``status = "kept"`` (run groups again afterwards).
+
+    Args:
+        total: called once with the number of documents to do (for a progress bar) before the sweep.
+    """
+    from elasticsearch import helpers
+
+    validate_index_name(index)
+    validate_field_name(text_field)
+    ensure_index(client, index)
+    client.indices.refresh(index=index)
+    query: dict[str, Any] = {"match_all": {}} if force else {"bool": {"must_not": [{"term": {F_TAG: sketcher.tag}}]}}
+    if total is not None:
+        total(int(client.count(index=index, query=query)["count"]))
+    stats = IndexStats()
+    started = time.perf_counter()
+    with point_in_time(client, index) as pit:
+        pages = sweep(client, pit, query=query, source=[text_field], page_size=page_size)
+        actions = _backfill_actions(pages, sketcher, text_field, stats)
+        for ok, info in helpers.streaming_bulk(
+            client, actions, chunk_size=page_size, raise_on_error=False, max_retries=3, initial_backoff=0.5
+        ):
+            stats._record(ok, info)
+            if progress is not None:
+                progress(1)
+    if refresh:
+        client.indices.refresh(index=index)
+    stats.seconds = time.perf_counter() - started
+    logger.info("backfilled %s: %s", index, stats.summary())
+    return stats
+
+
+def _backfill_actions(
+    pages: Iterable[list[dict[str, Any]]], sketcher: Sketcher, text_field: str, stats: IndexStats
+) -> Iterator[dict[str, Any]]:
+    clock = SeqClock()
+    for hits in pages:
+        texts = [_text_of(get_field(hit.get("_source") or {}, text_field)) for hit in hits]
+        for hit, sketch in zip(hits, sketcher.sketch_many(texts), strict=True):
+            if sketch.empty:
+                stats.without_text += 1
+            fields = sketch_fields(
+                sketch, seq=clock(), group=hit["_id"], status=KEPT, duplicate_of=None, shared=None
+            )
+            if sketch.empty:
+                fields["positions"] = None
+            yield {
+                "_op_type": "update",
+                "_index": hit["_index"],
+                "_id": hit["_id"],
+                "doc": {ROOT: fields},
+                "retry_on_conflict": 3,
+            }

@@ -1,0 +1,262 @@
+"""The near-duplicate fields of an Elasticsearch document, their mapping, and the index template.
+
+Every field lives in one object, ``neardup``, next to the page's own fields::
+
+    neardup.positions     keyword[k]  Broder's (position, value) pairs "i_v": position i (decimal) and the
+                                      low 16 bits of the signature's value there (lowercase hex), e.g.
+                                      "17_3f2a". Indexed, no doc values: only term queries touch it. Two
+                                      pages share token "i_v" exactly when their signatures agree at position
+                                      i in those bits, so the number of tokens they share is the t-of-k count
+                                      ~ Binomial(k, p) with p = r + (1 - r) / 65536 (b-bit minwise hashing,
+                                      Li & König 2010): the very values and rule of the embedded index
+                                      (:mod:`scrapy_neardup.index`), so both give the same answers.
+    neardup.fingerprint   keyword     the 64-bit fingerprint of the normalized text, 16 hex digits:
+                                      equal for exact duplicates.
+    neardup.tag           keyword     the sketch parameter tag (k, shingling, seed, scheme); only sketches
+                                      with equal tags are ever compared.
+    neardup.empty         boolean     the text had no shingles (no positions are stored).
+    neardup.seq           long        indexing order (smaller = indexed earlier): the "first indexed" rule.
+    neardup.group         keyword     near-duplicate group id (the group's representative's _id; a page in no
+                                      group is its own group). Single-valued with doc values: usable by
+                                      ``collapse`` and aggregations.
+    neardup.status        keyword     "kept" (group representative or alone), "duplicate", or "pending"
+                                      (written by the crawler backend, decision not made yet).
+    neardup.duplicate_of  keyword     _id (search index) or key (backend) of the kept page it duplicates.
+    neardup.shared        integer     positions shared with ``duplicate_of``.
+    neardup.key           keyword     the backend's page key (URL); the _id of a search document is its key.
+
+``neardup`` is mapped ``dynamic: strict``: a misspelt field is refused instead of silently mapped.
+
+Why 16 bits: besides matching the embedded index, a token is shared by about ``N / 65536`` documents of an
+index of ``N``, so at scale most tokens already exist in the term dictionary, which makes indexing them
+cheaper (measured: the cost of the sketch fields per document falls by half when tokens repeat, at 8 bits);
+the spurious agreement of unrelated positions, ``(1 - r) / 65536``, is far below the estimate's own noise
+``sqrt(r (1 - r) / k)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from scrapy_neardup.sketch import Sketch
+
+from .client import EsError
+from .names import validate_index_name
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from elasticsearch import Elasticsearch
+
+__all__ = [
+    "COMPONENT_TEMPLATE",
+    "INDEX_TEMPLATE",
+    "ROOT",
+    "VALUE_BITS",
+    "F_DUPLICATE_OF",
+    "F_EMPTY",
+    "F_FINGERPRINT",
+    "F_GROUP",
+    "F_KEY",
+    "F_POSITIONS",
+    "F_SEQ",
+    "F_SHARED",
+    "F_STATUS",
+    "F_TAG",
+    "ensure_index",
+    "fingerprint_hex",
+    "index_mappings",
+    "position_tokens",
+    "put_template",
+    "signature_from_tokens",
+    "sketch_fields",
+    "sketch_properties",
+    "stored_values",
+]
+
+logger = logging.getLogger(__name__)
+
+ROOT = "neardup"
+F_POSITIONS = f"{ROOT}.positions"
+F_FINGERPRINT = f"{ROOT}.fingerprint"
+F_TAG = f"{ROOT}.tag"
+F_EMPTY = f"{ROOT}.empty"
+F_SEQ = f"{ROOT}.seq"
+F_GROUP = f"{ROOT}.group"
+F_STATUS = f"{ROOT}.status"
+F_DUPLICATE_OF = f"{ROOT}.duplicate_of"
+F_SHARED = f"{ROOT}.shared"
+F_KEY = f"{ROOT}.key"
+
+KEPT, DUPLICATE, PENDING = "kept", "duplicate", "pending"
+
+COMPONENT_TEMPLATE = "neardup-sketch-fields"
+INDEX_TEMPLATE = "neardup"
+#: Keys longer than this (bytes) are stored but not indexed (a keyword term must stay below 32766 bytes).
+_KEY_IGNORE_ABOVE = 4096
+_MAX_POSITIONS = 65536
+#: Bits of each signature value kept in a token (see the module doc).
+VALUE_BITS = 16
+_VALUE_MASK = (1 << VALUE_BITS) - 1
+_PREFIXES = [f"{i}_" for i in range(1024)]
+
+
+def sketch_properties() -> dict[str, Any]:
+    """The mapping of the ``neardup`` object (see the module doc)."""
+    return {
+        "type": "object",
+        "dynamic": "strict",
+        "properties": {
+            "positions": {"type": "keyword", "doc_values": False},
+            "fingerprint": {"type": "keyword"},
+            "tag": {"type": "keyword"},
+            "empty": {"type": "boolean"},
+            "seq": {"type": "long"},
+            "group": {"type": "keyword"},
+            "status": {"type": "keyword"},
+            "duplicate_of": {"type": "keyword", "ignore_above": _KEY_IGNORE_ABOVE},
+            "shared": {"type": "integer"},
+            "key": {"type": "keyword", "ignore_above": _KEY_IGNORE_ABOVE},
+        },
+    }
+
+
+def index_mappings() -> dict[str, Any]:
+    """``mappings`` for a new index: the ``neardup`` object (the page's own fields stay dynamic)."""
+    return {"properties": {ROOT: sketch_properties()}}
+
+
+def put_template(
+    client: Elasticsearch, patterns: Sequence[str], *, name: str = INDEX_TEMPLATE, priority: int = 100
+) -> None:
+    """Install the component template ``neardup-sketch-fields`` and an index template ``name`` using it.
+
+    New indices whose names match ``patterns`` (e.g. ``["pages-*"]``) then get the ``neardup`` fields
+    without further setup. Existing indices are not changed (see :func:`ensure_index`).
+    """
+    if not patterns:
+        raise ValueError("put_template needs at least one index pattern")
+    client.cluster.put_component_template(
+        name=COMPONENT_TEMPLATE,
+        template={"mappings": index_mappings()},
+        meta={"description": "near-duplicate sketch fields (scrapy-neardup)"},
+    )
+    client.indices.put_index_template(
+        name=name, index_patterns=list(patterns), composed_of=[COMPONENT_TEMPLATE], priority=priority
+    )
+    logger.debug("installed index template %s for %s", name, list(patterns))
+
+
+def ensure_index(
+    client: Elasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None
+) -> bool:
+    """Create ``index`` with the ``neardup`` mapping, or add the mapping to an existing index.
+
+    Args:
+        shards: primary shards of a new index (default: the cluster's, normally 1).
+        settings: further index settings for a new index.
+
+    Returns:
+        True when the index was created by this call.
+
+    Raises:
+        EsError: the existing index maps a ``neardup`` field differently (the message names the conflict).
+    """
+    from elasticsearch import ApiError, BadRequestError
+
+    validate_index_name(index)
+    body_settings = dict(settings or {})
+    if shards is not None:
+        body_settings["number_of_shards"] = shards
+    if not client.indices.exists(index=index):
+        try:
+            client.indices.create(index=index, mappings=index_mappings(), settings=body_settings or None)
+            logger.debug("created index %s", index)
+            return True
+        except BadRequestError as exc:
+            if _error_type(exc) != "resource_already_exists_exception":
+                raise
+    try:
+        client.indices.put_mapping(index=index, properties={ROOT: sketch_properties()})
+    except ApiError as exc:
+        raise EsError(f"index {index} cannot take the near-duplicate fields: {_error_reason(exc)}") from None
+    return False
+
+
+def position_tokens(signature: np.ndarray) -> list[str]:
+    """Broder's ``"i_v"`` tokens of a signature: position ``i`` in decimal, the low 16 bits of its value ``v`` in
+    lowercase hex."""
+    values = (np.asarray(signature, dtype=np.uint32) & _VALUE_MASK).tolist()
+    if len(values) <= len(_PREFIXES):
+        return [p + format(v, "x") for p, v in zip(_PREFIXES, values, strict=False)]
+    return [f"{i}_{v:x}" for i, v in enumerate(values)]
+
+
+def signature_from_tokens(tokens: Sequence[str], num_perm: int) -> np.ndarray:
+    """The stored signature (``uint32[k]`` holding each value's low 16 bits) back from its tokens (the inverse
+    of :func:`position_tokens` up to those bits; compare it with :func:`stored_values` of a sketch).
+
+    Raises:
+        ValueError: a malformed token, a position outside ``[0, k)``, or a position missing or repeated.
+    """
+    if not 0 < num_perm <= _MAX_POSITIONS:
+        raise ValueError(f"num_perm must lie in [1, {_MAX_POSITIONS}], got {num_perm}")
+    signature = np.zeros(num_perm, dtype=np.uint32)
+    seen = np.zeros(num_perm, dtype=bool)
+    for token in tokens:
+        position, sep, value = token.partition("_")
+        if not sep:
+            raise ValueError(f"malformed position token {token!r}")
+        i = int(position)
+        if not 0 <= i < num_perm or seen[i]:
+            raise ValueError(f"position {i} out of range or repeated in a signature of {num_perm} positions")
+        signature[i] = int(value, 16)
+        seen[i] = True
+    if not seen.all():
+        raise ValueError(f"signature has {int(seen.sum())} of {num_perm} positions")
+    return signature
+
+
+def stored_values(signature: np.ndarray) -> np.ndarray:
+    """The part of a signature that Elasticsearch stores and compares: each value's low 16 bits (uint32)."""
+    return (np.asarray(signature) & _VALUE_MASK).astype(np.uint32)
+
+
+def fingerprint_hex(fingerprint: int) -> str:
+    """The 64-bit fingerprint as 16 lowercase hex digits (the stored form)."""
+    return f"{fingerprint:016x}"
+
+
+def sketch_fields(sketch: Sketch, *, seq: int | None = None, **extra: Any) -> dict[str, Any]:
+    """The ``neardup`` object of a document: positions (unless empty), fingerprint, tag, empty, seq.
+
+    ``extra`` adds further ``neardup`` fields by their short names (``group=``, ``status=``, ``key=``, ...).
+    """
+    fields: dict[str, Any] = {
+        "fingerprint": fingerprint_hex(sketch.fingerprint),
+        "tag": sketch.tag,
+        "empty": sketch.empty,
+    }
+    if not sketch.empty:
+        fields["positions"] = position_tokens(sketch.signature)
+    if seq is not None:
+        fields["seq"] = seq
+    fields.update(extra)
+    return fields
+
+
+def _error_type(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("type", ""))
+    return ""
+
+
+def _error_reason(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("reason", ""))
+    return str(exc)

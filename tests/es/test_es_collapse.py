@@ -1,0 +1,144 @@
+"""Serve-time collapse: search collapsed on group ids with omitted counts, and the hit-list helper."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from elasticsearch import Elasticsearch
+
+from es_integration.collapse import collapse_hits, hit_signature, search_collapsed
+from es_integration.groups import assign_groups, find_groups
+from es_integration.indexing import index_records
+from scrapy_neardup.cli import main
+from scrapy_neardup.sketch import Sketcher
+from scrapy_neardup.theory import min_shared_for
+
+pytestmark = pytest.mark.es
+
+T = min_shared_for(0.9, 128)
+
+
+def collapse_records(seed: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """Pages about "apple" in groups of near-duplicates (sizes 1-6), plus pages without the word.
+
+    In every group of three or more, the last copy says "pear" instead of "apple": a near-duplicate that does
+    not match the query, so it is not counted as omitted.
+    """
+    rng = random.Random(seed)
+    records: list[dict[str, Any]] = []
+    planted: dict[str, list[str]] = {}
+    for g in range(24):
+        words = [f"w{rng.randrange(50_000)}" for _ in range(250)]
+        words[10] = "apple"
+        size = 1 + g % 6
+        planted[f"t{g}"] = []
+        for c in range(size):
+            copy = list(words)
+            copy[rng.randrange(20, 250)] = f"x{rng.randrange(10**9)}"
+            if c == size - 1 and size >= 3:
+                copy[10] = "pear"
+            key = f"t{g}-c{c}"
+            planted[f"t{g}"].append(key)
+            records.append({"id": key, "title": f"topic {g} copy {c}", "text": " ".join(copy)})
+    for i in range(30):
+        records.append({"id": f"other{i}", "text": " ".join(f"v{rng.randrange(50_000)}" for _ in range(200))})
+    rng.shuffle(records)
+    return records, planted
+
+
+@pytest.fixture(scope="module")
+def collapsed(es_client: Elasticsearch) -> Iterator[dict[str, Any]]:
+    sketcher = Sketcher()
+    records, planted = collapse_records(seed=21)
+    index = f"nd-collapse-{uuid.uuid4().hex[:10]}"
+    assert index_records(es_client, index, records, sketcher).errors == 0
+    report = find_groups(es_client, index, sketcher.tag, T)
+    assign_groups(es_client, index, report)
+    # A page without a sketch (indexed by other means): shown, and never collapsed with anything.
+    es_client.index(index=index, id="unsketched", refresh=True,
+                    document={"text": "apple", "neardup": {"group": "unsketched", "status": "kept"}})
+    groups = {m: g.id for g in report.groups for m in g.members}
+    yield {"index": index, "records": {r["id"]: r for r in records}, "planted": planted, "groups": groups,
+           "sketcher": sketcher}
+    es_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+def test_planted_groups_were_found(collapsed: dict[str, Any]) -> None:
+    for members in collapsed["planted"].values():
+        if len(members) > 1:
+            assert len({collapsed["groups"][m] for m in members}) == 1
+        else:
+            assert members[0] not in collapsed["groups"]
+
+
+def test_search_collapsed_counts_omitted(es_client: Elasticsearch, collapsed: dict[str, Any]) -> None:
+    index, records = collapsed["index"], collapsed["records"]
+    hits = search_collapsed(es_client, index, "apple", size=100, fields=["text"])
+    matching = {k for k, r in records.items() if " apple " in f" {r['text']} "} | {"unsketched"}
+    shown_groups = [h.group for h in hits]
+    assert len(shown_groups) == len(set(shown_groups))  # one hit per group
+    assert len(hits) == len(collapsed["planted"]) + 1  # every topic once, plus the unsketched page
+    for hit in hits:
+        members = [k for k in matching if collapsed["groups"].get(k, k) == hit.group]
+        assert hit.id in members
+        assert hit.omitted == len(members) - 1
+        assert hit.source is not None and "positions" not in hit.source.get("neardup", {})
+    assert sorted(h.omitted for h in hits) == sorted(
+        [max(0, len(m) - 1 - (len(m) >= 3)) for m in collapsed["planted"].values()] + [0]
+    )
+    # By default every text field is searched, never the near-duplicate keyword fields.
+    assert [h.id for h in search_collapsed(es_client, index, "apple", size=100)] == [h.id for h in hits]
+    assert search_collapsed(es_client, index, "kept") == []
+    # Paging goes on with the next groups.
+    first, second = (search_collapsed(es_client, index, "apple", size=5, from_=f, fields=["text"]) for f in (0, 5))
+    assert not {h.group for h in first} & {h.group for h in second}
+    assert [h.id for h in first] == [h.id for h in hits[:5]]
+
+
+def test_search_cli_json_and_text(es_url: str, collapsed: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["es", "search", "--es-url", es_url, "--index", collapsed["index"], "apple", "--field", "text"]
+    assert main([*args, "--size", "7", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert set(payload) == {"hits"} and len(payload["hits"]) == 7
+    for hit in payload["hits"]:
+        assert {"id", "score", "omitted"} <= set(hit) and isinstance(hit["omitted"], int)
+        assert isinstance(hit["score"], float)
+    assert main([*args, "--size", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "similar pages omitted" in out and "1 similar page omitted" in out
+
+
+def test_collapse_hits_helper(es_client: Elasticsearch, collapsed: dict[str, Any], es_url: str,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Without group ids: near-duplicates removed from a ranked list by comparing the hits' sketches."""
+    raw = es_client.search(index=collapsed["index"], query={"match": {"text": "apple"}}, size=200)["hits"]["hits"]
+    kept = collapse_hits(raw, T)
+    assert sum(1 + h.omitted for h in kept) == len(raw)
+    rank = {h["_id"]: i for i, h in enumerate(raw)}
+    assert [h.id for h in kept] == sorted((h.id for h in kept), key=rank.__getitem__)  # order preserved
+    sigs = {h["_id"]: s[1] for h in raw if (s := hit_signature(h)) is not None}
+    assert "unsketched" in {h.id for h in kept} and "unsketched" not in sigs
+    kept_sigs = [sigs[h.id] for h in kept if h.id in sigs]
+    for i, a in enumerate(kept_sigs):  # kept hits never near-duplicate each other
+        for b in kept_sigs[i + 1 :]:
+            assert np.count_nonzero(a == b) < T
+    for h in kept:
+        for hidden in h.hidden:
+            assert np.count_nonzero(sigs[hidden] == sigs[h.id]) >= T and rank[hidden] > rank[h.id]
+    # Same outcome as the groups here (every group is a clique of near-duplicates).
+    assert {h.id for h in kept if h.id in sigs} == {
+        min((k for k in sigs if collapsed["groups"].get(k, k) == g), key=rank.__getitem__)
+        for g in {collapsed["groups"].get(k, k) for k in sigs}
+    }
+    args = ["es", "search", "--es-url", es_url, "--index", collapsed["index"], "apple", "--by-sketch", "--json"]
+    assert main([*args, "--size", "100", "--field", "text"]) == 0
+    by_sketch = json.loads(capsys.readouterr().out)["hits"]
+    assert [h["id"] for h in by_sketch] == [h.id for h in kept] and [h["omitted"] for h in by_sketch] == [
+        h.omitted for h in kept
+    ]

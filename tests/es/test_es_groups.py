@@ -1,0 +1,226 @@
+"""Duplicate groups across an index: agreement with Broder's clustering, keep-best rules, --assign, the CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from elasticsearch import Elasticsearch
+
+from es_integration.groups import KeepRule, assign_groups, find_groups
+from es_integration.indexing import index_records
+from es_integration.mapping import stored_values
+from scrapy_neardup.cli import main
+from scrapy_neardup.clustering import broder_clusters
+from scrapy_neardup.sketch import Sketcher
+from scrapy_neardup.theory import min_shared_for
+
+pytestmark = pytest.mark.es
+
+K = 128
+T = min_shared_for(0.9, K)
+
+
+def _edit(words: list[str], rng: random.Random, edits: int) -> list[str]:
+    out = list(words)
+    for position in rng.sample(range(len(out)), edits):
+        out[position] = f"x{rng.randrange(10**9)}"
+    return out
+
+
+def grouped_records(seed: int) -> list[dict[str, Any]]:
+    """Chains (each link 2 word edits: the ends are not near-duplicates), clusters, exact copies, singletons."""
+    rng = random.Random(seed)
+
+    def words() -> list[str]:
+        return [f"w{rng.randrange(50_000)}" for _ in range(220)]
+
+    texts: list[tuple[str, str]] = []
+    for c in range(12):
+        current = words()
+        for link in range(5):
+            texts.append((f"chain{c}-{link}", " ".join(current)))
+            current = _edit(current, rng, 2)
+    for c in range(12):
+        base = words()
+        texts.append((f"cluster{c}-0", " ".join(base)))
+        for v in range(1, 4):
+            texts.append((f"cluster{c}-{v}", " ".join(_edit(base, rng, 1))))
+    for c in range(6):
+        text = " ".join(words())
+        texts += [(f"copy{c}-a", text), (f"copy{c}-b", text.upper()), (f"copy{c}-c", text)]
+    texts += [(f"single{i}", " ".join(words())) for i in range(50)]
+    texts += [("empty-a", ""), ("empty-b", "")]
+    rng.shuffle(texts)
+    records = []
+    for i, (key, text) in enumerate(texts):
+        url = f"https://example.org/{key}/" + "p" * rng.randrange(40)
+        record: dict[str, Any] = {"id": key, "text": text, "url": url}
+        if i % 7:
+            record["popularity"] = rng.choice([1, 2, 3, 5, 8, 13, 21, 34, 55])
+        records.append(record)
+    return records
+
+
+@pytest.fixture(scope="module")
+def grouped(es_client: Elasticsearch) -> Iterator[dict[str, Any]]:
+    sketcher = Sketcher(num_perm=K)
+    records = grouped_records(seed=7)
+    index = f"nd-groups-{uuid.uuid4().hex[:10]}"
+    assert index_records(es_client, index, records, sketcher).errors == 0
+    # A document with other sketch parameters is ignored by the sweep.
+    index_records(es_client, index, [{"id": "other-tag", "text": records[0]["text"]}], Sketcher(num_perm=K, seed=9))
+    yield {"index": index, "records": records, "sketcher": sketcher}
+    es_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+def _expected_clusters(grouped: dict[str, Any]) -> list[set[str]]:
+    records = [r for r in grouped["records"] if r["text"].strip()]
+    sketches = grouped["sketcher"].sketch_many([r["text"] for r in records])
+    signatures = stored_values(np.vstack([s.signature for s in sketches]))  # the values Elasticsearch compares
+    return [{records[i]["id"] for i in cluster} for cluster in broder_clusters(signatures, T)]
+
+
+def test_groups_equal_broder_clusters(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, batch_size=40, page_size=64)
+    expected = _expected_clusters(grouped)
+    got = [set(g.members) for g in report.groups]
+    assert sorted(map(sorted, got)) == sorted(map(sorted, expected))
+    assert report.documents == sum(1 for r in grouped["records"] if r["text"].strip())
+    assert report.truncated == 0
+    # Identical signatures are joined without querying each copy.
+    assert report.queries < report.documents
+    # The workload has real chains: members of one group that are not near-duplicates of each other.
+    sketcher = grouped["sketcher"]
+    texts = {r["id"]: r["text"] for r in grouped["records"]}
+    chains = 0
+    for group in report.groups:
+        sigs = [stored_values(sketcher.sketch(texts[m]).signature) for m in group.members]
+        shared = [int(np.count_nonzero(a == b)) for i, a in enumerate(sigs) for b in sigs[i + 1 :]]
+        chains += min(shared) < T
+    assert chains >= 5
+    # Group sizes as planted: clusters of 4, triples of copies.
+    assert sum(1 for g in got if {m.split("-")[0] for m in g} == {"cluster0"}) == 1
+
+
+def test_keep_rules(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+    records = {r["id"]: r for r in grouped["records"]}
+    order = {r["id"]: i for i, r in enumerate(grouped["records"])}
+    tag, index = grouped["sketcher"].tag, grouped["index"]
+
+    first = find_groups(es_client, index, tag, T)
+    for group in first.groups:
+        assert group.id == group.representative == group.members[0]
+        assert [order[m] for m in group.members] == sorted(order[m] for m in group.members)
+
+    shortest = find_groups(es_client, index, tag, T, keep=KeepRule("shortest-url", "url"))
+    for group in shortest.groups:
+        lengths = {m: len(records[m]["url"]) for m in group.members}
+        best = min(lengths.values())
+        winners = [m for m in group.members if lengths[m] == best]
+        assert group.representative == min(winners, key=order.__getitem__)
+        assert group.members[0] == group.representative
+
+    highest = find_groups(es_client, index, tag, T, keep=KeepRule("highest", "popularity"))
+    moved = 0
+    for group in highest.groups:
+        values = {m: records[m].get("popularity") for m in group.members}
+        best = max(v for v in values.values() if v is not None)
+        winners = [m for m in group.members if values[m] == best]
+        assert group.representative == min(winners, key=order.__getitem__)
+        moved += group.representative != min(group.members, key=order.__getitem__)
+    assert moved > 0  # the rule does pick other pages than "first indexed"
+    assert sorted(sorted(g.members) for g in highest.groups) == sorted(sorted(g.members) for g in first.groups)
+
+
+def _es_args(es_url: str, index: str) -> list[str]:
+    return ["--es-url", es_url, "--index", index]
+
+
+def test_cli_json_and_assign(
+    es_client: Elasticsearch, es_url: str, grouped: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = grouped["index"]
+    assert main(["es", "groups", *_es_args(es_url, index), "--json", "--assign"]) == 0
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines and all(set(obj) == {"group", "representative", "members"} for obj in lines)
+    for obj in lines:
+        assert obj["group"] == obj["representative"] == obj["members"][0]
+        assert len(obj["members"]) >= 2 and len(set(obj["members"])) == len(obj["members"])
+    assert sorted(sorted(o["members"]) for o in lines) == sorted(map(sorted, _expected_clusters(grouped)))
+    assert "groups" in err and "Traceback" not in err
+
+    # --assign wrote group, status and duplicate_of on every member; others are their own group.
+    in_group = {m: obj for obj in lines for m in obj["members"]}
+    hits = es_client.search(index=index, size=1000, source_includes=[
+        "neardup.group", "neardup.status", "neardup.duplicate_of"])["hits"]["hits"]
+    assert len(hits) == len(grouped["records"]) + 1
+    for hit in hits:
+        fields = hit["_source"]["neardup"]
+        obj = in_group.get(hit["_id"])
+        if obj is None:
+            assert (fields["group"], fields["status"], fields.get("duplicate_of")) == (hit["_id"], "kept", None)
+        elif hit["_id"] == obj["representative"]:
+            assert (fields["group"], fields["status"], fields.get("duplicate_of")) == (obj["group"], "kept", None)
+        else:
+            assert (fields["group"], fields["status"], fields["duplicate_of"]) == (
+                obj["group"], "duplicate", obj["representative"]
+            )
+    # Nothing changes on a second run; a different rule rewrites only the groups whose representative moves.
+    report = find_groups(es_client, index, grouped["sketcher"].tag, T)
+    assert assign_groups(es_client, index, report) == 0
+    moved = find_groups(es_client, index, grouped["sketcher"].tag, T, keep=KeepRule("shortest-url", "url"))
+    before = {frozenset(g.members): g.representative for g in report.groups}
+    expected = sum(len(g.members) for g in moved.groups if before[frozenset(g.members)] != g.representative)
+    assert expected > 0
+    assert assign_groups(es_client, index, moved) == expected
+    back = find_groups(es_client, index, grouped["sketcher"].tag, T)  # a fresh sweep sees the moved fields
+    assert assign_groups(es_client, index, back) == expected
+
+
+def test_cli_text_output_and_errors(
+    es_url: str, grouped: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["es", "groups", *_es_args(es_url, grouped["index"])]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("group ") and "keep " in out
+    assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--keep", "highest"]) == 1
+    assert "--value-field" in capsys.readouterr().err
+    assert main(["es", "groups", *_es_args(es_url, "Bad*Index")]) == 1
+    err = capsys.readouterr().err
+    assert "index name" in err and "Traceback" not in err
+    assert main(["es", "groups", *_es_args(es_url, "no-such-index-" + uuid.uuid4().hex[:6])]) == 1
+    err = capsys.readouterr().err
+    assert "index_not_found_exception" in err and err.count("\n") == 1
+
+
+def test_encoded_msearch_body_is_the_candidate_query() -> None:
+    """The group sweep's hand-encoded msearch lines are exactly the filter-context candidate query."""
+    from es_integration.candidates import candidate_query
+    from es_integration.groups import _msearch
+    from es_integration.sweep import PointInTime
+
+    class Recorder:
+        lines: list[str] = []
+
+        def msearch(self, searches: list[str]) -> dict[str, Any]:
+            self.lines = searches
+            return {"responses": [{"hits": {"hits": [{"_id": "x"}]}}] * (len(searches) // 2)}
+
+    recorder = Recorder()
+    tokens = [f"{i}_{i * 7919:x}" for i in range(128)]
+    chunk = [("a", tokens), ("b", tokens[::-1])]
+    ids = list(_msearch(recorder, PointInTime("pit-id", "5m"), chunk, "mh1-k128-word5-s1", 107, 1000))  # type: ignore[arg-type]
+    assert ids == [["x"], ["x"]]
+    for (_, toks), header, body in zip(chunk, recorder.lines[::2], recorder.lines[1::2], strict=True):
+        assert json.loads(header) == {}
+        parsed = json.loads(body)
+        assert parsed["query"] == candidate_query(toks, 107, "mh1-k128-word5-s1", scored=False)
+        assert parsed["pit"] == {"id": "pit-id", "keep_alive": "5m"} and parsed["size"] == 1000
+        assert parsed["_source"] is False

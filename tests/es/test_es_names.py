@@ -1,0 +1,132 @@
+"""Index and field names are validated before they reach a request path or a query; tokens round-trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from es_integration.client import ConnectionSettings, EsError, describe_error
+from es_integration.mapping import position_tokens, signature_from_tokens, stored_values
+from es_integration.names import InvalidNameError, validate_field_name, validate_index_name
+
+
+@pytest.mark.parametrize("name", ["pages", "pages-2024.01", "a_b+c", "x" * 255, "crawl.v2", "über"])
+def test_valid_index_names(name: str) -> None:
+    assert validate_index_name(name) == name
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("", "non-empty"),
+        ("Pages", "lowercase"),
+        ("pages*", "'*'"),
+        ("pa?ges", "'?'"),
+        ("a,b", "','"),
+        ("a b", "' '"),
+        ("a/b", "'/'"),
+        ("a\\b", "'\\\\'"),
+        ("a|b", "'|'"),
+        ("a#b", "'#'"),
+        ("a:b", "':'"),
+        ('a"b', "'\"'"),
+        ("a<b", "'<'"),
+        ("a\nb", "'\\n'"),
+        ("_all", "start with '_'"),
+        ("-pages", "start with '-'"),
+        ("+pages", "start with '+'"),
+        (".security", "start with '.'"),
+        (".", "not allowed"),
+        ("..", "not allowed"),
+        ("x" * 256, "255 bytes"),
+        ("ü" * 128, "255 bytes"),
+    ],
+)
+def test_invalid_index_names(name: str, fragment: str) -> None:
+    with pytest.raises(InvalidNameError) as info:
+        validate_index_name(name)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["text", "page.body", "body_html", "title-2", "a.b.c", "Título"])
+def test_valid_field_names(name: str) -> None:
+    assert validate_field_name(name) == name
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("", "non-empty"),
+        ("_source", "must not start with '_'"),
+        ("_id", "must not start with '_'"),
+        ("text*", "wildcards"),
+        ("te?t", "wildcards"),
+        ("a..b", "empty segment"),
+        (".a", "empty segment"),
+        ("a.", "empty segment"),
+        ("a b", "whitespace"),
+        ('a"b', "quotes"),
+        ("a,b", "','"),
+        ("a#b", "'#'"),
+        ("a\x00b", "control"),
+        ("neardup", "reserved"),
+        ("neardup.positions", "reserved"),
+        ("x" * 256, "longer than"),
+    ],
+)
+def test_invalid_field_names(name: str, fragment: str) -> None:
+    with pytest.raises(InvalidNameError) as info:
+        validate_field_name(name)
+    assert fragment in str(info.value)
+
+
+def test_reserved_fields_allowed_when_asked() -> None:
+    assert validate_field_name("neardup.group", allow_reserved=True) == "neardup.group"
+
+
+def test_position_tokens_round_trip() -> None:
+    rng = np.random.default_rng(5)
+    signature = rng.integers(0, 2**32, size=128, dtype=np.uint64).astype(np.uint32)
+    signature[0], signature[1] = 0, 2**32 - 1
+    tokens = position_tokens(signature)
+    assert tokens[0] == "0_0" and tokens[1] == "1_ffff" and tokens[17] == f"17_{int(signature[17]) & 0xFFFF:x}"
+    assert len(set(tokens)) == 128
+    assert np.array_equal(signature_from_tokens(list(reversed(tokens)), 128), signature & 0xFFFF)
+    assert np.array_equal(stored_values(signature), signature & 0xFFFF)
+    with pytest.raises(ValueError, match="positions"):
+        signature_from_tokens(tokens[:-1], 128)
+    with pytest.raises(ValueError, match="repeated"):
+        signature_from_tokens([*tokens[:-1], tokens[0]], 128)
+    with pytest.raises(ValueError, match="malformed"):
+        signature_from_tokens(["12"], 128)
+
+
+def test_connection_settings_validation_and_repr(tmp_path: object) -> None:
+    s = ConnectionSettings.create("https://bob:s3cret-pw@127.0.0.1:9200/")
+    assert s.url == "https://127.0.0.1:9200" and s.username == "bob" and s.password == "s3cret-pw"
+    assert "s3cret-pw" not in repr(s)
+    assert "k3y-value" not in repr(ConnectionSettings.create("http://h:1", api_key="k3y-value"))
+    assert ConnectionSettings.create("http://h:1", api_key="id:key").client_options()["api_key"] == ("id", "key")
+    for bad, fragment in [
+        ("ftp://h:1", "must look like"),
+        ("h:9200", "must look like"),
+        ("http://h:99999", "must look like"),
+    ]:
+        with pytest.raises(EsError, match=fragment):
+            ConnectionSettings.create(bad)
+    with pytest.raises(EsError, match="go together"):
+        ConnectionSettings.create("http://h:1", username="u")
+    with pytest.raises(EsError, match="not both"):
+        ConnectionSettings.create("http://h:1", username="u", password="p", api_key="k")
+    with pytest.raises(EsError, match="does not exist"):
+        ConnectionSettings.create("https://h:1", ca_certs="/no/such/ca.pem")
+    with pytest.raises(EsError, match="https"):
+        ConnectionSettings.create("http://h:1", ca_certs=__file__)
+
+
+def test_describe_error_strips_credentials_from_urls() -> None:
+    from elastic_transport import ConnectionError as TransportConnectionError
+
+    message = describe_error(TransportConnectionError("refused"), "http://bob:s3cret-pw@127.0.0.1:9/")
+    assert "s3cret-pw" not in message and "bob" not in message
+    assert message.startswith("cannot connect to Elasticsearch at http://127.0.0.1:9/")
