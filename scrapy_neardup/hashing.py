@@ -1,4 +1,4 @@
-"""64-bit integer hashing primitives shared by shingling and MinHash.
+"""64-bit integer hashing primitives shared by shingling, MinHash and the index.
 
 Everything here is plain modular arithmetic on ``uint64`` (numpy wraps silently modulo 2**64), so results
 are identical on every machine, process and numpy version: no Python ``hash()``, no random generator state.
@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 MASK64 = (1 << 64) - 1
-_FMIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
-_FMIX_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+FMIX_C1 = 0xFF51AFD7ED558CCD
+FMIX_C2 = 0xC4CEB9FE1A85EC53
+_FMIX_C1 = np.uint64(FMIX_C1)
+_FMIX_C2 = np.uint64(FMIX_C2)
 _S33 = np.uint64(33)
 
 
@@ -34,13 +36,27 @@ def fmix64(x: np.ndarray) -> np.ndarray:
     Used to turn structured values (polynomial hashes, indices) into values that behave like random ones.
     Works on a copy; the input is left untouched.
     """
-    h = np.asarray(x, dtype=np.uint64).copy()
+    return fmix64_inplace(np.array(x, dtype=np.uint64, copy=True))
+
+
+def fmix64_inplace(h: np.ndarray) -> np.ndarray:
+    """:func:`fmix64` computed in place on a ``uint64`` array (no full-size copy of the input); returns ``h``."""
     h ^= h >> _S33
     h *= _FMIX_C1
     h ^= h >> _S33
     h *= _FMIX_C2
     h ^= h >> _S33
     return h
+
+
+def fmix64_int(x: int) -> int:
+    """:func:`fmix64` of one Python int (same value as the vectorized version)."""
+    x &= MASK64
+    x ^= x >> 33
+    x = (x * FMIX_C1) & MASK64
+    x ^= x >> 33
+    x = (x * FMIX_C2) & MASK64
+    return x ^ (x >> 33)
 
 
 def inverse_mod_2_64(odd: int) -> int:

@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .hashing import derive_constant, fmix64
+from .hashing import derive_constant, fmix64, fmix64_inplace
 
 #: Marks an empty bin before densification; real values are capped one below it.
 EMPTY = np.uint32(0xFFFFFFFF)
-_MAX_VALUE = np.uint64(0xFFFFFFFE)
-_LOW32 = np.uint64(0xFFFFFFFF)
+_MAX_VALUE = np.uint32(0xFFFFFFFE)
 _S32 = np.uint64(32)
+# Shingle hashes are turned into signature entries in blocks of this many (temporaries stay in cache).
+_BLOCK = 1 << 15
 # Probe attempts for densification: a bin is filled within 4096 probes unless nearly every bin is empty,
 # and even then a deterministic fallback (nearest non-empty bin) fills it.
 _PROBE_ATTEMPTS = 4096
@@ -72,6 +73,9 @@ class OnePermutationHasher:
         bins = np.arange(num_perm, dtype=np.uint64)[None, :]
         mixed = fmix64((attempts << _S32) ^ bins ^ np.uint64(derive_constant(seed, 11)))
         self._probe = ((mixed >> _S32) * np.uint64(num_perm) >> _S32).astype(np.int64)
+        # For k a power of two, floor(hi32(g) * k / 2**32) is simply the top log2(k) bits of g.
+        power_of_two = num_perm > 1 and num_perm & (num_perm - 1) == 0
+        self._shift = np.uint64(65 - num_perm.bit_length()) if power_of_two else None
         # first_hit[i, j]: the first attempt at which bin i's probe sequence lands on bin j (or _NEVER).
         self._first_hit = np.full((num_perm, num_perm), _NEVER, dtype=np.int16)
         attempt_of = np.broadcast_to(np.arange(_PROBE_ATTEMPTS, dtype=np.int16)[:, None], self._probe.shape)
@@ -89,14 +93,33 @@ class OnePermutationHasher:
             ``(len(counts), num_perm)`` uint32; a document without shingles gets a row of :data:`EMPTY`.
         """
         k = self.num_perm
+        counts = np.asarray(counts, dtype=np.int64)
+        hashes = np.asarray(hashes, dtype=np.uint64)
         docs = counts.size
-        g = fmix64(hashes ^ self._salt)
-        bins = (g >> _S32) * np.uint64(k) >> _S32
-        values = np.minimum(g & _LOW32, _MAX_VALUE)
-        slots = np.repeat(np.arange(docs, dtype=np.uint64) * np.uint64(k), counts) + bins
-        table = np.full(docs * k, np.uint64(EMPTY), dtype=np.uint64)
-        np.minimum.at(table, slots.astype(np.intp), values)
-        sigs = table.reshape(docs, k).astype(np.uint32)
+        table = np.full(docs * k, EMPTY, dtype=np.uint32)
+        ends = np.cumsum(counts)
+        if ends.size and ends[-1] != hashes.size:
+            raise ValueError(f"counts add up to {int(ends[-1])} but {hashes.size} hashes were given")
+        # Blocks of hashes small enough for every temporary to stay in the CPU cache.
+        for lo in range(0, hashes.size, _BLOCK):
+            hi = min(lo + _BLOCK, hashes.size)
+            first = int(np.searchsorted(ends, lo, side="right"))
+            last = int(np.searchsorted(ends, hi, side="left")) + 1
+            in_block = np.minimum(ends[first:last], hi) - np.maximum(ends[first:last] - counts[first:last], lo)
+            g = hashes[lo:hi] ^ self._salt
+            fmix64_inplace(g)
+            values = g.astype(np.uint32)
+            np.minimum(values, _MAX_VALUE, out=values)
+            if self._shift is not None:
+                g >>= self._shift
+            else:
+                g >>= _S32
+                g *= np.uint64(k)
+                g >>= _S32
+            slots = g.astype(np.intp)
+            slots += np.repeat(np.arange(first * k, last * k, k, dtype=np.intp), in_block)
+            np.minimum.at(table, slots, values)
+        sigs = table.reshape(docs, k)
         self._densify(sigs, counts)
         return sigs
 

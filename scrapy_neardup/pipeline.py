@@ -27,6 +27,7 @@ with :class:`~scrapy_neardup.index.StateError`, and is left untouched.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
@@ -150,7 +151,14 @@ class NearDuplicatePipeline:
         if self.config.backend != "embedded" and (self.config.state_dir or self.config.reset):
             logger.debug("NEARDUP_STATE_DIR and NEARDUP_RESET apply to the embedded backend only")
         self.backend = self.make_backend()
-        await self.backend.open()
+        try:
+            await self.backend.open()
+        except Exception as exc:
+            if self.config.backend != "elasticsearch" or type(exc).__name__ != "EsError":
+                raise
+            # Name the setting to fix (the message already names the URL, without credentials); the crawl
+            # stops before any page is fetched.
+            raise type(exc)(f"{exc} (check NEARDUP_ES_URL and that the node is up)") from None
         self._opened = True
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
         for name, count in getattr(self.backend, "open_stats", {}).items():
@@ -169,6 +177,9 @@ class NearDuplicatePipeline:
         if not self._opened or self.backend is None:
             return
         self._opened = False
+        # Retries the backend made (Elasticsearch: connection errors, timeouts, HTTP 429/502/503/504).
+        if getattr(self.backend, "retried", 0):
+            self._inc("backend_retries", int(getattr(self.backend, "retried", 0)))
         try:
             await self.backend.close()
         finally:
@@ -214,9 +225,10 @@ class NearDuplicatePipeline:
         try:
             match = await self._check_and_add(key, sketch)
         except Exception:
-            # Without an answer from the store we cannot name a kept page, so the item is never dropped.
+            # Without an answer from the store we cannot name a kept page, so the item is never dropped; it is
+            # marked unchecked (when it can hold the mark field) so that a later pass can cover it.
             self._backend_failed(key)
-            return item
+            return self._unchecked(item, adapter)
         if match is None:
             self._inc("kept")
             return item
@@ -302,6 +314,15 @@ class NearDuplicatePipeline:
             )
         else:
             logger.debug("near-duplicate backend failed while checking %s", key, exc_info=True)
+
+    def _unchecked(self, item: Any, adapter: ItemAdapter) -> Any:
+        """Mark an item the backend could not check: ``{NEARDUP_MARK_FIELD: {"unchecked": True}}`` when the
+        item can hold the field (counted in ``neardup/unchecked``); the item passes through either way."""
+        self._inc("unchecked")
+        # An Item/dataclass that does not declare the field raises KeyError: it passes through unmarked.
+        with contextlib.suppress(KeyError, TypeError, AttributeError):
+            adapter[self.config.mark_field] = {"unchecked": True}
+        return item
 
     def _inc(self, name: str, count: int = 1) -> None:
         self._counts[name] = self._counts.get(name, 0) + count

@@ -1,15 +1,28 @@
 """Shingling without shingle strings: normalized texts to 64-bit shingle hashes, many texts at once.
 
-A *shingle* is a window of ``width`` consecutive units: words (word k-shingles, Broder's w-shingling) or
+A *shingle* is a window of ``width`` consecutive units: words (word w-shingles, Broder's w-shingling) or
 Unicode code points (character n-grams). Peers build one Python string per shingle and hash it, which is
-where their time goes. Here the whole batch is one numpy byte array:
+where their time goes. Here a group of texts is one byte buffer and every step is a numpy pass over it:
 
-1. each word gets the polynomial hash ``sum_j byte_j * B**(end - 1 - j)`` (mod 2**64) of its bytes. With
-   ``S[i] = sum_{j<i} byte_j * B**-j`` (one vectorized multiply and ``cumsum``; B is odd, so ``B**-1`` exists
-   modulo 2**64) a word's hash is ``(S[end] - S[start]) * B**(end-1)``: two gathers per word, no loop over
-   bytes. Code points are used directly as units for n-grams;
-2. each window of ``width`` units gets ``h = h * B2 + unit`` over its units (``width`` vectorized passes),
-   then MurmurHash3's finalizer.
+1. **Words.** Tokens are maximal runs of bytes above 32 (the separators of normalized text are single
+   spaces; texts are joined with a space, so a token never spans two texts). A word's hash is read
+   8 bytes at a time straight from the buffer (one unaligned 64-bit gather per word, the bytes past the end
+   of the word masked off): ``u = fmix64(c_0 ^ len * L) + sum_{j>=1} fmix64(c_j ^ S) * K**j`` where
+   ``c_j`` is the j-th 8-byte little-endian chunk. Words of at most 8 bytes (most of them) cost one
+   gather; the second chunks of longer words take one more vectorized pass, and the further chunks of
+   words over 16 bytes one more for all of them together, so even a hostile megabyte-long token costs a
+   few milliseconds. Each term is a bijective mix of an exact chunk, so distinct words collide with
+   probability about 2**-64.
+   **Characters** are their code points (no hashing needed).
+2. **Windows.** Window ``(u_i .. u_{i+w-1})`` gets the polynomial ``sum_m u_{i+m} * B**(w-1-m)`` xor its
+   unit count (Horner: ``w - 1`` multiply-adds over contiguous slices, no gathers), then the windows that
+   cross a text boundary are dropped. The MinHash step applies a full 64-bit mix to these values, so they
+   are left unmixed here.
+
+Texts are processed in groups of about :data:`GROUP_BYTES` bytes so that every temporary array stays in the
+CPU cache (numpy passes over cached data are several times faster than over main memory); a longer text
+forms a group of its own. Nothing depends on a text's position in the batch: the hashes of a text are the
+same whatever else is in the call.
 
 A text with fewer than ``width`` units (but at least one) yields a single shingle made of all its units,
 so short texts still get a usable signature; an empty text yields none.
@@ -17,37 +30,39 @@ so short texts still get a usable signature; an empty text yields none.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import numpy as np
 
-from .hashing import MASK64, derive_constant, fmix64, inverse_mod_2_64, power_table
+from .hashing import derive_constant, fmix64_inplace, power_table
 
 ShingleKind = Literal["word", "char"]
 SHINGLE_KINDS: tuple[str, ...] = ("word", "char")
 
 # Fixed (seed-independent) constants: shingle identity does not depend on the MinHash seed, so exact Jaccard
 # is the same whatever the sketch parameters.
-_BYTE_BASE = derive_constant(0x5348494E, 1, odd=True)
-_BYTE_BASE_INVERSE = inverse_mod_2_64(_BYTE_BASE)
 _UNIT_BASE = np.uint64(derive_constant(0x5348494E, 2, odd=True))
-_WORD_SALT = np.uint64(derive_constant(0x5348494E, 3))
-# Bytes are hashed in pieces of at most this size, cut at a space (power tables stay 16 MB in all). A token
-# longer than a piece (no space in 1 MiB) is cut in two; no real page has one.
-_PIECE = 1 << 20
-_SPACE, _NEWLINE = 32, 10
+_LENGTH_SALT = np.uint64(derive_constant(0x5348494E, 4, odd=True))
+_CHUNK_SALT = np.uint64(derive_constant(0x5348494E, 5))
+_CHUNK_BASE = derive_constant(0x5348494E, 6, odd=True)
+_CHUNK_BASE_1 = np.uint64(_CHUNK_BASE)
+#: Texts are shingled in groups of about this many bytes (temporaries of a group fit in the CPU cache).
+GROUP_BYTES = 1 << 18
+# MASKS[n] keeps the low n bytes of a little-endian 64-bit chunk.
+_MASKS = np.array([(1 << (8 * n)) - 1 for n in range(9)], dtype=np.uint64)
+_PAD = bytes(8)  # lets an 8-byte read start at any byte of the text
+# Windows of at most this many texts are cut out by slicing, of more texts by a mask.
+_FEW_TEXTS = 32
+_SEPARATOR = 32
 _EMPTY_U64 = np.empty(0, dtype=np.uint64)
 
 
-def shingle_hashes(
-    texts: Sequence[bytes], kind: ShingleKind = "word", width: int = 5
-) -> tuple[np.ndarray, np.ndarray]:
+def shingle_hashes(texts: Sequence[bytes], kind: ShingleKind = "word", width: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """Shingle hashes of many *normalized* texts (see :func:`scrapy_neardup.text.normalize_utf8`).
 
     Args:
-        texts: normalized UTF-8 texts; words are separated by single spaces and no text contains a newline.
+        texts: normalized UTF-8 texts (words separated by single spaces; any bytes <= 32 separate words).
         kind: ``"word"`` for word ``width``-shingles, ``"char"`` for character ``width``-grams.
         width: units per shingle (w >= 1).
 
@@ -58,103 +73,143 @@ def shingle_hashes(
     if width < 1:
         raise ValueError(f"shingle width must be >= 1, got {width}")
     if kind == "word":
-        units, unit_counts = _word_units(texts)
+        group = _word_group
     elif kind == "char":
-        units, unit_counts = _char_units(texts)
+        group = _char_group
     else:
         raise ValueError(f"shingle kind must be one of {SHINGLE_KINDS}, got {kind!r}")
-    return _window_hashes(units, unit_counts, width)
+    counts = np.zeros(len(texts), dtype=np.int64)
+    parts: list[np.ndarray] = []
+    for lo, hi in _groups(texts):
+        hashes, counts[lo:hi] = group(texts[lo:hi], width)
+        parts.append(hashes)
+    if not parts:
+        return _EMPTY_U64, counts
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), counts
 
 
-@functools.cache
-def _power_tables() -> tuple[np.ndarray, np.ndarray]:
-    """``B**i`` and ``B**-i`` modulo 2**64 for i < piece size (built on first use)."""
-    return power_table(_BYTE_BASE, _PIECE + 1), power_table(_BYTE_BASE_INVERSE, _PIECE + 1)
+def _groups(texts: Sequence[bytes]) -> Iterator[tuple[int, int]]:
+    """Consecutive ranges of texts of about :data:`GROUP_BYTES` bytes (a longer text is a range alone)."""
+    lo, size = 0, 0
+    for i, text in enumerate(texts):
+        if size and size + len(text) >= GROUP_BYTES:
+            yield lo, i
+            lo, size = i, 0
+        size += len(text) + 1
+    if lo < len(texts):
+        yield lo, len(texts)
 
 
-def _word_units(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """One 64-bit hash per word (space-separated run of bytes) and the word count of each text."""
-    raw = b"\n".join(texts)
-    words: list[np.ndarray] = []
-    owners: list[np.ndarray] = []
-    lo, texts_before = 0, 0
-    while lo < len(raw):
-        hi = _piece_end(raw, lo)
-        piece = np.frombuffer(raw, dtype=np.uint8, count=hi - lo, offset=lo)
-        piece_words, word_starts = _piece_word_hashes(piece)
-        newlines = np.flatnonzero(piece == _NEWLINE)
-        words.append(piece_words)
-        owners.append(texts_before + np.searchsorted(newlines, word_starts))
-        texts_before += newlines.size
-        lo = hi
-    if not words:
+def _word_group(texts: Sequence[bytes], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Word shingle hashes of one group of texts and the shingle count of each."""
+    buffer = b" ".join([*texts, _PAD])  # every text, including the last, is followed by a space
+    end = len(buffer) - len(_PAD)
+    data = np.frombuffer(buffer, dtype=np.uint8, count=end)
+    separators = np.flatnonzero(data <= _SEPARATOR)
+    starts = np.empty_like(separators)
+    starts[0] = 0
+    np.add(separators[:-1], 1, out=starts[1:])
+    lengths = separators - starts
+    # Index (in `separators`) of the space that ends each text.
+    text_ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1) - 1
+    words_before = np.searchsorted(separators, text_ends) + 1
+    if not lengths.all():  # empty texts or runs of separators: drop the empty tokens
+        nonempty = lengths != 0
+        words_before = np.cumsum(nonempty)[words_before - 1]
+        starts, lengths = starts[nonempty], lengths[nonempty]
+    units_per_text = words_before.copy()
+    units_per_text[1:] -= words_before[:-1]
+    if starts.size == 0:
         return _EMPTY_U64, np.zeros(len(texts), dtype=np.int64)
-    owner = np.concatenate(owners)
-    return np.concatenate(words), np.bincount(owner, minlength=len(texts)).astype(np.int64)
+    return _window_hashes(_word_hashes(buffer, starts, lengths), units_per_text, width)
 
 
-def _piece_end(raw: bytes, lo: int) -> int:
-    """End of the piece starting at ``lo``: the whole rest, or just after the last separator in range."""
-    hi = lo + _PIECE
-    if hi >= len(raw):
-        return len(raw)
-    cut = max(raw.rfind(b" ", lo, hi), raw.rfind(b"\n", lo, hi))
-    return cut + 1 if cut > lo else hi
+def _word_hashes(buffer: bytes, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """64-bit hashes of the words at ``starts`` (byte offsets into ``buffer``) of ``lengths`` bytes."""
+    # Every byte offset viewed as the start of a little-endian uint64 (strides of one byte, unaligned).
+    chunks = np.ndarray((len(buffer) - 7,), dtype="<u8", buffer=buffer, strides=(1,))
+    lengths_u = lengths.astype(np.uint64)
+    words = chunks[starts]
+    words &= _MASKS[np.minimum(lengths, 8)]
+    words ^= lengths_u * _LENGTH_SALT
+    fmix64_inplace(words)
+    # The second chunk of every word longer than 8 bytes (most long words have just two chunks)...
+    long_words = np.flatnonzero(lengths > 8)
+    if long_words.size:
+        long_lengths = lengths[long_words]
+        terms = chunks[starts[long_words] + 8]
+        terms &= _MASKS[np.minimum(long_lengths - 8, 8)]
+        terms ^= _CHUNK_SALT
+        fmix64_inplace(terms)
+        terms *= _CHUNK_BASE_1
+        words[long_words] += terms
+        # ... and the further chunks of words longer than 16 bytes, all at once.
+        very_long = long_words[long_lengths > 16]
+        if very_long.size:
+            extra = (lengths[very_long] - 9) >> 3  # chunks after the second
+            first_extra = np.cumsum(extra) - extra
+            owner = np.repeat(very_long, extra)
+            chunk_no = np.arange(2, owner.size + 2, dtype=np.int64) - np.repeat(first_extra, extra)
+            offset = chunk_no << 3
+            terms = chunks[starts[owner] + offset]
+            terms &= _MASKS[np.minimum(lengths[owner] - offset, 8)]
+            terms ^= _CHUNK_SALT
+            fmix64_inplace(terms)
+            terms *= power_table(_CHUNK_BASE, int(chunk_no.max()) + 1)[chunk_no]
+            words[very_long] += np.add.reduceat(terms, first_extra)
+    return words
 
 
-def _piece_word_hashes(piece: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Word hashes of one piece (see module doc) and the offsets where the words start."""
-    powers, inverse_powers = _power_tables()
-    inword = piece > _SPACE
-    edges = np.diff(inword.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1)
-    prefix = np.empty(piece.size + 1, dtype=np.uint64)
-    prefix[0] = 0
-    np.multiply(piece, inverse_powers[: piece.size], out=prefix[1:], dtype=np.uint64)
-    np.cumsum(prefix, out=prefix)
-    raw_hash = (prefix[ends] - prefix[starts]) * powers[ends - 1]
-    return fmix64(raw_hash ^ _WORD_SALT), starts
-
-
-def _char_units(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """Code points of all texts, concatenated, and the length of each text in code points."""
-    decoded = [t.decode("utf-8") for t in texts]
+def _char_group(texts: Sequence[bytes], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Character shingle hashes of one group of texts and the shingle count of each."""
+    decoded = [t.decode("utf-8", errors="replace") for t in texts]
     joined = "".join(decoded)
     if not joined:
         return _EMPTY_U64, np.zeros(len(texts), dtype=np.int64)
-    points = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4")
-    return points.astype(np.uint64), np.fromiter(map(len, decoded), dtype=np.int64, count=len(texts))
+    points = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4").astype(np.uint64)
+    return _window_hashes(points, np.fromiter(map(len, decoded), dtype=np.int64, count=len(texts)), width)
 
 
-def _window_hashes(units: np.ndarray, unit_counts: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+def _window_hashes(units: np.ndarray, units_per_text: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Hash every window of ``width`` consecutive units inside each text (one window for short texts).
 
-    Windows are hashed as ``h = h * B2 + unit`` over their units. Full windows come from contiguous slices
-    of the unit array (``width`` vectorized passes); the single short window of a text with fewer than
-    ``width`` units is hashed on its own.
+    ``units`` holds the units of all texts back to back; ``units_per_text[i]`` of them belong to text ``i``.
     """
-    counts = np.where(unit_counts >= width, unit_counts - width + 1, np.minimum(unit_counts, 1))
-    total = int(counts.sum())
-    if total == 0:
-        return _EMPTY_U64, counts
-    first_unit = np.cumsum(unit_counts) - unit_counts
-    first_shingle = np.cumsum(counts) - counts
-    per_text = np.repeat(np.arange(counts.size), counts)
-    start = first_unit[per_text] + (np.arange(total) - first_shingle[per_text])
-    length = np.minimum(unit_counts, width)[per_text]
-    hashes = np.empty(total, dtype=np.uint64)
-    full = length == width
-    if units.size >= width:
-        windows = units[: units.size - width + 1].copy()
+    total_units = units.size
+    short = (units_per_text < width) & (units_per_text > 0)
+    counts = np.where(units_per_text >= width, units_per_text - width + 1, short.astype(np.int64))
+    first_unit = np.cumsum(units_per_text) - units_per_text
+    if total_units >= width:
+        windows = units[: total_units - width + 1].copy()
         for m in range(1, width):
             windows *= _UNIT_BASE
-            windows += units[m : units.size - width + 1 + m]
-        hashes[full] = windows[start[full]]
-    base = int(_UNIT_BASE)
-    for i in np.flatnonzero(~full).tolist():  # one per text shorter than a shingle
-        h = 0
-        for unit in units[start[i] : start[i] + length[i]].tolist():
-            h = (h * base + unit) & MASK64
-        hashes[i] = h
-    return fmix64(hashes ^ length.astype(np.uint64)), counts
+            windows += units[m : total_units - width + 1 + m]
+        windows ^= np.uint64(width)
+        # A window is valid when it ends inside its text: drop the last width - 1 starts of every text.
+        full = np.flatnonzero(units_per_text >= width)
+        if full.size <= _FEW_TEXTS:  # copy the valid stretches
+            lo, n = first_unit[full].tolist(), counts[full].tolist()
+            windows = np.concatenate([windows[a : a + b] for a, b in zip(lo, n, strict=True)] or [_EMPTY_U64])
+        else:  # mask the invalid starts
+            tail = (first_unit + units_per_text)[:, None] - np.arange(1, width)[None, :]
+            tail = tail[(tail >= first_unit[:, None]) & (tail <= total_units - width)]
+            valid = np.ones(windows.size, dtype=bool)
+            valid[tail] = False
+            windows = windows[valid]
+    else:
+        windows = _EMPTY_U64
+    if not short.any():
+        return windows, counts
+    # Texts shorter than a shingle: one window of all their units, placed where the text's shingles go.
+    first_unit, size = first_unit[short], units_per_text[short]
+    singles = units[first_unit].copy()
+    for m in range(1, width - 1):
+        more = size > m
+        singles[more] = singles[more] * _UNIT_BASE + units[first_unit[more] + m]
+    singles ^= size.astype(np.uint64)
+    hashes = np.empty(int(counts.sum()), dtype=np.uint64)
+    at_single = np.zeros(hashes.size, dtype=bool)
+    at_single[(np.cumsum(counts) - counts)[short]] = True
+    hashes[at_single] = singles
+    hashes[~at_single] = windows
+    return hashes, counts

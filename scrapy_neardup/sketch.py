@@ -18,7 +18,7 @@ from .shingles import SHINGLE_KINDS, ShingleKind, shingle_hashes
 from .text import DEFAULT_MAX_CHARS, clean_text
 
 #: Version of the hash scheme (normalization, shingle hashing, MinHash); part of every tag.
-SCHEME_VERSION = 1
+SCHEME_VERSION = 2
 DEFAULT_NUM_PERM = 128
 DEFAULT_SEED = 1
 DEFAULT_WIDTH: dict[str, int] = {"word": 5, "char": 9}
@@ -40,7 +40,7 @@ class Sketch:
         signature: ``uint32[k]``; position ``i`` of two sketches agrees with probability ``r``, their
             resemblance (Jaccard similarity of shingle sets).
         fingerprint: unsigned 64-bit MurmurHash3 of the normalized text: equal for exact duplicates.
-        tag: parameter tag, e.g. ``"mh1-k128-word5-s1"``; only sketches with equal tags are comparable.
+        tag: parameter tag, e.g. ``"mh2-k128-word5-s1"``; only sketches with equal tags are comparable.
         num_shingles: distinct-or-not shingles seen (0 means the text was empty after normalization).
         truncated: the content was longer than the sketcher's cap and only its head was sketched.
     """

@@ -17,6 +17,7 @@ the pipeline and the ``neardup`` command). So a 50 MB page costs what 8 MB cost:
 from __future__ import annotations
 
 import codecs
+import functools
 import html as html_lib
 import logging
 import re
@@ -70,6 +71,16 @@ _DROPPED_ELEMENT = re.compile(
     r"<(script|style|noscript|template|svg|math|iframe|object)\b.*?(?:</\1\s*>|\Z)", re.DOTALL | re.IGNORECASE
 )
 _TAG = re.compile(r"<[^>]*>")
+# bytes.translate tables: ASCII separators to spaces; _FOLD also lower-cases A-Z (ASCII's part of casefold).
+_SPACE_ONLY = bytes(32 if _SEPARATOR_BYTE[b] else b for b in range(256))
+_FOLD = bytes(32 if _SEPARATOR_BYTE[b] else b + 32 if 65 <= b <= 90 else b for b in range(256))
+_SPACE = 32
+# A non-ASCII text with more than one run of non-ASCII characters per this many bytes is folded whole.
+_SPARSE_RUNS = 64
+_RUN_CACHE: dict[bytes, bytes] = {}
+_RUN_CACHE_SIZE = 1 << 16
+# NFKC turns one character into at most 18 (U+FDFA).
+_NFKC_MAX_GROWTH = 18
 _HTML_SNIFF = re.compile(
     r"<\s*(?:!doctype\s+html|html|head|body|div|p|span|a\s|table|br|script|style|title|meta|h[1-6])\b",
     re.IGNORECASE,
@@ -132,7 +143,8 @@ def looks_binary(content: str | bytes | bytearray | memoryview) -> bool:
 
 def looks_like_html(text: str) -> bool:
     """Whether the first 4 KiB of ``text`` contain a typical HTML tag."""
-    return _HTML_SNIFF.search(text[:4096]) is not None
+    head = text[:4096]
+    return "<" in head and _HTML_SNIFF.search(head) is not None
 
 
 def html_to_text(html: str) -> str:
@@ -199,13 +211,135 @@ def normalize_utf8(text: str) -> bytes:
 
 
 def _normalize_utf8(text: str, max_chars: int | None) -> tuple[bytes, bool]:
-    """:func:`normalize_utf8`, with NFKC's output cut at ``max_chars`` characters (and whether it was)."""
-    cut = False
-    if not text.isascii():
+    """:func:`normalize_utf8`, with NFKC's output cut at ``max_chars`` characters (and whether it was).
+
+    Every step is local, so most of the work is done on bytes: ASCII letters are lower-cased and ASCII
+    separators turned into spaces by one ``bytes.translate``, and runs of spaces collapsed with numpy. Only
+    non-ASCII characters take the Unicode path (NFKC, ``\\w`` test, ``casefold``): piecewise on mostly-ASCII
+    text (:func:`_fold_sparse`), over the whole text otherwise (:func:`_fold_dense`). A text long enough for
+    NFKC to reach ``max_chars`` (18 characters out per character in at most) takes the capped path.
+    """
+    if text.isascii():
+        return _collapse_spaces(text.encode("ascii").translate(_FOLD)), False
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates become U+FFFD
         text = text.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
-        text, cut = _nfkc(text, max_chars)
-        text = _NON_ASCII_SEPARATOR.sub(" ", text)
+        raw = text.encode("utf-8")
+    if max_chars is None or len(text) * _NFKC_MAX_GROWTH <= max_chars:
+        return _collapse_spaces(_fold_non_ascii(raw)), False
+    text, cut = _nfkc(text, max_chars)
+    text = _NON_ASCII_SEPARATOR.sub(" ", text)
     return _collapse_separators(text), cut
+
+
+def _collapse_spaces(folded: bytes) -> bytes:
+    """Runs of spaces to one space, none at either end (``folded`` has no other separators left)."""
+    data = np.frombuffer(folded, dtype=np.uint8)
+    if data.size == 0:
+        return b""
+    space = data == _SPACE
+    keep = np.empty(data.size, dtype=bool)
+    keep[0] = not space[0]
+    np.logical_not(space[1:] & space[:-1], out=keep[1:])
+    return data[keep].tobytes().rstrip(b" ")
+
+
+def _fold_non_ascii(raw: bytes) -> bytes:
+    """Folded UTF-8 of a non-ASCII text (every separator a space, runs of spaces not yet collapsed)."""
+    data = np.frombuffer(raw, dtype=np.uint8)
+    high = data >= 0x80
+    edges = np.flatnonzero(high[1:] != high[:-1]) + 1
+    if edges.size * _SPARSE_RUNS > data.size:
+        return _fold_dense(raw, data)
+    return _fold_sparse(raw, edges.tolist(), bool(high[0]))
+
+
+def _fold_sparse(raw: bytes, edges: list[int], starts_high: bool) -> bytes:
+    """Fold a mostly-ASCII text piece by piece.
+
+    NFKC never changes or reorders anything across the boundary before an ASCII character (ASCII characters
+    are starters nothing composes onto); the separator test and case folding go character by character. So
+    the ASCII stretches are folded by ``bytes.translate`` and each run of non-ASCII characters, with the
+    ASCII character before it (``e`` and a combining accent compose into ``é``), by the exact path, through a
+    cache: pages repeat the same few runs (``’``, ``—``, ``¶``, ``é``...).
+    """
+    if starts_high:
+        edges.insert(0, 1)  # a run at the very start (there is no character before it)
+    if len(edges) % 2:
+        edges.append(len(raw))
+    starts = [start - 1 for start in edges[::2]]  # runs begin with the ASCII character before them
+    ends = edges[1::2]
+    cache = _RUN_CACHE
+    if len(cache) > _RUN_CACHE_SIZE:
+        cache.clear()
+    pieces = [raw[: starts[0]]]
+    for start, end, next_start in zip(starts, ends, [*starts[1:], len(raw)], strict=True):
+        run = raw[start:end]
+        folded = cache.get(run)
+        if folded is None:
+            folded = cache[run] = _fold_exact(run.decode("utf-8"))
+        pieces.append(folded)
+        pieces.append(raw[end:next_start])
+    return b"".join(pieces).translate(_FOLD)
+
+
+def _fold_exact(text: str) -> bytes:
+    """The reference definition: NFKC, non-ASCII separators to spaces, casefold, ASCII separators to spaces."""
+    text = _NON_ASCII_SEPARATOR.sub(" ", unicodedata.normalize("NFKC", text))
+    return text.casefold().encode("utf-8").translate(_SPACE_ONLY)
+
+
+def _fold_dense(raw: bytes, data: np.ndarray) -> bytes:
+    """Fold a text with many non-ASCII characters (Cyrillic, Greek, CJK...) as a whole.
+
+    NFKC only when the text is not already normalized; the separator test by a code point table over the
+    UTF-8 lead bytes instead of a regex; one ``casefold`` on the result.
+    """
+    text = raw.decode("utf-8")
+    if not unicodedata.is_normalized("NFKC", text):
+        raw = unicodedata.normalize("NFKC", text).encode("utf-8")
+        data = np.frombuffer(raw, dtype=np.uint8)
+    spaced = _space_non_ascii_separators(data)
+    if spaced is not None:
+        raw = spaced.tobytes()
+    if raw.isascii():
+        return raw.translate(_FOLD)
+    return raw.decode("utf-8").casefold().encode("utf-8").translate(_SPACE_ONLY)
+
+
+def _space_non_ascii_separators(data: np.ndarray) -> np.ndarray | None:
+    """UTF-8 bytes with every byte of each non-ASCII non-word character set to a space (None if none)."""
+    lead = np.flatnonzero(data >= 0xC0)
+    if lead.size == 0:
+        return None
+    last = data.size - 1
+    b0 = data[lead].astype(np.int32)
+    b1 = data[np.minimum(lead + 1, last)].astype(np.int32) & 0x3F
+    b2 = data[np.minimum(lead + 2, last)].astype(np.int32) & 0x3F
+    size = 2 + (b0 >= 0xE0) + (b0 >= 0xF0)
+    point = np.where(size == 2, ((b0 & 0x1F) << 6) | b1, ((b0 & 0x0F) << 12) | (b1 << 6) | b2)
+    separator = np.zeros(lead.size, dtype=bool)
+    bmp = size < 4
+    separator[bmp] = _bmp_separators()[point[bmp]]
+    for i in np.flatnonzero(~bmp).tolist():  # characters beyond the BMP (emoji...): rare
+        char = bytes(data[lead[i] : lead[i] + 4]).decode("utf-8")
+        separator[i] = not (char.isalnum() or char == "_")
+    if not separator.any():
+        return None
+    out = data.copy()
+    start, size = lead[separator], size[separator]
+    out[start] = _SPACE
+    out[start + 1] = _SPACE
+    out[start[size > 2] + 2] = _SPACE
+    out[start[size > 3] + 3] = _SPACE
+    return out
+
+
+@functools.cache
+def _bmp_separators() -> np.ndarray:
+    """For each code point below 0x10000: not a word character (``\\w``: ``isalnum()`` or ``_``)."""
+    return np.array([not (chr(c).isalnum() or c == 0x5F) for c in range(0x10000)], dtype=bool)
 
 
 def _nfkc(text: str, max_chars: int | None) -> tuple[str, bool]:

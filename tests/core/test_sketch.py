@@ -20,7 +20,7 @@ def test_sketch_shape_and_tag() -> None:
     sketch = Sketcher(num_perm=64, seed=7).sketch(TEXT)
     assert sketch.signature.shape == (64,)
     assert sketch.signature.dtype == np.uint32
-    assert sketch.tag == "mh1-k64-word5-s7"
+    assert sketch.tag == "mh2-k64-word5-s7"
     assert 0 <= sketch.fingerprint < 2**64
     assert sketch.num_shingles == len(TEXT.split()) - 5 + 1
 

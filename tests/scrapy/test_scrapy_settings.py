@@ -28,7 +28,7 @@ def test_defaults() -> None:
     assert (config.shingle, config.shingle_size, config.seed) == ("word", None, 1)
     assert config.state_dir is None and not config.reset and not config.debug
     assert config.elasticsearch is None
-    assert config.sketcher().tag == "mh1-k128-word5-s1"
+    assert config.sketcher().tag == "mh2-k128-word5-s1"
 
 
 def test_command_line_strings_are_parsed() -> None:
@@ -40,7 +40,7 @@ def test_command_line_strings_are_parsed() -> None:
     assert (config.threshold, config.num_perm, config.min_shared) == (0.8, 64, min_shared_for(0.8, 64))
     assert (config.shingle, config.shingle_size, config.seed, config.action) == ("char", 7, 42, "mark")
     assert config.reset and config.debug and config.enabled
-    assert config.sketcher().tag == "mh1-k64-char7-s42"
+    assert config.sketcher().tag == "mh2-k64-char7-s42"
 
 
 def test_min_shared_overrides_threshold() -> None:

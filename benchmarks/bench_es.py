@@ -1,0 +1,349 @@
+"""Elasticsearch benchmarks (issue 3, item 8).
+
+* bulk indexing rate with and without the sketch fields, and their ratio (target >= 0.7);
+* candidate-query latency p50/p99 (target p99 <= 20 ms at 100k documents);
+* duplicate-group discovery rate (documents per second);
+* the crawler backend's check-and-add latency (kept pages and duplicates).
+
+Documents are synthetic web pages (300-900 words from a Zipf-distributed vocabulary of 60k words); a fifth are
+near-duplicates of earlier pages (0-5 word edits; 0 = an exact copy). The benchmark starts its own node with
+``es_integration.node`` (heap ``--heap``) unless ``ES_URL`` points at a cluster, and merges its figures into
+``benchmarks/results/es.json`` under the document count.
+
+    python benchmarks/bench_es.py [--docs 100000] [--quick] [--heap 1g] [--skip baseline,groups,backend]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from es_integration.backend import ElasticsearchBackend  # noqa: E402
+from es_integration.candidates import candidate_search, parse_candidates  # noqa: E402
+from es_integration.groups import assign_groups, find_groups  # noqa: E402
+from es_integration.indexing import index_records  # noqa: E402
+from es_integration.mapping import ensure_index  # noqa: E402
+from scrapy_neardup.sketch import Sketcher  # noqa: E402
+from scrapy_neardup.theory import min_shared_for  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "es.json"
+K = 128
+T = min_shared_for(0.9, K)
+VOCABULARY = 60_000
+
+
+class Corpus:
+    """Deterministic synthetic pages; ``records(lo, hi)`` regenerates any slice without keeping the texts."""
+
+    def __init__(self, seed: int = 1, words: tuple[int, int] = (300, 900)) -> None:
+        rng = np.random.default_rng(seed)
+        letters = np.array(list("bcdfghjklmnpqrstvwzaeiouy"))
+        self.words = np.array(["".join(rng.choice(letters, size=rng.integers(3, 9))) + str(i % 7)
+                               for i in range(VOCABULARY)])
+        weights = 1 / np.arange(1, VOCABULARY + 1) ** 1.05
+        self.cdf = np.cumsum(weights) / np.sum(weights)
+        self.seed = seed
+        self.min_words, self.max_words = words
+
+    def word_ids(self, i: int) -> np.ndarray:
+        rng = np.random.default_rng((self.seed, i))
+        if i > 0 and rng.random() < 0.2:  # a near-duplicate of an earlier page
+            source = int(rng.integers(max(0, i - 50_000), i))
+            ids = self.word_ids(source).copy()
+            edits = int(rng.choice([0, 1, 1, 2, 3, 5]))
+            ids[rng.integers(0, ids.size, size=edits)] = rng.integers(0, VOCABULARY, size=edits)
+            return ids
+        ids = np.searchsorted(self.cdf, rng.random(int(rng.integers(self.min_words, self.max_words + 1))))
+        return np.minimum(ids, VOCABULARY - 1)
+
+    def record(self, i: int) -> dict[str, Any]:
+        text = " ".join(self.words[self.word_ids(i)].tolist())
+        return {"id": f"doc-{i}", "url": f"https://site{i % 997}.example.org/page/{i}", "title": text[:60],
+                "text": text}
+
+    def records(self, lo: int, hi: int) -> Iterator[dict[str, Any]]:
+        for i in range(lo, hi):
+            yield self.record(i)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def start_cluster(heap: str) -> tuple[Any, str]:
+    from es_integration.node import ClusterHandle, start_node
+
+    if os.environ.get("ES_URL"):
+        return ClusterHandle.from_env(), "ES_URL"
+    return start_node(name=f"bench-{os.getpid()}", heap=heap, die_with_parent=True, timeout=300), "local node"
+
+
+def bench_indexing(es: Any, corpus: Corpus, docs: int, threads: int, skip_baseline: bool) -> dict[str, Any]:
+    """Index the corpus without and with sketches (and with sketches computed beforehand); with
+    ``skip_baseline`` only with sketches, streaming the pages (no list of a million texts in memory)."""
+    sketcher = Sketcher(num_perm=K)
+    out: dict[str, Any] = {"threads": threads, "docs": docs}
+    sample = list(corpus.records(0, min(20_000, docs)))
+    started = time.perf_counter()
+    sketcher.sketch_many([r["text"] for r in sample])
+    out["sketch_only_docs_per_s"] = len(sample) / (time.perf_counter() - started)
+    out["avg_text_chars"] = sum(len(r["text"]) for r in sample) / len(sample)
+    del sample
+    records: Any = corpus.records(0, docs) if skip_baseline else list(corpus.records(0, docs))
+    runs = [("with_sketch", sketcher)] if skip_baseline else [
+        ("without_sketch", None), ("with_sketch", sketcher), ("presketched", None)]
+    indices = {}
+    presketched: list[Any] = []
+    for name, sk in runs:
+        index = f"bench-{name.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+        ensure_index(es, index, shards=1, settings={"number_of_replicas": 0})
+        cpu = es_cpu_seconds(es)
+        if name == "presketched":  # the sketch fields without the client's sketching: Elasticsearch's share
+            stats = index_presketched(es, index, records, presketched, threads)
+        else:
+            stats = index_records(es, index, records, sk, threads=threads, chunk_size=500, create_index=False)
+        assert stats.errors == 0, stats.error_samples
+        out[f"{name}_docs_per_s"] = stats.indexed / stats.seconds
+        out[f"{name}_seconds"] = stats.seconds
+        out[f"{name}_es_cpu_ms_per_doc"] = (es_cpu_seconds(es) - cpu) * 1000 / docs
+        indices[name] = index
+        print(f"  indexing {name}: {stats.summary()}; Elasticsearch CPU "
+              f"{out[f'{name}_es_cpu_ms_per_doc']:.2f} ms/doc", flush=True)
+        if name == "with_sketch" and not skip_baseline:
+            presketched = sketcher.sketch_many([r["text"] for r in records])
+    if not skip_baseline:
+        out["ratio"] = out["with_sketch_docs_per_s"] / out["without_sketch_docs_per_s"]
+        out["ratio_presketched"] = out["presketched_docs_per_s"] / out["without_sketch_docs_per_s"]
+        out["target_ratio"] = 0.7
+        for name in ("without_sketch", "presketched"):
+            es.indices.delete(index=indices[name])
+    out["index"] = indices["with_sketch"]
+    size = es.indices.stats(index=indices["with_sketch"], metric="store")["_all"]["primaries"]["store"]
+    out["store_bytes"] = size["size_in_bytes"]
+    return out
+
+
+def es_cpu_seconds(es: Any) -> float:
+    """CPU seconds the Elasticsearch process has used (from node stats), to see its share of a run."""
+    nodes = es.nodes.stats(metric="process")["nodes"]
+    return sum(n["process"]["cpu"]["total_in_millis"] for n in nodes.values()) / 1000
+
+
+def index_presketched(es: Any, index: str, records: list[dict[str, Any]], sketches: list[Any], threads: int) -> Any:
+    from elasticsearch import helpers
+
+    from es_integration.indexing import IndexStats
+    from es_integration.mapping import KEPT, sketch_fields
+
+    stats = IndexStats()
+    started = time.perf_counter()
+    actions = (
+        {"_index": index, "_id": r["id"],
+         "_source": {**r, "neardup": sketch_fields(s, seq=i, group=r["id"], status=KEPT)}}
+        for i, (r, s) in enumerate(zip(records, sketches, strict=True))
+    )
+    for ok, info in helpers.parallel_bulk(es, actions, thread_count=threads, chunk_size=500, raise_on_error=False):
+        stats._record(ok, info)
+    es.indices.refresh(index=index)
+    stats.seconds = time.perf_counter() - started
+    return stats
+
+
+def bench_queries(es: Any, index: str, corpus: Corpus, n_docs: int, queries: int) -> dict[str, Any]:
+    sketcher = Sketcher(num_perm=K)
+    rng = np.random.default_rng(99)
+    texts = []
+    for q in range(queries + 200):
+        kind = q % 3
+        if kind == 0:  # an indexed page
+            texts.append(corpus.record(int(rng.integers(0, n_docs)))["text"])
+        elif kind == 1:  # a new near-duplicate of an indexed page
+            words = corpus.record(int(rng.integers(0, n_docs)))["text"].split()
+            words[int(rng.integers(0, len(words)))] = "edited"
+            texts.append(" ".join(words))
+        else:  # a new page
+            texts.append(corpus.record(n_docs + 10_000_000 + q)["text"])
+    sketches = sketcher.sketch_many(texts)
+    latencies, took, hits = [], [], 0
+    for q, sketch in enumerate(sketches):
+        body = candidate_search(sketch, T, size=100)
+        started = time.perf_counter()
+        response = es.search(index=index, **body)
+        elapsed = (time.perf_counter() - started) * 1000
+        if q >= 200:  # after warm-up
+            latencies.append(elapsed)
+            took.append(float(response["took"]))
+            hits += len(parse_candidates(response.body, sketch)) > 0
+    return {
+        "docs_indexed": n_docs,
+        "queries": len(latencies),
+        "queries_with_candidates": hits,
+        "p50_ms": percentile(latencies, 50),
+        "p90_ms": percentile(latencies, 90),
+        "p99_ms": percentile(latencies, 99),
+        "max_ms": max(latencies),
+        "server_took_p50_ms": percentile(took, 50),
+        "server_took_p99_ms": percentile(took, 99),
+        "target_p99_ms": 20,
+    }
+
+
+def bench_groups(es: Any, index: str) -> dict[str, Any]:
+    sketcher = Sketcher(num_perm=K)
+    report = find_groups(es, index, sketcher.tag, T)
+    started = time.perf_counter()
+    written = assign_groups(es, index, report)
+    assign_s = time.perf_counter() - started
+    return {
+        "docs": report.documents,
+        "seconds": report.seconds,
+        "docs_per_s": report.documents / report.seconds,
+        "groups": len(report.groups),
+        "duplicates": report.duplicates,
+        "candidate_queries": report.queries,
+        "assign_seconds": assign_s,
+        "assigned_docs": written,
+    }
+
+
+def bench_backend(url: str, corpus: Corpus, pages: int) -> dict[str, Any]:
+    sketcher = Sketcher(num_perm=K)
+    texts = [corpus.record(20_000_000 + i)["text"] for i in range(pages)]
+    # Half of the checks are near-duplicates of earlier ones (new pages re-use the corpus' 20% rate too).
+    rng = np.random.default_rng(5)
+    for i in range(1, pages, 2):
+        words = texts[int(rng.integers(0, i))].split()
+        words[int(rng.integers(0, len(words)))] = "edited"
+        texts[i] = " ".join(words)
+    sketches = sketcher.sketch_many(texts)
+    index = f"bench-backend-{uuid.uuid4().hex[:6]}"
+
+    async def run() -> tuple[list[float], list[float]]:
+        backend = ElasticsearchBackend(url=url, index=index, num_perm=K, min_shared=T, tag=sketcher.tag)
+        await backend.open()
+        kept, dups = [], []
+        try:
+            for i, sketch in enumerate(sketches):
+                started = time.perf_counter()
+                match = await backend.check_and_add(f"https://example.org/{i}", sketch)
+                (kept if match is None else dups).append((time.perf_counter() - started) * 1000)
+        finally:
+            await backend.close()
+        return kept, dups
+
+    kept, dups = asyncio.run(run())
+    return {
+        "pages": pages,
+        "kept": len(kept),
+        "duplicates": len(dups),
+        "kept_ms_p50": percentile(kept, 50),
+        "kept_ms_p99": percentile(kept, 99),
+        "duplicate_ms_p50": percentile(dups, 50),
+        "duplicate_ms_p99": percentile(dups, 99),
+        "pages_per_s": pages / ((sum(kept) + sum(dups)) / 1000),
+        "index": index,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=100_000, help="documents to index (default: 100000)")
+    parser.add_argument("--quick", action="store_true", help="10k documents, fewer queries (a smoke run)")
+    parser.add_argument("--heap", default=None, help="node heap (default: 1g, or 2g above 200k documents)")
+    parser.add_argument("--threads", type=int, default=2, help="bulk threads (default: 2)")
+    parser.add_argument("--queries", type=int, default=2000, help="timed candidate queries (default: 2000)")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: baseline, groups, backend")
+    parser.add_argument("--words", default="300-900", help="words per page, MIN-MAX (default: 300-900)")
+    args = parser.parse_args(argv)
+    docs = 10_000 if args.quick else args.docs
+    queries = 300 if args.quick else args.queries
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    heap = args.heap or ("2g" if docs > 200_000 else "1g")
+
+    started = time.perf_counter()
+    load_start = os.getloadavg()
+    node, source = start_cluster(heap)
+    es = node.client(request_timeout=300)
+    try:
+        info = es.info()
+        print(f"Elasticsearch {info['version']['number']} at {node.url} ({source}, heap {heap}); {docs} documents",
+              flush=True)
+        low, _, high = args.words.partition("-")
+        corpus = Corpus(words=(int(low), int(high or low)))
+        result: dict[str, Any] = {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_start": load_start},
+            "elasticsearch": {"version": info["version"]["number"], "heap": heap, "cluster": source},
+            "k": K,
+            "t": T,
+            "docs": docs,
+            "words_per_page": args.words,
+        }
+        result["indexing"] = idx = bench_indexing(es, corpus, docs, args.threads, "baseline" in skip)
+        if "ratio" in idx:
+            print(f"indexing: {idx['without_sketch_docs_per_s']:.0f} docs/s without sketches, "
+                  f"{idx['with_sketch_docs_per_s']:.0f} with; ratio {idx['ratio']:.2f} (target >= 0.7); "
+                  f"sketches computed beforehand: ratio {idx['ratio_presketched']:.2f}", flush=True)
+        es.options(request_timeout=3600).indices.forcemerge(index=idx["index"], max_num_segments=1)
+        result["candidate_query"] = q = bench_queries(es, idx["index"], corpus, docs, queries)
+        print(f"candidate query at {docs} docs: p50 {q['p50_ms']:.1f} ms, p99 {q['p99_ms']:.1f} ms "
+              f"(server took p50 {q['server_took_p50_ms']:.0f} ms, p99 {q['server_took_p99_ms']:.0f} ms)", flush=True)
+        if "groups" not in skip:
+            result["groups"] = g = bench_groups(es, idx["index"])
+            print(f"groups: {g['docs']} docs in {g['seconds']:.1f}s = {g['docs_per_s']:.0f} docs/s; "
+                  f"{g['groups']} groups, {g['duplicates']} duplicates; assign {g['assign_seconds']:.1f}s", flush=True)
+        if "backend" not in skip:
+            result["backend"] = b = bench_backend(node.url, corpus, 400 if args.quick else 2000)
+            print(f"backend: kept p50 {b['kept_ms_p50']:.1f} ms / p99 {b['kept_ms_p99']:.1f} ms, duplicate p50 "
+                  f"{b['duplicate_ms_p50']:.1f} ms / p99 {b['duplicate_ms_p99']:.1f} ms; {b['pages_per_s']:.0f} "
+                  "pages/s sequential", flush=True)
+            es.indices.delete(index=b["index"])
+        es.indices.delete(index=idx["index"])
+        result["machine"]["load_avg_end"] = os.getloadavg()
+        result["total_seconds"] = time.perf_counter() - started
+    finally:
+        es.close()
+        node.stop()
+    save(result, ("quick" if args.quick else str(docs)) + ("" if args.words == "300-900" else f"-words{args.words}"))
+    print(f"done in {result['total_seconds']:.0f}s; results in {RESULTS}")
+    return 0
+
+
+def save(result: dict[str, Any], key: str) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {}
+    if RESULTS.exists():
+        try:
+            data = json.loads(RESULTS.read_text())
+        except ValueError:
+            data = {}
+    runs = data.setdefault("runs", {})
+    runs[key] = result
+    data["summary"] = {
+        k: {
+            "indexing_ratio": r.get("indexing", {}).get("ratio"),
+            "query_p50_ms": r.get("candidate_query", {}).get("p50_ms"),
+            "query_p99_ms": r.get("candidate_query", {}).get("p99_ms"),
+            "groups_docs_per_s": r.get("groups", {}).get("docs_per_s"),
+        }
+        for k, r in runs.items()
+    }
+    RESULTS.write_text(json.dumps(data, indent=2, default=float) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
