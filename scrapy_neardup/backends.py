@@ -67,7 +67,7 @@ from typing import IO, Protocol, runtime_checkable
 
 import numpy as np
 
-from .index import Match, SketchIndex, StateError
+from .index import Match, SketchIndex, StateError, fsync_directory
 from .sketch import Sketch
 
 try:  # POSIX only; elsewhere the state directory is not locked.
@@ -460,7 +460,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_directory(path.parent)
 
 
 def _zero_tail(data: mmap.mmap) -> int:
@@ -474,19 +474,6 @@ def _zero_tail(data: mmap.mmap) -> int:
             return start + len(piece)
         end = start
     return 0
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse to fsync a directory
-        pass
-    finally:
-        os.close(fd)
 
 
 __all__ = ["JOURNAL_FILE", "STATE_FILE", "Backend", "EmbeddedBackend", "StateError"]

@@ -37,8 +37,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if hasattr(args, "handler"):
             return int(args.handler(args, parser) or 0)
-        if hasattr(args, "func"):  # the `es` commands (es_integration.cli)
-            return int(args.func(args) or 0)
         parser.print_help(sys.stderr)
         return 2
     except CommandError as exc:

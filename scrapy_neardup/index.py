@@ -538,7 +538,7 @@ class SketchIndex:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, path)
-            _fsync_dir(path.parent)
+            fsync_directory(path.parent)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -707,12 +707,15 @@ def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or file creation in ``directory`` durable (best effort: some filesystems refuse)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
