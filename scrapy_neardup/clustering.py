@@ -12,7 +12,7 @@ with each other, linked through a third; that is Broder's definition, and what s
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -91,11 +91,3 @@ def broder_clusters(signatures: np.ndarray, min_shared: int) -> list[list[int]]:
     return sorted(sorted(group) for group in uf.groups() if len(group) > 1)
 
 
-def clusters_from_pairs(pairs: Iterable[tuple[T, T]], items: Sequence[T] = ()) -> list[list[T]]:
-    """Connected components of the graph with the given edges (``items`` adds isolated nodes first)."""
-    uf: UnionFind[T] = UnionFind()
-    for item in items:
-        uf.find(item)
-    for a, b in pairs:
-        uf.union(a, b)
-    return uf.groups()

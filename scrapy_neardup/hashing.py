@@ -59,13 +59,6 @@ def fmix64_int(x: int) -> int:
     return x ^ (x >> 33)
 
 
-def inverse_mod_2_64(odd: int) -> int:
-    """The multiplicative inverse of an odd number modulo 2**64 (it exists exactly for odd numbers)."""
-    if not odd & 1:
-        raise ValueError("only odd numbers are invertible modulo 2**64")
-    return pow(odd, -1, 1 << 64)
-
-
 def power_table(base: int, length: int) -> np.ndarray:
     """``[base**0, base**1, ..., base**(length-1)]`` modulo 2**64 as uint64."""
     if length <= 0:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import mmh3
 import numpy as np
 
-from .minhash import EMPTY, OnePermutationHasher
+from .minhash import OnePermutationHasher
 from .shingles import SHINGLE_KINDS, ShingleKind, shingle_hashes
 from .text import DEFAULT_MAX_CHARS, clean_text
 
@@ -180,10 +180,6 @@ class Sketcher:
     def jaccard(self, a: Content, b: Content, is_html: bool | None = None) -> float:
         """Exact resemblance ``|A ∩ B| / |A ∪ B|`` of two pages' shingle sets (1.0 when both are empty)."""
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
-
-    def empty_signature(self) -> np.ndarray:
-        """The signature of a text without shingles."""
-        return np.full(self.num_perm, EMPTY, dtype=np.uint32)
 
 
 def fingerprint(normalized_utf8: bytes) -> int:

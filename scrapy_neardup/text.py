@@ -112,15 +112,6 @@ class CleanText:
         return self.utf8.decode("utf-8")
 
 
-def to_str(content: str | bytes | bytearray | memoryview) -> str:
-    """Decode bytes as UTF-8 (invalid sequences become U+FFFD); strings pass through."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, bytes | bytearray | memoryview):
-        return bytes(content).decode("utf-8", errors="replace")
-    raise TypeError(f"expected text or bytes, got {type(content).__name__}")
-
-
 def looks_binary(content: str | bytes | bytearray | memoryview) -> bool:
     """Whether ``content`` is binary data (a PDF, an image, compressed bytes...) rather than text.
 
