@@ -176,45 +176,29 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
 
 
 def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
-    from scrapy_neardup.sketch import DEFAULT_NUM_PERM, DEFAULT_SEED
+    from scrapy_neardup.cli import add_sketch_options
 
-    g = p.add_argument_group("sketch parameters (as when the index was sketched)")
-    g.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
-                   help="signature positions k (default: %(default)s)")
-    g.add_argument("--shingle", choices=("word", "char"), default="word", help="shingle kind (default: word)")
-    g.add_argument("--shingle-size", type=int, default=None, metavar="W",
-                   help="units per shingle (default: 5 words or 9 characters)")
-    g.add_argument("--seed", type=int, default=DEFAULT_SEED, help="hash seed (default: %(default)s)")
-    if threshold:
-        x = g.add_mutually_exclusive_group()
-        x.add_argument("--threshold", type=float, metavar="R",
-                       help="target resemblance, caught with probability >= 0.99 (default: 0.9)")
-        x.add_argument("--min-shared", type=int, metavar="T", help="positions that must agree (overrides --threshold)")
+    add_sketch_options(p, with_threshold=threshold, title="sketch parameters (as when the index was sketched)")
 
 
 def _job_sketcher(args: argparse.Namespace) -> Any:
     from es_integration.client import EsError
-    from scrapy_neardup.sketch import Sketcher
+    from scrapy_neardup.cli import sketcher_from_args
 
     try:
-        return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed)
+        return sketcher_from_args(args)
     except ValueError as exc:
         raise EsError(str(exc)) from None
 
 
 def _job_min_shared(args: argparse.Namespace) -> int:
     from es_integration.client import EsError
-    from scrapy_neardup.theory import DEFAULT_THRESHOLD, min_shared_for
+    from scrapy_neardup.cli import min_shared_from_args
 
-    k = args.num_perm
-    if args.min_shared is not None:
-        if not 1 <= args.min_shared <= k:
-            raise EsError(f"--min-shared must lie in [1, {k}], got {args.min_shared}")
-        return int(args.min_shared)
-    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
-    if not 0 < threshold <= 1:
-        raise EsError(f"--threshold must lie in (0, 1], got {threshold}")
-    return min_shared_for(threshold, k)
+    try:
+        return min_shared_from_args(args, args.num_perm)
+    except ValueError as exc:
+        raise EsError(str(exc)) from None
 
 
 def _job_client(args: argparse.Namespace) -> Any:

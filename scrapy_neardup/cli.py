@@ -62,8 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
 # -- shared options ----------------------------------------------------------------------------------------------
 
 
-def _add_sketch_options(parser: argparse.ArgumentParser, *, with_threshold: bool = True) -> None:
-    group = parser.add_argument_group("sketch parameters")
+def add_sketch_options(
+    parser: argparse.ArgumentParser, *, with_threshold: bool = True, title: str = "sketch parameters"
+) -> None:
+    """The sketch options (``--num-perm``, ``--shingle``, ``--shingle-size``, ``--seed``, and optionally
+    ``--threshold`` / ``--min-shared``), shared by every command that sketches."""
+    group = parser.add_argument_group(title)
     group.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
                        help=f"signature positions k (default {DEFAULT_NUM_PERM})")
     group.add_argument("--shingle", choices=("word", "char"), default="word",
@@ -84,29 +88,48 @@ def _add_threshold_options(group: Any) -> None:
                            help="positions that must agree (overrides --threshold)")
 
 
-def _sketcher(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sketcher:
-    _check_num_perm(args.num_perm, parser)
+def sketcher_from_args(args: argparse.Namespace) -> Sketcher:
+    """The :class:`Sketcher` the sketch options ask for; ``ValueError`` naming the option when one is wrong."""
+    check_num_perm(args.num_perm)
     if args.shingle_size is not None and args.shingle_size < 1:
-        parser.error(f"argument --shingle-size: must be >= 1, got {args.shingle_size}")
+        raise ValueError(f"argument --shingle-size: must be >= 1, got {args.shingle_size}")
     if not 0 <= args.seed < 1 << 64:
-        parser.error(f"argument --seed: must be in [0, 2**64), got {args.seed}")
+        raise ValueError(f"argument --seed: must be in [0, 2**64), got {args.seed}")
     return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed)
 
 
-def _check_num_perm(num_perm: int, parser: argparse.ArgumentParser) -> None:
+def check_num_perm(num_perm: int) -> None:
+    """``ValueError`` naming ``--num-perm`` unless ``1 <= k <= MAX_NUM_PERM``."""
     if not 1 <= num_perm <= MAX_NUM_PERM:
-        parser.error(f"argument --num-perm: must be between 1 and {MAX_NUM_PERM}, got {num_perm}")
+        raise ValueError(f"argument --num-perm: must be between 1 and {MAX_NUM_PERM}, got {num_perm}")
 
 
-def _min_shared(args: argparse.Namespace, parser: argparse.ArgumentParser, num_perm: int) -> int:
+def min_shared_from_args(args: argparse.Namespace, num_perm: int) -> int:
+    """``t`` from ``--min-shared``, else from ``--threshold`` (default 0.9); ``ValueError`` naming the option."""
     if args.min_shared is not None:
         if not 1 <= args.min_shared <= num_perm:
-            parser.error(f"argument --min-shared: must be between 1 and --num-perm ({num_perm}), got {args.min_shared}")
+            raise ValueError(
+                f"argument --min-shared: must be between 1 and --num-perm ({num_perm}), got {args.min_shared}"
+            )
         return int(args.min_shared)
     threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
     if not 0 < threshold <= 1:
-        parser.error(f"argument --threshold: must lie in (0, 1], got {threshold}")
+        raise ValueError(f"argument --threshold: must lie in (0, 1], got {threshold}")
     return min_shared_for(threshold, num_perm)
+
+
+def _sketcher(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sketcher:
+    try:
+        return sketcher_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+def _min_shared(args: argparse.Namespace, parser: argparse.ArgumentParser, num_perm: int) -> int:
+    try:
+        return min_shared_from_args(args, num_perm)
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 # -- dedupe ------------------------------------------------------------------------------------------------------
@@ -128,7 +151,7 @@ def _add_dedupe(sub: Any) -> None:
     p.add_argument("--drop", action="store_true", help="write kept records only")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
-    _add_sketch_options(p)
+    add_sketch_options(p)
     p.set_defaults(handler=_run_dedupe)
 
 
@@ -247,7 +270,7 @@ def _add_compare(sub: Any) -> None:
     p.add_argument("a", help="first file")
     p.add_argument("b", help="second file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    _add_sketch_options(p)
+    add_sketch_options(p)
     p.set_defaults(handler=_run_compare)
 
 
@@ -306,7 +329,10 @@ def _add_curve(sub: Any) -> None:
 
 def _run_curve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     k = args.num_perm
-    _check_num_perm(k, parser)
+    try:
+        check_num_perm(k)
+    except ValueError as exc:
+        parser.error(str(exc))
     t = _min_shared(args, parser, k)
     points = curve(k, t)
     if args.json:
