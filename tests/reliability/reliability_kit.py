@@ -28,7 +28,7 @@ if str(SCRAPY_TESTS) not in sys.path:
     sys.path.insert(0, str(SCRAPY_TESTS))
 
 import scrapy  # noqa: E402
-from neardup_testkit import Page, SiteServer  # noqa: E402
+from neardup_testkit import CrawlResult, Page, SiteServer  # noqa: E402
 from scrapy.http import Response, TextResponse  # noqa: E402
 
 #: Seconds a crawl subprocess may take before the test fails.
@@ -183,33 +183,14 @@ class WitnessPipeline:
 
 
 @dataclass
-class CrawlOutcome:
-    """What one crawl did: exit status (``-9`` when killed), its log, the runner's record, the witness."""
+class CrawlOutcome(CrawlResult):
+    """What one crawl did: exit status (``-9`` when killed), its log, the runner's record, the witness.
 
-    returncode: int
-    log: str
-    data: dict[str, Any]
+    The reliability runner records drops flat (``{"url", ...}``) rather than under ``item``.
+    """
+
     witnessed: list[str] = field(default_factory=list)
     seconds: float = 0.0
-
-    @property
-    def scraped(self) -> list[dict[str, Any]]:
-        return self.data.get("scraped", [])
-
-    @property
-    def dropped(self) -> list[dict[str, Any]]:
-        return self.data.get("dropped", [])
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        return self.data.get("stats", {})
-
-    def stat(self, name: str) -> int:
-        return int(self.stats.get(name, 0))
-
-    @property
-    def kept_urls(self) -> list[str]:
-        return [item["url"] for item in self.scraped]
 
     def drops_by_url(self) -> dict[str, dict[str, Any]]:
         return {drop["url"]: drop for drop in self.dropped}
