@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=2000, help="timed candidate queries (default: 2000)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: baseline, groups, backend")
     parser.add_argument("--words", default="300-900", help="words per page, MIN-MAX (default: 300-900)")
+    parser.add_argument("--index", default=None, help="measure an index a --keep run left (skips indexing; "
+                        "needs ES_URL and the same --docs and --words)")
+    parser.add_argument("--keep", action="store_true", help="keep the sketched index (its name is printed)")
     args = parser.parse_args(argv)
     docs = 10_000 if args.quick else args.docs
     queries = 300 if args.quick else args.queries
@@ -293,12 +296,16 @@ def main(argv: list[str] | None = None) -> int:
             "docs": docs,
             "words_per_page": args.words,
         }
-        result["indexing"] = idx = bench_indexing(es, corpus, docs, args.threads, "baseline" in skip)
+        if args.index:
+            idx = {"index": args.index, "reused": True}
+        else:
+            result["indexing"] = idx = bench_indexing(es, corpus, docs, args.threads, "baseline" in skip)
         if "ratio" in idx:
             print(f"indexing: {idx['without_sketch_docs_per_s']:.0f} docs/s without sketches, "
                   f"{idx['with_sketch_docs_per_s']:.0f} with; ratio {idx['ratio']:.2f} (target >= 0.7); "
                   f"sketches computed beforehand: ratio {idx['ratio_presketched']:.2f}", flush=True)
-        es.options(request_timeout=3600).indices.forcemerge(index=idx["index"], max_num_segments=1)
+        if not args.index:
+            es.options(request_timeout=3600).indices.forcemerge(index=idx["index"], max_num_segments=1)
         result["candidate_query"] = q = bench_queries(es, idx["index"], corpus, docs, queries)
         print(f"candidate query at {docs} docs: p50 {q['p50_ms']:.1f} ms, p99 {q['p99_ms']:.1f} ms "
               f"(server took p50 {q['server_took_p50_ms']:.0f} ms, p99 {q['server_took_p99_ms']:.0f} ms)", flush=True)
@@ -312,7 +319,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{b['duplicate_ms_p50']:.1f} ms / p99 {b['duplicate_ms_p99']:.1f} ms; {b['pages_per_s']:.0f} "
                   "pages/s sequential", flush=True)
             es.indices.delete(index=b["index"])
-        es.indices.delete(index=idx["index"])
+        if args.keep or args.index:
+            print(f"kept index {idx['index']}", flush=True)
+        else:
+            es.indices.delete(index=idx["index"])
         result["machine"]["load_avg_end"] = os.getloadavg()
         result["total_seconds"] = time.perf_counter() - started
     finally:
@@ -332,7 +342,8 @@ def save(result: dict[str, Any], key: str) -> None:
         except ValueError:
             data = {}
     runs = data.setdefault("runs", {})
-    runs[key] = result
+    # A run on a reused index (--index) updates the figures it measured and keeps the indexing ones.
+    runs[key] = {**runs.get(key, {}), **result}
     data["summary"] = {
         k: {
             "indexing_ratio": r.get("indexing", {}).get("ratio"),

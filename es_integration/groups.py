@@ -1,14 +1,17 @@
-"""Near-duplicate groups across an index: Broder's clustering, with Elasticsearch finding the pairs.
+"""Near-duplicate groups across an index: Broder's clustering of the sketches stored in it.
 
-1. Sweep the sketched documents with a point in time (``search_after``), reading their position tokens.
-2. For each document, one t-of-k candidate query (:func:`es_integration.candidates.candidate_query`, in filter
-   context, ids only), batched with ``msearch`` against the same point in time. Every hit is a pair sharing
-   ``>= t`` positions, exactly the pairs Broder's step 3 keeps: the query is exact (no LSH misses), so the
-   groups equal :func:`scrapy_neardup.clustering.broder_clusters` on the same signatures. Documents with an
-   identical signature (exact duplicates) are joined directly and only one of them is queried.
-3. Union-find over the pairs (:class:`scrapy_neardup.clustering.UnionFind`); components of two or more
-   documents are the groups. Near-duplication is not transitive: a group may hold two pages that share fewer
-   than t positions, linked through a third (Broder's definition, and what a search engine collapses).
+1. Sweep the sketched documents with a point in time (``search_after``), reading their position tokens,
+   which hold each signature's 16-bit stored values (:func:`es_integration.mapping.signatures_from_token_lists`).
+2. Find every pair sharing ``>= t`` of the ``k`` positions with :class:`scrapy_neardup.clustering.GroupBuilder`:
+   each document looks up the earlier ones in an in-memory :class:`~scrapy_neardup.index.SketchIndex` (exact
+   t-of-k retrieval by pigeonhole bands, on the same 16-bit values that a ``minimum_should_match`` query on
+   the tokens counts), then joins it. The pairs are exactly those the t-of-k query
+   (:func:`es_integration.candidates.candidate_query`) would return for each document, so the groups equal
+   :func:`scrapy_neardup.clustering.broder_clusters` on the stored signatures. Documents with an identical
+   stored signature are joined directly and only the first is looked up.
+3. Union-find over the pairs; components of two or more documents are the groups. Near-duplication is not
+   transitive: a group may hold two pages that share fewer than t positions, linked through a third
+   (Broder's definition, and what a search engine collapses).
 4. A representative per group by a keep-best rule (:class:`KeepRule`): first indexed (smallest
    ``neardup.seq``, the default), shortest URL, or highest value of a numeric field; ties go to the earlier
    indexed page, then the smaller ``_id``. The group id is the representative's ``_id``.
@@ -16,29 +19,31 @@
    and pages in no group, ``duplicate`` otherwise) and ``neardup.duplicate_of`` with bulk partial updates, only
    on the documents whose values change.
 
-Cost: one candidate query per distinct signature; a query touches only the k posting lists of its tokens.
-A page with more than ``max_neighbours`` near-duplicates is queried again with 10,000 (the default result
-window); beyond that its extra pairs are dropped, which can only split a group if none of its members reaches
-the dropped pages through their own queries (reported as ``truncated``).
+Why pairs are found client-side rather than with one candidate query per document: the sweep reads every
+signature anyway, and the in-memory index answers in tens of microseconds where a query costs milliseconds of
+the cluster's time (measured at 100k documents: about 40 times faster end to end; see benchmarks/README.md).
+Memory: about 600 bytes per sketched document for the index, plus the swept fields kept per document.
+A document with more than ``max_neighbours`` near-duplicates links to the ones sharing most positions only
+(reported as ``truncated``); that can split a group only if no other member reaches the rest.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
-from scrapy_neardup.clustering import UnionFind
+from scrapy_neardup.clustering import DEFAULT_MAX_LINKS, GroupBuilder
+from scrapy_neardup.sketch import Sketch
 
 from .indexing import get_field
 from .mapping import (
     DUPLICATE,
     F_DUPLICATE_OF,
+    F_FINGERPRINT,
     F_GROUP,
     F_POSITIONS,
     F_SEQ,
@@ -46,9 +51,10 @@ from .mapping import (
     F_TAG,
     KEPT,
     ROOT,
+    signatures_from_token_lists,
 )
 from .names import validate_field_name, validate_index_name
-from .sweep import PointInTime, point_in_time, sweep
+from .sweep import point_in_time, sweep
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -57,8 +63,6 @@ __all__ = ["DocInfo", "Group", "GroupReport", "KeepRule", "assign_groups", "find
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_NEIGHBOURS = 1000
-_WIDE = 10_000
 Progress = Callable[[int], Any]
 
 
@@ -127,10 +131,11 @@ class GroupReport:
         groups: groups of two or more documents, in indexing order of their representatives.
         docs: information on every swept document (by ``_id``), for :func:`assign_groups`.
         documents: sketched documents swept.
-        queries: candidate queries run (one per distinct signature).
-        pairs: links found: candidate-query hits (a pair is usually found from both sides) plus joins of
-            identical signatures.
-        truncated: documents with more near-duplicates than the widest query returns.
+        queries: documents looked up in the in-memory index (one per distinct stored signature).
+        pairs: links found: each pair sharing ``>= t`` positions once (from its later document), plus joins
+            of identical signatures.
+        truncated: documents with more than ``max_neighbours`` earlier near-duplicates.
+        malformed: documents whose position tokens cannot be read (left out of the groups, logged).
         seconds: wall time.
     """
 
@@ -140,6 +145,7 @@ class GroupReport:
     queries: int = 0
     pairs: int = 0
     truncated: int = 0
+    malformed: int = 0
     seconds: float = 0.0
 
     @property
@@ -151,9 +157,10 @@ class GroupReport:
         rate = self.documents / self.seconds if self.seconds > 0 else 0.0
         text = (
             f"{self.documents} documents, {len(self.groups)} groups, {self.duplicates} duplicates, "
-            f"{self.queries} candidate queries, {self.seconds:.1f}s ({rate:.0f} docs/s)"
+            f"{self.pairs} pairs, {self.seconds:.1f}s ({rate:.0f} docs/s)"
         )
-        return text + (f", {self.truncated} truncated" if self.truncated else "")
+        text += f", {self.truncated} truncated" if self.truncated else ""
+        return text + (f", {self.malformed} malformed" if self.malformed else "")
 
 
 def find_groups(
@@ -163,60 +170,86 @@ def find_groups(
     min_shared: int,
     *,
     keep: KeepRule | None = None,
-    batch_size: int = 250,
     page_size: int = 1000,
-    max_neighbours: int = DEFAULT_MAX_NEIGHBOURS,
+    max_neighbours: int = DEFAULT_MAX_LINKS,
     progress: Progress | None = None,
     total: Callable[[int], Any] | None = None,
 ) -> GroupReport:
     """Broder's clustering of the documents of ``index`` sketched with ``tag`` (see the module doc).
 
     Args:
-        tag: the sketch parameter tag (``Sketcher.tag``); documents with other tags are ignored.
-        min_shared: ``t``: documents sharing ``>= t`` of their ``k`` positions are linked.
+        tag: the sketch parameter tag (``Sketcher.tag``); documents with other tags are ignored. It names
+            ``k`` (``"mh2-k128-..."``).
+        min_shared: ``t``: documents sharing ``>= t`` of their ``k`` positions are linked; a pair of pages at
+            resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``.
         keep: the representative rule (default: first indexed).
-        batch_size: candidate queries per ``msearch`` request.
         page_size: documents per sweep request.
-        max_neighbours: hits per candidate query before it is widened.
+        max_neighbours: links per document at most (the ones sharing most positions).
         progress: called with the number of documents done since the last call.
         total: called once with the number of documents to sweep.
     """
     validate_index_name(index)
     keep = keep or KeepRule()
+    num_perm = num_perm_of(tag)
     started = time.perf_counter()
     report = GroupReport()
-    uf: UnionFind[str] = UnionFind()
+    builder = GroupBuilder(num_perm, min_shared, tag, max_links=max_neighbours)
     query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}]}}
     if total is not None:
         total(int(client.count(index=index, query=query)["count"]))
-    fields = [F_POSITIONS, F_SEQ, F_GROUP, F_STATUS, F_DUPLICATE_OF]
+    fields = [F_POSITIONS, F_FINGERPRINT, F_SEQ, F_GROUP, F_STATUS, F_DUPLICATE_OF]
     if keep.field:
         fields.append(keep.field)
-    first_with: dict[bytes, str] = {}
     with point_in_time(client, index) as pit:
         for hits in sweep(client, pit, query=query, source=fields, page_size=page_size):
-            todo: list[tuple[str, list[str]]] = []
-            for hit in hits:
-                doc_id, source = hit["_id"], hit.get("_source") or {}
-                report.docs[doc_id] = _doc_info(doc_id, source, keep)
-                tokens = get_field(source, F_POSITIONS) or []
-                digest = hashlib.blake2b("\n".join(tokens).encode(), digest_size=16).digest()
-                twin = first_with.setdefault(digest, doc_id)
-                if twin != doc_id:
-                    uf.union(twin, doc_id)
-                    report.pairs += 1
-                elif len(tokens) >= min_shared:
-                    todo.append((doc_id, tokens))
-            for start in range(0, len(todo), batch_size):
-                chunk = todo[start : start + batch_size]
-                _link_candidates(client, pit, chunk, tag, min_shared, max_neighbours, uf, report)
+            _add_page(hits, builder, report, keep, tag)
             report.documents += len(hits)
             if progress is not None:
                 progress(len(hits))
-    report.groups = _make_groups(uf, report.docs)
+    report.queries, report.pairs, report.truncated = builder.queried, builder.links, builder.truncated
+    report.groups = _make_groups(builder.groups(), report.docs)
     report.seconds = time.perf_counter() - started
+    if report.malformed:
+        logger.warning("%d documents of %s have malformed position tokens and were left out of the groups",
+                       report.malformed, index)
     logger.info("groups in %s: %s", index, report.summary())
     return report
+
+
+def num_perm_of(tag: str) -> int:
+    """``k`` from a sketch parameter tag such as ``"mh2-k128-word5-s1"``."""
+    for part in tag.split("-"):
+        if part[:1] == "k" and part[1:].isdigit():
+            return int(part[1:])
+    raise ValueError(f"not a sketch parameter tag (no k<number> part): {tag!r}")
+
+
+def _add_page(hits: list[dict[str, Any]], builder: GroupBuilder, report: GroupReport, keep: KeepRule, tag: str) -> None:
+    """Record one sweep page's documents and feed their stored signatures to ``builder``."""
+    sources = [hit.get("_source") or {} for hit in hits]
+    token_lists = [get_field(source, F_POSITIONS) or [] for source in sources]
+    signatures, valid = signatures_from_token_lists(token_lists, builder.index.num_perm)
+    for i, (hit, source) in enumerate(zip(hits, sources, strict=True)):
+        doc_id = hit["_id"]
+        report.docs[doc_id] = _doc_info(doc_id, source, keep)
+        if not valid[i]:
+            report.malformed += 1
+            continue
+        sketch = Sketch(signature=signatures[i], fingerprint=_fingerprint(source), tag=tag,
+                        num_shingles=_STORED)
+        builder.add(doc_id, sketch)
+
+
+# A stored sketch keeps no shingle count; any positive count marks it as not empty (it has positions).
+_STORED = 1
+
+
+def _fingerprint(source: dict[str, Any]) -> int:
+    value = get_field(source, F_FINGERPRINT)
+    try:
+        return int(value, 16) if isinstance(value, str) else 0
+    except ValueError:
+        return 0
 
 
 def _doc_info(doc_id: str, source: dict[str, Any], keep: KeepRule) -> DocInfo:
@@ -230,80 +263,9 @@ def _doc_info(doc_id: str, source: dict[str, Any], keep: KeepRule) -> DocInfo:
     )
 
 
-def _link_candidates(
-    client: Elasticsearch,
-    pit: PointInTime,
-    chunk: list[tuple[str, list[str]]],
-    tag: str,
-    min_shared: int,
-    size: int,
-    uf: UnionFind[str],
-    report: GroupReport,
-) -> None:
-    """Run one msearch of candidate queries and union every pair; widen queries that hit ``size``."""
-    wide: list[tuple[str, list[str]]] = []
-    for (doc_id, tokens), hits in zip(chunk, _msearch(client, pit, chunk, tag, min_shared, size), strict=True):
-        report.queries += 1
-        for other in hits:
-            if other != doc_id:
-                uf.union(doc_id, other)
-                report.pairs += 1
-        if len(hits) >= size:
-            wide.append((doc_id, tokens))
-    if wide and size < _WIDE:
-        for (doc_id, _), hits in zip(wide, _msearch(client, pit, wide, tag, min_shared, _WIDE), strict=True):
-            for other in hits:
-                if other != doc_id:
-                    uf.union(doc_id, other)
-            if len(hits) >= _WIDE:
-                report.truncated += 1
-                logger.warning("%s has more than %d near-duplicates; extra pairs ignored", doc_id, _WIDE)
-    elif wide:
-        report.truncated += len(wide)
-
-
-def _msearch(
-    client: Elasticsearch, pit: PointInTime, chunk: list[tuple[str, list[str]]], tag: str, min_shared: int,
-    size: int,
-) -> Iterator[list[str]]:
-    """The ids of each query's hits, in order (raises on a failed query).
-
-    The bodies are :func:`~es_integration.candidates.candidate_query` in filter context, encoded by string
-    joins (tokens are ``[0-9a-f_]``, JSON-safe): building and encoding 128 clause dicts per query would cost
-    the client more CPU than Elasticsearch spends answering it.
-    """
-    from elasticsearch import ApiError
-
-    head = json.dumps(
-        {"size": size, "_source": False, "track_total_hits": False, "pit": pit.body()}, separators=(",", ":")
-    )[:-1]
-    tag_filter = json.dumps({"term": {F_TAG: tag}}, separators=(",", ":"))
-    term = '{"term":{"' + F_POSITIONS + '":"'
-    lines: list[str] = []
-    for _, tokens in chunk:
-        should = term + ('"}},' + term).join(tokens) + '"}}'
-        lines.append("{}")
-        lines.append(
-            f'{head},"query":{{"bool":{{"filter":[{tag_filter},{{"bool":{{"should":[{should}],'
-            f'"minimum_should_match":{int(min_shared)}}}}}]}}}}}}'
-        )
-    response = client.msearch(searches=cast(Any, lines))
-    for item in response["responses"]:
-        if "error" in item:
-            error = item["error"]
-            raise ApiError(
-                message=str(error.get("reason", error)) if isinstance(error, dict) else str(error),
-                meta=response.meta,
-                body={"error": error},
-            )
-        yield [hit["_id"] for hit in item["hits"]["hits"]]
-
-
-def _make_groups(uf: UnionFind[str], docs: dict[str, DocInfo]) -> list[Group]:
+def _make_groups(clusters: list[list[str]], docs: dict[str, DocInfo]) -> list[Group]:
     groups = []
-    for members in uf.groups():
-        if len(members) < 2:
-            continue
+    for members in clusters:
         ordered = sorted(members, key=lambda m: (docs[m].seq, m))
         representative = min(ordered, key=lambda m: (docs[m].rank, docs[m].seq, m))
         rest = [m for m in ordered if m != representative]

@@ -19,8 +19,11 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
     neardup.group         keyword     near-duplicate group id (the group's representative's _id; a page in no
                                       group is its own group). Single-valued with doc values: usable by
                                       ``collapse`` and aggregations.
-    neardup.status        keyword     "kept" (group representative or alone), "duplicate", or "pending"
-                                      (written by the crawler backend, decision not made yet).
+    neardup.status        keyword     "kept" (group representative or alone), "duplicate", "pending"
+                                      (written by the crawler backend, decision not made yet), or
+                                      "unchecked" (the crawler backend could not check the page, which its
+                                      crawl passed through; written later so that group discovery sees it,
+                                      never a candidate of the crawler's checks).
     neardup.duplicate_of  keyword     _id (search index) or key (backend) of the kept page it duplicates.
     neardup.shared        integer     positions shared with ``duplicate_of``.
     neardup.key           keyword     the backend's page key (URL); the _id of a search document is its key.
@@ -72,6 +75,7 @@ __all__ = [
     "position_tokens",
     "put_template",
     "signature_from_tokens",
+    "signatures_from_token_lists",
     "sketch_fields",
     "sketch_properties",
     "stored_values",
@@ -91,7 +95,7 @@ F_DUPLICATE_OF = f"{ROOT}.duplicate_of"
 F_SHARED = f"{ROOT}.shared"
 F_KEY = f"{ROOT}.key"
 
-KEPT, DUPLICATE, PENDING = "kept", "duplicate", "pending"
+KEPT, DUPLICATE, PENDING, UNCHECKED = "kept", "duplicate", "pending", "unchecked"
 
 COMPONENT_TEMPLATE = "neardup-sketch-fields"
 INDEX_TEMPLATE = "neardup"
@@ -200,7 +204,8 @@ def signature_from_tokens(tokens: Sequence[str], num_perm: int) -> np.ndarray:
     of :func:`position_tokens` up to those bits; compare it with :func:`stored_values` of a sketch).
 
     Raises:
-        ValueError: a malformed token, a position outside ``[0, k)``, or a position missing or repeated.
+        ValueError: a malformed token, a position outside ``[0, k)``, a position missing or repeated, or a
+            value of more than 16 bits.
     """
     if not 0 < num_perm <= _MAX_POSITIONS:
         raise ValueError(f"num_perm must lie in [1, {_MAX_POSITIONS}], got {num_perm}")
@@ -213,11 +218,92 @@ def signature_from_tokens(tokens: Sequence[str], num_perm: int) -> np.ndarray:
         i = int(position)
         if not 0 <= i < num_perm or seen[i]:
             raise ValueError(f"position {i} out of range or repeated in a signature of {num_perm} positions")
-        signature[i] = int(value, 16)
+        stored = int(value, 16)
+        if stored > _VALUE_MASK:
+            raise ValueError(f"value of position token {token!r} has more than {VALUE_BITS} bits")
+        signature[i] = stored
         seen[i] = True
     if not seen.all():
         raise ValueError(f"signature has {int(seen.sum())} of {num_perm} positions")
     return signature
+
+
+def signatures_from_token_lists(token_lists: Sequence[Sequence[str]], num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    """Many stored signatures back from their tokens at once (what :func:`signature_from_tokens` does for one).
+
+    A sweep of a million documents reads 128 million tokens; parsing them one by one in Python would take a
+    minute, so the tokens of all documents are joined into one byte string and their decimal positions and
+    hex values are read with array arithmetic (digit times its power of 10 or 16, summed per token).
+
+    Returns:
+        ``(signatures, valid)``: ``uint32[n, k]`` (rows of invalid lists are zero) and ``bool[n]``; a list is
+        invalid when it does not hold exactly one well-formed token ``"i_v"`` for each position ``i < k``
+        with ``v < 2**16``.
+    """
+    n = len(token_lists)
+    signatures = np.zeros((n, num_perm), dtype=np.uint32)
+    valid = np.fromiter((len(tokens) == num_perm for tokens in token_lists), dtype=bool, count=n)
+    rows = np.flatnonzero(valid)
+    if rows.size == 0:
+        return signatures, valid
+    try:
+        blob = "_".join(token for i in rows.tolist() for token in token_lists[i]).encode("ascii")
+    except (UnicodeEncodeError, TypeError):
+        return _parse_one_by_one(token_lists, num_perm, signatures, valid)
+    parsed = _parse_fields(np.frombuffer(blob, dtype=np.uint8), 2 * rows.size * num_perm)
+    if parsed is None:
+        return _parse_one_by_one(token_lists, num_perm, signatures, valid)
+    positions = parsed[0::2].reshape(rows.size, num_perm)
+    values = parsed[1::2].reshape(rows.size, num_perm)
+    good = (positions < num_perm).all(axis=1) & (values <= _VALUE_MASK).all(axis=1)
+    # Each position exactly once: the positions of a row, sorted, are 0 .. k-1.
+    good &= (np.sort(np.where(positions < num_perm, positions, 0), axis=1) == np.arange(num_perm)).all(axis=1)
+    take = rows[good]
+    signatures[take[:, None], positions[good]] = values[good]
+    valid[rows[~good]] = False
+    return signatures, valid
+
+
+# Value of each ASCII digit in hex ("0"-"9", "a"-"f"); 255 for any other byte.
+_DIGIT = np.full(256, 255, dtype=np.int64)
+_DIGIT[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
+_UNDERSCORE = ord("_")
+_MAX_FIELD_DIGITS = 5
+# Weight of a digit by field parity (0: decimal position, 1: hex value) and digits after it.
+_WEIGHTS = np.array([[10**e for e in range(_MAX_FIELD_DIGITS)], [16**e for e in range(_MAX_FIELD_DIGITS)]])
+
+
+def _parse_fields(data: np.ndarray, fields: int) -> np.ndarray | None:
+    """The ``fields`` numbers of ``"p_v_p_v..."`` (``p`` decimal, ``v`` hex), or ``None`` if malformed."""
+    seps = np.flatnonzero(data == _UNDERSCORE)
+    if seps.size != fields - 1:
+        return None
+    starts = np.concatenate(([0], seps + 1))
+    ends = np.concatenate((seps, [data.size]))
+    lengths = ends - starts
+    if lengths.min() < 1 or lengths.max() > _MAX_FIELD_DIGITS:
+        return None
+    field_of = np.repeat(np.arange(fields), lengths)
+    chars = np.delete(data, seps)
+    digits = _DIGIT[chars]
+    parity = field_of & 1  # even fields are positions
+    if (digits == 255).any() or (digits[parity == 0] > 9).any():
+        return None
+    power = np.repeat(ends, lengths) - (np.arange(chars.size) + field_of) - 1  # digits after this one
+    weight = _WEIGHTS[parity, power]
+    return np.bincount(field_of, weights=digits * weight, minlength=fields).astype(np.int64)
+
+
+def _parse_one_by_one(
+    token_lists: Sequence[Sequence[str]], num_perm: int, signatures: np.ndarray, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The slow path, for a page of hits holding a malformed token: each list on its own."""
+    for i in np.flatnonzero(valid).tolist():
+        try:
+            signatures[i] = signature_from_tokens(token_lists[i], num_perm)
+        except (ValueError, TypeError, AttributeError):
+            valid[i] = False
+    return signatures, valid
 
 
 def stored_values(signature: np.ndarray) -> np.ndarray:

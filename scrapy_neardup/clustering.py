@@ -8,16 +8,28 @@
 
 Near-duplication is not transitive, so a cluster may hold two members that share fewer than t positions
 with each other, linked through a third; that is Broder's definition, and what search engines collapse.
+
+:func:`broder_clusters` follows these steps literally (the reference, quadratic in bucket sizes).
+:class:`GroupBuilder` finds the same pairs at scale: each page asks a :class:`~scrapy_neardup.index.SketchIndex`
+(exact t-of-k retrieval by pigeonhole bands) for the earlier pages it shares >= t positions with, then joins
+the index itself, so every pair is found once, from its later member.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 import numpy as np
 
+from .index import SketchIndex
+from .sketch import Sketch
+
 T = TypeVar("T", bound=Hashable)
+
+#: Links a page makes to earlier pages at most (the ones sharing most positions) in :class:`GroupBuilder`.
+DEFAULT_MAX_LINKS = 10_000
 
 
 class UnionFind(Generic[T]):
@@ -91,3 +103,60 @@ def broder_clusters(signatures: np.ndarray, min_shared: int) -> list[list[int]]:
     return sorted(sorted(group) for group in uf.groups() if len(group) > 1)
 
 
+
+
+class GroupBuilder:
+    """Broder clusters of pages fed one at a time, with the 16-bit stored values the indexes compare.
+
+    ``add(key, sketch)`` links the page to every earlier page sharing ``>= t`` of the ``k`` positions (the
+    t-of-k rule: flagged with probability ``P[Binomial(k, r) >= t]`` at resemblance ``r``), so
+    :meth:`groups` equals :func:`broder_clusters` over the same signatures. A page whose stored signature
+    equals an earlier page's (an exact duplicate, or a copy differing only outside the sketch) is joined to
+    that page directly: it would find the same pages, so it is neither queried nor indexed, which keeps
+    templates repeated thousands of times linear instead of quadratic.
+
+    Args:
+        num_perm: ``k``.
+        min_shared: ``t``.
+        tag: the sketches' parameter tag (others are refused).
+        max_links: a page links to at most this many earlier pages (the ones sharing most positions); more
+            is counted in :attr:`truncated`. It bounds the cost of huge groups of near-identical pages and
+            can only split a group if none of the pages beyond the limit links to it another way.
+
+    Attributes:
+        pages: pages added. queried: pages looked up in the index (the others had a twin).
+        links: pairs joined (lookups' hits plus twins). truncated: pages that hit ``max_links``.
+    """
+
+    def __init__(self, num_perm: int, min_shared: int, tag: str, *, max_links: int = DEFAULT_MAX_LINKS) -> None:
+        if max_links < 1:
+            raise ValueError(f"max_links must be positive, got {max_links}")
+        self.index = SketchIndex(num_perm, min_shared, tag)
+        self.max_links = max_links
+        self._uf: UnionFind[str] = UnionFind()
+        self._first_with: dict[bytes, str] = {}
+        self.pages = self.queried = self.links = self.truncated = 0
+
+    def add(self, key: str, sketch: Sketch) -> None:
+        """Link a non-empty page to the earlier pages it near-duplicates (keys must be unique)."""
+        self.pages += 1
+        stored = np.asarray(sketch.signature).astype(np.uint16)
+        digest = hashlib.blake2b(stored.tobytes(), digest_size=16).digest()
+        twin = self._first_with.setdefault(digest, key)
+        if twin != key:
+            self._uf.union(twin, key)
+            self.links += 1
+            return
+        self.queried += 1
+        matches = self.index.query_and_add(key, sketch)
+        if len(matches) > self.max_links:
+            self.truncated += 1
+            matches = matches[: self.max_links]
+        self._uf.find(key)
+        for match in matches:
+            self._uf.union(match.key, key)
+        self.links += len(matches)
+
+    def groups(self) -> list[list[str]]:
+        """Groups of two or more pages, each in order of addition, in order of their first page."""
+        return [members for members in self._uf.groups() if len(members) > 1]

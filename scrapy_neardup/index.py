@@ -214,6 +214,23 @@ class SketchIndex:
         self._insert(key, values, keys, band_keys, sketch.fingerprint)
         return None
 
+    def query_and_add(self, key: str, sketch: Sketch) -> list[Match]:
+        """Every kept page sharing >= t positions with ``sketch`` (most shared first), then keep ``sketch``
+        too, whatever was found: the pair-finding step of Broder's clustering, where every page must be
+        findable by the pages after it (see :class:`~scrapy_neardup.clustering.GroupBuilder`)."""
+        values = self._check(sketch)
+        candidates, keys, band_keys = self._candidates(self._band_sums(values))
+        matches: list[Match] = []
+        if candidates:
+            docs = np.fromiter(candidates, dtype=np.intp, count=len(candidates))
+            docs.sort()
+            shared = np.count_nonzero(self._values[docs] == values, axis=1)
+            hits = np.flatnonzero(shared >= self.min_shared)
+            order = hits[np.argsort(-shared[hits], kind="stable")]
+            matches = [self._match(int(docs[i]), int(shared[i]), sketch.fingerprint) for i in order.tolist()]
+        self._insert(key, values, keys, band_keys, sketch.fingerprint)
+        return matches
+
     def memory_bytes(self) -> int:
         """Bytes the index uses: its arrays as far as written (room reserved for growth and not yet written is
         not resident and not counted), plus the set of recent band keys at about 60 bytes a key."""

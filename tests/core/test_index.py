@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from scrapy_neardup import IncompatibleSketches, Sketch, Sketcher, SketchIndex, StateError
+from scrapy_neardup.clustering import GroupBuilder, broder_clusters
 from scrapy_neardup.index import band_bounds
 
 K, T, TAG = 64, 52, "test-tag"
@@ -53,6 +54,40 @@ def test_query_agrees_with_brute_force_t_of_k() -> None:
     # The workload does exercise the rule: some queries have matches, some fall just short.
     planted = sum(1 for q in range(2000, 3000) if index.query(_sketch(sigs[q], q)))
     assert 50 < planted < 400
+
+
+def test_group_builder_equals_broder_clusters() -> None:
+    """Pairs found through the index, one page at a time, give Broder's clusters over the stored values."""
+    sigs = _planted_workload(1500, seed=3)
+    sigs[100] = sigs[99]  # an exact twin, joined without a lookup
+    sigs[101] = sigs[99] ^ 0x10000  # differs only above the 16 stored bits: also a twin
+    builder = GroupBuilder(K, T, TAG)
+    for i, sig in enumerate(sigs):
+        builder.add(str(i), _sketch(sig, i))
+    expected = broder_clusters(sigs & 0xFFFF, T)
+    assert sorted(sorted(int(m) for m in group) for group in builder.groups()) == expected
+    distinct = np.unique(sigs & 0xFFFF, axis=0).shape[0]
+    assert builder.pages == 1500 and builder.queried == distinct < 1499 and builder.truncated == 0
+    assert len(expected) > 100  # the workload has groups to find
+    # Chains: Broder's clusters are transitive closures, so some members share < t positions.
+    assert any(
+        np.count_nonzero((sigs[a] & 0xFFFF) == (sigs[b] & 0xFFFF)) < T
+        for group in expected for a in group for b in group if a < b
+    )
+
+
+def test_group_builder_caps_links_per_page() -> None:
+    rng = np.random.default_rng(4)
+    base = rng.integers(0, 2**32 - 1, size=K, dtype=np.uint32)
+    builder = GroupBuilder(K, T, TAG, max_links=3)
+    for i in range(8):  # near-identical pages: each differs from the base in one position
+        sig = base.copy()
+        sig[i] ^= 1
+        builder.add(str(i), _sketch(sig))
+    assert builder.truncated == 4  # pages 4..7 each had more than 3 earlier matches
+    assert builder.groups() == [[str(i) for i in range(8)]]  # the cap does not split this group
+    with pytest.raises(ValueError, match="max_links"):
+        GroupBuilder(K, T, TAG, max_links=0)
 
 
 def test_first_seen_is_kept_and_exact_duplicates_are_marked() -> None:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
+from es_integration.candidates import find_candidates
 from es_integration.groups import KeepRule, assign_groups, find_groups
 from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
@@ -87,7 +88,7 @@ def _expected_clusters(grouped: dict[str, Any]) -> list[set[str]]:
 
 
 def test_groups_equal_broder_clusters(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
-    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, batch_size=40, page_size=64)
+    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, page_size=64)
     expected = _expected_clusters(grouped)
     got = [set(g.members) for g in report.groups]
     assert sorted(map(sorted, got)) == sorted(map(sorted, expected))
@@ -200,27 +201,19 @@ def test_cli_text_output_and_errors(
     assert "index_not_found_exception" in err and err.count("\n") == 1
 
 
-def test_encoded_msearch_body_is_the_candidate_query() -> None:
-    """The group sweep's hand-encoded msearch lines are exactly the filter-context candidate query."""
-    from es_integration.candidates import candidate_query
-    from es_integration.groups import _msearch
-    from es_integration.sweep import PointInTime
-
-    class Recorder:
-        lines: list[str] = []
-
-        def msearch(self, searches: list[str]) -> dict[str, Any]:
-            self.lines = searches
-            return {"responses": [{"hits": {"hits": [{"_id": "x"}]}}] * (len(searches) // 2)}
-
-    recorder = Recorder()
-    tokens = [f"{i}_{i * 7919:x}" for i in range(128)]
-    chunk = [("a", tokens), ("b", tokens[::-1])]
-    ids = list(_msearch(recorder, PointInTime("pit-id", "5m"), chunk, "mh1-k128-word5-s1", 107, 1000))  # type: ignore[arg-type]
-    assert ids == [["x"], ["x"]]
-    for (_, toks), header, body in zip(chunk, recorder.lines[::2], recorder.lines[1::2], strict=True):
-        assert json.loads(header) == {}
-        parsed = json.loads(body)
-        assert parsed["query"] == candidate_query(toks, 107, "mh1-k128-word5-s1", scored=False)
-        assert parsed["pit"] == {"id": "pit-id", "keep_alive": "5m"} and parsed["size"] == 1000
-        assert parsed["_source"] is False
+def test_groups_hold_every_pair_the_candidate_query_finds(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+    """The pairs found in memory are the ones Elasticsearch's t-of-k query returns: every document's hits lie
+    in its group, and a document in a group has at least one hit."""
+    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T)
+    group_of = {m: g.id for g in report.groups for m in g.members}
+    sketcher = grouped["sketcher"]
+    checked = 0
+    for record in grouped["records"]:
+        if not record["text"].strip():
+            continue
+        hits = find_candidates(es_client, grouped["index"], sketcher.sketch(record["text"]), T,
+                               exclude_ids=[record["id"]], size=1000)
+        assert {group_of.get(h.id) for h in hits} <= {group_of.get(record["id"])}
+        assert bool(hits) == (record["id"] in group_of)
+        checked += 1
+    assert checked == report.documents

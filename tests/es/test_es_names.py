@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from es_integration.client import ConnectionSettings, EsError, describe_error
-from es_integration.mapping import position_tokens, signature_from_tokens, stored_values
+from es_integration.mapping import position_tokens, signature_from_tokens, signatures_from_token_lists, stored_values
 from es_integration.names import InvalidNameError, validate_field_name, validate_index_name
 
 
@@ -99,6 +99,36 @@ def test_position_tokens_round_trip() -> None:
         signature_from_tokens([*tokens[:-1], tokens[0]], 128)
     with pytest.raises(ValueError, match="malformed"):
         signature_from_tokens(["12"], 128)
+
+
+def test_token_lists_parse_like_one_by_one() -> None:
+    """The vectorized parser agrees with signature_from_tokens and rejects exactly the malformed lists."""
+    rng = np.random.default_rng(8)
+    k = 128
+    signatures = rng.integers(0, 2**32, size=(300, k), dtype=np.uint64).astype(np.uint32)
+    signatures[0] = 0
+    signatures[1] = 2**32 - 1
+    lists = [position_tokens(s) for s in signatures]
+    lists[2] = list(reversed(lists[2]))  # any order is fine
+    bad = {
+        3: lists[3][:-1],  # a position missing
+        4: [*lists[4][:-1], lists[4][0]],  # a position repeated
+        5: [*lists[5][:-1], f"{k}_1"],  # a position out of range
+        6: [*lists[6][:-1], f"{k - 1}_10000"],  # a value beyond 16 bits
+    }
+    for i, tokens in bad.items():
+        lists[i] = tokens
+    got, valid = signatures_from_token_lists(lists, k)
+    assert np.flatnonzero(~valid).tolist() == sorted(bad)
+    assert np.array_equal(got[valid], stored_values(signatures[valid]))
+    assert not got[~valid].any()
+    # One list with a character that is no digit sends the page down the one-by-one path: same answers.
+    lists[7] = [*lists[7][:-1], f"{k - 1}_zz"]
+    slow, slow_valid = signatures_from_token_lists(lists, k)
+    assert np.flatnonzero(~slow_valid).tolist() == sorted([*bad, 7])
+    assert np.array_equal(slow[slow_valid], got[slow_valid])
+    empty, none_valid = signatures_from_token_lists([[], ["0_1"]], k)
+    assert empty.shape == (2, k) and not none_valid.any()
 
 
 def test_connection_settings_validation_and_repr(tmp_path: object) -> None:
