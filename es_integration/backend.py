@@ -11,9 +11,9 @@ Documents
 ---------
 One document per checked page that was not answered at once (step a below), ``_id`` a random UUID, holding
 only the ``neardup`` object: ``key`` (the page key, returned as ``Match.key``), ``positions``,
-``fingerprint``, ``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``), ``seq`` (the write order),
-``group`` and ``duplicate_of``/``shared`` for duplicates. The index has **one primary shard** (created so when
-missing; refused otherwise), so ``_seq_no`` totally orders the writes.
+``fingerprint``, ``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``; or ``unchecked``, below), ``seq``
+(the write order), ``group`` and ``duplicate_of``/``shared`` for duplicates. The index has **one primary shard**
+(created so when missing; refused otherwise), so ``_seq_no`` totally orders the writes.
 
 Protocol (one page P)
 ---------------------
@@ -58,6 +58,25 @@ times with exponential backoff (0.1 s, 0.2 s, ...); then, or at once for any oth
 missing privileges, bad index), :class:`~es_integration.client.EsError` is raised with a one-line message
 holding no secret. ``errors`` counts failed requests, ``retried`` the retries.
 
+Unchecked pages
+---------------
+A page whose check raised is passed through by the pipeline without a decision ("unchecked"). So that a later
+``neardup es groups`` pass still covers it, the backend remembers its key and stored signature (about 0.6 KB
+with a 50-character URL; at most ``max_unchecked`` pages, 100,000 by default, beyond which pages are only
+counted in ``unchecked_overflow``) and writes it with status ``unchecked`` once Elasticsearch answers again:
+one bulk batch after each later successful check (one attempt; after a failure, none for ``_UNCHECKED_PAUSE``
+= 5 s, so a flapping node does not slow every check), and all that remain in :meth:`close` (with the usual
+retries). A page is written under the ``_id`` its check used: a document that check left ``pending`` is
+overwritten (conditionally on its ``_seq_no``), so other crawlers stop waiting for it; one the check did settle
+(``kept``/``duplicate``, its answer lost) stays as it is. ``close_stats`` then holds ``unchecked_indexed`` and
+``unchecked_unindexed`` (plus ``unchecked_overflow``), and a warning gives the count that could not be written.
+
+``unchecked`` documents are never candidates of a check (only ``kept`` and ``pending`` are): a later drop always
+names a page that was checked and kept, never one whose own status is unknown (it may itself duplicate a kept
+page). The price: a near-duplicate of an unchecked page, checked later, is kept when its group has no kept page,
+so the crawl's output can hold both; nothing is lost, and group discovery puts them in one group, whose
+representative under the default rule (``seq``; unchecked documents have none) is a checked page.
+
 Cost per page: a duplicate answered in (a) costs one search (plus a multi-get when a candidate looks
 pending); a kept page costs a search, a create, a stats call, a refresh, a search and an index request.
 """
@@ -65,11 +84,14 @@ pending); a kept page costs a search, a create, a stats call, a refresh, a searc
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from scrapy_neardup.index import Match
 from scrapy_neardup.sketch import IncompatibleSketches, Sketch
@@ -85,6 +107,7 @@ from .mapping import (
     KEPT,
     PENDING,
     ROOT,
+    UNCHECKED,
     fingerprint_hex,
     index_mappings,
     position_tokens,
@@ -104,6 +127,10 @@ logger = logging.getLogger(__name__)
 _RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _CANDIDATES = 1000
 _POLL_FIRST, _POLL_MAX = 0.002, 0.1
+#: Unchecked pages per bulk request (and per attempt after a successful check).
+_UNCHECKED_BATCH = 500
+#: Seconds without attempts to write unchecked pages after one failed during the crawl.
+_UNCHECKED_PAUSE = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +143,20 @@ class _Candidate:
 
     def rank(self) -> tuple[bool, int, int]:
         return (self.exact, self.shared, -self.order)
+
+
+@dataclass(frozen=True, slots=True)
+class _Unchecked:
+    """A page whose check failed, remembered until it is written with status ``unchecked``.
+
+    Compact on purpose (about 0.6 KB with a 50-character URL, so 60 MB at the default cap), because up to
+    ``max_unchecked`` of them are held: the stored 16 bits of each position rather than the sketch or its tokens.
+    """
+
+    key: str
+    values: bytes  # uint16[k]: the low 16 bits of each position, what the index stores
+    fingerprint: int
+    doc_id: str  # the _id its check used: the pending document, if the check got that far
 
 
 class ElasticsearchBackend:
@@ -138,6 +179,8 @@ class ElasticsearchBackend:
     backoff = 0.1
     #: seconds to wait for a page another process left ``pending`` before ignoring it
     pending_timeout = 30.0
+    #: pages whose check failed remembered for writing as ``unchecked``; beyond, only counted (~0.6 KB each)
+    max_unchecked = 100_000
 
     def __init__(
         self,
@@ -169,6 +212,14 @@ class ElasticsearchBackend:
         self._lock: asyncio.Lock | None = None
         self._abandoned: set[str] = set()
         self._checkpoints = True
+        self._unchecked: dict[str, _Unchecked] = {}
+        self._unchecked_retry_at = 0.0
+        self._unchecked_error = ""
+        #: unchecked pages written to the index, and those beyond ``max_unchecked`` (never written)
+        self.unchecked_indexed = 0
+        self.unchecked_overflow = 0
+        #: what became of the unchecked pages, filled by :meth:`close` (the pipeline adds it to its stats)
+        self.close_stats: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"ElasticsearchBackend(url={self.settings.url!r}, index={self.index!r}, tag={self.tag!r})"
@@ -191,10 +242,16 @@ class ElasticsearchBackend:
         logger.debug("%r open", self)
 
     async def close(self) -> None:
-        """Release the connection pool."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()
+        """Write the remembered unchecked pages (see the module doc), report them, release the connection pool."""
+        try:
+            if self._unchecked and self._client is not None and self._lock is not None:
+                async with self._lock:
+                    await self._write_unchecked_quietly(limit=None, retries=None)
+        finally:
+            self._report_unchecked()
+            client, self._client = self._client, None
+            if client is not None:
+                await client.close()
 
     async def _ensure_index(self) -> None:
         es = self._es
@@ -237,35 +294,41 @@ class ElasticsearchBackend:
             raise ValueError(f"expected a signature of {self.num_perm} positions, got {sketch.num_perm}")
         if self._lock is None or self._client is None:
             raise RuntimeError("ElasticsearchBackend.check_and_add called before open()")
+        doc_id = uuid.uuid4().hex
         async with self._lock:
-            return await self._check_and_add(key, sketch)
+            try:
+                match = await self._check_and_add(key, sketch, doc_id)
+            except Exception:
+                # The pipeline passes the page through unchecked: remember it for writing later. Its document
+                # may now stay pending (written, never settled): this process knows it will never settle, so
+                # it does not wait pending_timeout for it (other processes do, until it is written unchecked).
+                self._abandoned.add(doc_id)
+                self._remember(key, sketch, doc_id)
+                raise
+            if self._unchecked and time.monotonic() >= self._unchecked_retry_at:
+                # The node answers again: write a batch of the pages it could not check before.
+                await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)
+            return match
 
-    async def _check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+    async def _check_and_add(self, key: str, sketch: Sketch, doc_id: str) -> Match | None:
         tokens = position_tokens(sketch.signature)
         fingerprint = fingerprint_hex(sketch.fingerprint)
         best = await self._best_kept(tokens, fingerprint, before=None, exclude=None)  # (a)
         if best is not None:
             return self._match(best)
-        doc_id = uuid.uuid4().hex
         fields = {
             "key": key, "tag": self.tag, "positions": tokens, "fingerprint": fingerprint, "empty": False,
             "status": PENDING, "group": doc_id,
         }
-        try:
-            seq = await self._call("writing a pending page", self._create, doc_id, fields)  # (b)
-            await self._call("waiting for earlier writes", self._settle_writes, seq)  # (c)
-            best = await self._best_kept(tokens, fingerprint, before=seq, exclude=doc_id)
-            fields["seq"] = seq
-            if best is None:
-                fields["status"] = KEPT
-            else:
-                fields.update(status=DUPLICATE, group=best.id, duplicate_of=best.key, shared=best.shared)
-            await self._call("writing the decision", self._write, doc_id, fields)  # (d)
-        except EsError:
-            # P may now stay pending (written, never settled): this process knows it will never settle, so it
-            # does not wait pending_timeout for it (other processes do, then ignore it).
-            self._abandoned.add(doc_id)
-            raise
+        seq = await self._call("writing a pending page", self._create, doc_id, fields)  # (b)
+        await self._call("waiting for earlier writes", self._settle_writes, seq)  # (c)
+        best = await self._best_kept(tokens, fingerprint, before=seq, exclude=doc_id)
+        fields["seq"] = seq
+        if best is None:
+            fields["status"] = KEPT
+        else:
+            fields.update(status=DUPLICATE, group=best.id, duplicate_of=best.key, shared=best.shared)
+        await self._call("writing the decision", self._write, doc_id, fields)  # (d)
         return None if best is None else self._match(best)
 
     def _match(self, candidate: _Candidate) -> Match:
@@ -336,6 +399,113 @@ class ElasticsearchBackend:
             delay = min(delay * 2, _POLL_MAX)
         return kept
 
+    # -- unchecked pages (see the module doc) ------------------------------------------------------------------
+
+    def _remember(self, key: str, sketch: Sketch, doc_id: str) -> None:
+        """Hold a page whose check failed for :meth:`_write_unchecked`; count it when over ``max_unchecked``."""
+        if len(self._unchecked) >= self.max_unchecked:
+            self.unchecked_overflow += 1
+            if self.unchecked_overflow == 1:
+                logger.warning(
+                    "over %d pages could not be checked against %s; later ones are passed through without "
+                    "being remembered for the index (counted in neardup/unchecked_overflow)",
+                    self.max_unchecked, self.index,
+                )
+            return
+        values = np.asarray(sketch.signature, dtype=np.uint32).astype(np.uint16).tobytes()
+        self._unchecked[doc_id] = _Unchecked(key, values, sketch.fingerprint, doc_id)
+
+    async def _write_unchecked_quietly(self, *, limit: int | None, retries: int | None) -> None:
+        """:meth:`_write_unchecked`, keeping what cannot be written for later (and pausing further attempts)
+        instead of failing: a successful check must not fail because an older page still cannot be written."""
+        try:
+            await self._write_unchecked(limit=limit, retries=retries)
+        except EsError as exc:
+            self._unchecked_error = str(exc)
+            self._unchecked_retry_at = time.monotonic() + _UNCHECKED_PAUSE
+            logger.debug("could not write %d unchecked page(s) yet: %s", len(self._unchecked), exc)
+
+    async def _write_unchecked(self, *, limit: int | None, retries: int | None) -> None:
+        """Write remembered pages (``limit`` at most; ``None``: all) as ``unchecked``, in bulk batches.
+
+        ``retries`` bounds the retries of each request and the rounds for pages a bulk refused (``None``: the
+        usual ``retries``). Pages not written stay remembered.
+
+        Raises:
+            EsError: a request failed after its retries.
+        """
+        entries = list(itertools.islice(self._unchecked.values(), limit))
+        for start in range(0, len(entries), _UNCHECKED_BATCH):
+            await self._write_unchecked_batch(entries[start : start + _UNCHECKED_BATCH], retries)
+
+    async def _write_unchecked_batch(self, batch: list[_Unchecked], retries: int | None) -> None:
+        """Read what each page's ``_id`` holds now, then create or conditionally overwrite it (module doc).
+
+        A conflict (the failed check's own request landing late) or a refusal inside the bulk response (HTTP 429)
+        sends the page to the next round, which reads it again.
+        """
+        todo = {entry.doc_id: entry for entry in batch}
+        delay = self.backoff
+        for _round in range(1 + (self.retries if retries is None else retries)):
+            docs = await self._call("reading unchecked pages", self._mget, list(todo), retries=retries)
+            operations: list[dict[str, Any]] = []
+            for doc in docs:
+                entry = todo[doc["_id"]]
+                if doc.get("found") and doc["_source"][ROOT].get("status") != PENDING:
+                    # kept/duplicate: the check's lost answer had settled it (final); unchecked: written before.
+                    self._indexed(todo.pop(entry.doc_id))
+                    continue
+                if doc.get("found"):
+                    action = {"index": {"_index": self.index, "_id": entry.doc_id, "if_seq_no": doc["_seq_no"],
+                                        "if_primary_term": doc["_primary_term"]}}
+                else:
+                    action = {"create": {"_index": self.index, "_id": entry.doc_id}}
+                operations += [action, {ROOT: self._unchecked_fields(entry)}]
+            if not operations:
+                return
+            response = await self._call("writing unchecked pages", self._bulk, operations, retries=retries)
+            for item in response["items"]:
+                (result,) = item.values()
+                if 200 <= int(result.get("status", 500)) < 300:
+                    self._indexed(todo.pop(result["_id"]))
+            if not todo:
+                return
+            await asyncio.sleep(delay)
+            delay *= 2
+        self._unchecked_error = f"{len(todo)} refused by the bulk request"
+
+    def _unchecked_fields(self, entry: _Unchecked) -> dict[str, Any]:
+        """The ``neardup`` object of an unchecked page: no ``seq``, as it took no part in the write order."""
+        return {
+            "key": entry.key, "tag": self.tag, "positions": position_tokens(np.frombuffer(entry.values, np.uint16)),
+            "fingerprint": fingerprint_hex(entry.fingerprint), "empty": False, "status": UNCHECKED,
+            "group": entry.doc_id,
+        }
+
+    def _indexed(self, entry: _Unchecked) -> None:
+        self._unchecked.pop(entry.doc_id, None)
+        self.unchecked_indexed += 1
+
+    def _report_unchecked(self) -> None:
+        """Fill ``close_stats``; warn when pages passed through unchecked are not in the index."""
+        unindexed = len(self._unchecked) + self.unchecked_overflow
+        if not (unindexed or self.unchecked_indexed):
+            return
+        self.close_stats = {"unchecked_indexed": self.unchecked_indexed, "unchecked_unindexed": unindexed}
+        if self.unchecked_overflow:
+            self.close_stats["unchecked_overflow"] = self.unchecked_overflow
+        if unindexed:
+            why = self._unchecked_error or "never attempted"
+            if self.unchecked_overflow:
+                why += f"; {self.unchecked_overflow} over the limit of {self.max_unchecked} remembered"
+            logger.warning(
+                "%d page(s) passed through unchecked could not be written to %s (%s): group discovery (neardup es "
+                "groups) will not see them; their items are marked unchecked", unindexed, self.index, why,
+            )
+        else:
+            logger.debug("wrote the %d page(s) passed through unchecked to %s (status 'unchecked')",
+                         self.unchecked_indexed, self.index)
+
     # -- requests --------------------------------------------------------------------------------------------
 
     @property
@@ -357,6 +527,11 @@ class ElasticsearchBackend:
             logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(hits),
                            self.index)
         return hits
+
+    async def _bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        response = await self._es.bulk(operations=operations)
+        body: dict[str, Any] = response.body
+        return body
 
     async def _mget(self, ids: list[str]) -> list[dict[str, Any]]:
         response = await self._es.mget(
@@ -402,14 +577,18 @@ class ElasticsearchBackend:
     async def _write(self, doc_id: str, fields: dict[str, Any]) -> None:
         await self._es.index(index=self.index, id=doc_id, document={ROOT: fields})
 
-    async def _call(self, what: str, func: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-        """``await func(*args)`` with bounded retries and backoff; failures become :class:`EsError`."""
+    async def _call(
+        self, what: str, func: Callable[..., Awaitable[Any]], *args: Any, retries: int | None = None
+    ) -> Any:
+        """``await func(*args)`` with bounded retries (``retries``, default the class's) and backoff; failures
+        become :class:`EsError`."""
         from elastic_transport import ConnectionError as TransportConnectionError
         from elastic_transport import ConnectionTimeout, TlsError, TransportError
         from elasticsearch import ApiError
 
         delay = self.backoff
-        for attempt in range(self.retries + 1):
+        retries = self.retries if retries is None else retries
+        for attempt in range(retries + 1):
             try:
                 return await func(*args)
             except (ApiError, TransportError) as exc:
@@ -421,7 +600,7 @@ class ElasticsearchBackend:
                 message = describe_error(exc, self.settings.url)
                 if not retryable:
                     raise EsError(f"{what} in {self.index}: {message}") from None
-                if attempt == self.retries:
+                if attempt == retries:
                     raise EsError(f"{what} in {self.index}: {message} (after {attempt + 1} attempts)") from None
                 self.retried += 1
                 logger.debug("%s failed (%s); retrying in %.2fs", what, message, delay)

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -30,6 +30,9 @@ if str(SCRAPY_TESTS) not in sys.path:
 import scrapy  # noqa: E402
 from neardup_testkit import CrawlResult, Page, SiteServer  # noqa: E402
 from scrapy.http import Response, TextResponse  # noqa: E402
+
+from scrapy_neardup.backends import Backend  # noqa: E402
+from scrapy_neardup.pipeline import NearDuplicatePipeline  # noqa: E402
 
 #: Seconds a crawl subprocess may take before the test fails.
 CRAWL_TIMEOUT = 120
@@ -179,6 +182,19 @@ class WitnessPipeline:
         os.close(self.fd)
 
 
+class ShortPendingPipeline(NearDuplicatePipeline):
+    """The near-duplicate pipeline whose Elasticsearch backend waits ``NEARDUP_TEST_PENDING_TIMEOUT`` seconds,
+    instead of 30, for a page another crawler left ``pending``: a test of a crawler killed mid-check need not
+    wait half a minute for the page it left behind."""
+
+    def make_backend(self) -> Backend:
+        backend = super().make_backend()
+        timeout = self.crawler.settings.getfloat("NEARDUP_TEST_PENDING_TIMEOUT", 0) if self.crawler else 0
+        if timeout and hasattr(backend, "pending_timeout"):
+            backend.pending_timeout = timeout
+        return backend
+
+
 # -- running a crawl in its own process ------------------------------------------------------------------------
 
 
@@ -198,13 +214,14 @@ class CrawlOutcome(CrawlResult):
 
 def run_crawl(
     workdir: Path, *, start_url: str, settings: dict[str, Any] | None = None, name: str = "crawl",
-    kill_after: int | None = None, kill_at: float | None = None,
+    kill_after: int | None = None, kill_at: float | None = None, kill_when: Callable[[], bool] | None = None,
 ) -> CrawlOutcome:
     """Run one crawl with the near-duplicate pipeline and the witness in a fresh process.
 
     With ``kill_after``, the process gets ``SIGKILL`` as soon as the witness has recorded that many items; with
-    ``kill_at``, that many seconds after it started, wherever it is (start-up, loading state, crawling). The
-    caller checks that the crawl was still running then (``returncode == -9``).
+    ``kill_at``, that many seconds after it started, wherever it is (start-up, loading state, crawling); with
+    ``kill_when``, as soon as that returns true (polled every 2 ms). The caller checks that the crawl was still
+    running then (``returncode == -9``).
     """
     witness = workdir / f"{name}-witness.txt"
     witness.unlink(missing_ok=True)
@@ -222,13 +239,14 @@ def run_crawl(
             stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env,
         )
         try:
-            if kill_after is not None or kill_at is not None:
+            if kill_after is not None or kill_at is not None or kill_when is not None:
                 while proc.poll() is None and (
                     _lines(witness) < kill_after if kill_after is not None
+                    else not kill_when() if kill_when is not None
                     else time.monotonic() - started < (kill_at or 0)
                 ):
                     if time.monotonic() - started > CRAWL_TIMEOUT:
-                        raise AssertionError(f"{name}: the witness never reached {kill_after} items")
+                        raise AssertionError(f"{name}: the kill condition never came true")
                     time.sleep(0.002)
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)  # kill -9: no handler, no close_spider, no flush

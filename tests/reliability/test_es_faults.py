@@ -1,7 +1,9 @@
 """Issue 6, item 1: Elasticsearch faults during a real crawl (NEARDUP_BACKEND="elasticsearch", subprocess).
 
-The crawler reaches Elasticsearch through :class:`FaultProxy`, a TCP forwarder on a fixed port, so a test can
-cut, stall or re-target the connection while the crawl runs without changing NEARDUP_ES_URL:
+The crawler reaches Elasticsearch through :class:`FaultProxy`, a forwarder on a fixed port, so a test can cut,
+stall or re-target the connection while the crawl runs without changing NEARDUP_ES_URL; in HTTP mode it also
+answers chosen requests with HTTP 429 (``es_rejected_execution_exception``), rejects chosen items inside a
+``_bulk`` request with per-item 429s, delays every answer, or holds one request forever (:class:`Fault`):
 
 * ``test_node_killed_mid_crawl_and_restarted``: a node of our own (not the session one) is SIGKILLed after
   some pages, and a new node is started on the *same data directory* (``path.data`` of the first; node.py
@@ -9,8 +11,19 @@ cut, stall or re-target the connection while the crawl runs without changing NEA
   ``{"unchecked": true}``; pages after the restart are checked again against the index kept before the kill.
   Before the kill, the same crawl meets a *stalled* node: the proxy accepts and never answers until one check
   has timed out on every attempt (NEARDUP_ES_TIMEOUT=0.5, 1 + 3 retries with backoff); it passes unchecked.
+  Afterwards every unchecked page is in the index (status ``unchecked``) and a groups pass groups it with its
+  near-duplicates.
 * ``test_unreachable_at_start_is_a_clear_error``: nothing listens: the crawl stops before fetching a page,
   with an error naming the URL and NEARDUP_ES_URL.
+* ``test_429_bursts_during_a_crawl``: bursts of HTTP 429 on any request, on ``_create``, ``_refresh`` and
+  ``_search``: absorbed by the retries, except one burst longer than them (its page passes unchecked and is
+  written to the index later, after a per-item 429 on that write).
+* ``test_429_while_bulk_indexing``: ``index_records`` meeting whole-request and per-item 429s.
+* ``test_slow_answers_below_the_timeout``: every answer 0.3 s late: nothing fails, every page is checked.
+* ``test_crawler_killed_mid_check_then_recrawled``: a crawler SIGKILLed while its pending write or its decision
+  is held by the proxy, then a second crawl of the site with the same index.
+* ``test_unchecked_pages_are_written_when_the_node_answers_again``: the backend alone: the cap on remembered
+  unchecked pages, their writing after the next successful check, and the warning when some cannot be written.
 
 Every test counts every page: kept, dropped naming a kept page, or passed through unchecked; lost must be 0.
 """
@@ -18,6 +31,7 @@ Every test counts every page: kept, dropped naming a kept page, or passed throug
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -25,6 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -33,6 +48,7 @@ from urllib.parse import urlsplit
 import neardup_testkit
 import pytest
 from neardup_testkit import CrawlResult, article_words, edit_words, html_page, run_crawl_process
+from reliability_kit import Ledger
 
 pytestmark = pytest.mark.es
 
@@ -40,17 +56,140 @@ GROUPS = 20
 PER_GROUP = 3
 
 
-# -- a TCP proxy that can forward, refuse or stall ------------------------------------------------------------
+# -- a proxy that can forward, refuse or stall connections, and reject, delay or stall HTTP requests --------------
+
+#: The body of Elasticsearch's answer when its thread pools' queues are full (HTTP 429).
+REJECTED = {
+    "type": "es_rejected_execution_exception",
+    "reason": "rejected execution of coordinating operation [coordinating_and_primary_bytes=0, "
+              "replica_bytes=0, all_bytes=0, coordinating_operation_bytes=1, max_coordinating_and_primary_bytes=1]",
+}
+
+
+@dataclass
+class Message:
+    """One HTTP/1.1 request or response: start line, headers, body (de-chunked)."""
+
+    start: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str:
+        return next((v for k, v in self.headers if k.lower() == name), "")
+
+    @property
+    def method(self) -> str:
+        return self.start.split(" ", 1)[0]
+
+    @property
+    def target(self) -> str:
+        return self.start.split(" ", 2)[1]
+
+    def encode(self, *, keep_length: bool = False) -> bytes:
+        """Bytes on the wire: ``Content-Length`` framing (``keep_length``: headers as they are, for HEAD)."""
+        headers = self.headers if keep_length else [
+            (k, v) for k, v in self.headers if k.lower() not in ("content-length", "transfer-encoding")
+        ] + [("Content-Length", str(len(self.body)))]
+        head = self.start + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
+        return head.encode("latin-1") + (b"" if keep_length else self.body)
+
+
+def read_message(stream: Any, *, request_method: str | None = None) -> Message | None:
+    """The next message on ``stream`` (a socket's binary file), None at a clean end of stream.
+
+    ``request_method``: read a response to that request (no body for HEAD, 204, 304)."""
+    start = stream.readline(65536)
+    if not start:
+        return None
+    headers = []
+    while (line := stream.readline(65536)) not in (b"\r\n", b"\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers.append((name.strip(), value.strip()))
+    message = Message(start.decode("latin-1").rstrip("\r\n"), headers, b"")
+    if request_method == "HEAD" or (request_method and message.start.split(" ")[1] in ("204", "304")):
+        return message
+    if "chunked" in message.header("transfer-encoding").lower():
+        chunks = []
+        while size := int(stream.readline(65536).split(b";")[0], 16):
+            chunks.append(stream.read(size))
+            stream.readline(65536)
+        while stream.readline(65536) not in (b"\r\n", b"\n", b""):  # trailers
+            pass
+        message.body = b"".join(chunks)
+    elif length := message.header("content-length"):
+        message.body = stream.read(int(length))
+    elif request_method is not None:
+        message.body = stream.read()
+    return message
+
+
+def error_response(status: int, reason: str, error: dict[str, Any]) -> Message:
+    body = json.dumps({"error": {"root_cause": [error], **error}, "status": status}).encode()
+    headers = [("X-elastic-product", "Elasticsearch"), ("content-type", "application/json")]
+    return Message(f"HTTP/1.1 {status} {reason}", headers, body)
+
+
+def _hang_up(conn: socket.socket) -> None:
+    """Close a connection now, as a dying node does. ``shutdown`` first: ``close`` alone leaves the connection
+    open while a ``makefile`` file refers to it or another thread is blocked reading it, and the client would
+    meet silence (a timeout) instead of a disconnect."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        conn.close()
+
+
+@dataclass
+class Fault:
+    """What the HTTP relay does to the next ``count`` requests matching ``path`` (a substring of the request
+    target), ``method`` and ``body`` (a substring of the body), all optional, from the proxy's ``start``-th
+    request on and after letting ``after`` matching requests by.
+
+    ``kind``: ``reject`` answers HTTP 429 without forwarding; ``stall`` never answers (the client times out, or
+    is killed); ``drop_answer`` forwards the request, then hangs up instead of answering (the write is done, the
+    client does not know); ``bulk_items`` forwards a ``_bulk`` request without every ``every``-th item and
+    answers those items with a per-item 429, as a node whose write queue is full does."""
+
+    kind: str
+    count: int
+    path: str = ""
+    method: str = ""
+    body: str = ""
+    every: int = 3
+    start: int = 0
+    after: int = 0
+
+    def ready(self, request: Message, number: int) -> bool:
+        """Whether it would act on the proxy's ``number``-th request (counting it if it is one to let by)."""
+        if self.count <= 0 or number < self.start or self.path not in request.target:
+            return False
+        if (self.method and request.method != self.method) or self.body.encode() not in request.body:
+            return False
+        if self.after > 0:
+            self.after -= 1
+            return False
+        return True
 
 
 class FaultProxy:
     """Listens on 127.0.0.1 (fixed port for its life) and forwards to ``target``; ``mode`` is ``forward``,
     ``refuse`` (accept and reset) or ``stall`` (accept, never answer). Changing the mode or the target cuts the
-    live connections, as a dying node does."""
+    live connections, as a dying node does.
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    With ``http=True`` forwarding understands HTTP/1.1 (keep-alive, Content-Length or chunked bodies), so that
+    :meth:`add` can inject a :class:`Fault` into chosen requests and ``delay`` holds every response that long.
+    ``requests`` counts the requests seen, ``injected`` the faults injected by kind (``bulk_items`` counts
+    items), ``held`` the requests held by a ``stall`` fault."""
+
+    def __init__(self, target: tuple[str, int], *, http: bool = False) -> None:
         self.target = target
         self.mode = "forward"
+        self.http = http
+        self.delay = 0.0
+        self.faults: list[Fault] = []
+        self.requests = 0
+        self.injected: dict[str, int] = {}
+        self.held: list[Message] = []
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
@@ -72,6 +211,12 @@ class FaultProxy:
             self.target = target
         self._cut()
 
+    def add(self, fault: Fault) -> Fault:
+        """Inject ``fault`` into the next matching requests (HTTP mode)."""
+        with self._guard:
+            self.faults.append(fault)
+        return fault
+
     def close(self) -> None:
         self._closed = True
         self._sock.close()
@@ -81,8 +226,7 @@ class FaultProxy:
         with self._guard:
             live, self._live = self._live, set()
         for conn in live:
-            with contextlib.suppress(OSError):
-                conn.close()
+            _hang_up(conn)
 
     def _track(self, conn: socket.socket) -> None:
         with self._guard:
@@ -101,6 +245,9 @@ class FaultProxy:
             elif mode == "stall":
                 self.stalled += 1
                 self._track(client)
+            elif self.http:
+                self._track(client)  # before the relay starts, so that a cut right now reaches it
+                threading.Thread(target=self._relay_http, args=(client,), daemon=True).start()
             else:
                 threading.Thread(target=self._forward, args=(client,), daemon=True).start()
 
@@ -127,17 +274,121 @@ class FaultProxy:
         threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
         pump(client, upstream)
 
+    # -- HTTP mode ---------------------------------------------------------------------------------------------
+
+    def _fault_for(self, request: Message) -> Fault | None:
+        with self._guard:
+            self.requests += 1
+            ready = [f for f in self.faults if f.ready(request, self.requests)]
+            fault = ready[0] if ready else None  # the first acts; the others wait for their next request
+            if fault is not None:
+                fault.count -= 1
+                if fault.kind == "stall":
+                    self.held.append(request)
+                if fault.kind != "bulk_items":
+                    self.injected[fault.kind] = self.injected.get(fault.kind, 0) + 1
+            return fault
+
+    def _relay_http(self, client: socket.socket) -> None:
+        upstream: list[socket.socket] = []  # opened at the first forwarded request
+        streams: list[Any] = []
+        held = False
+        try:
+            from_client = client.makefile("rb")
+            while not held and (request := read_message(from_client)) is not None:
+                held = not self._answer(client, request, upstream, streams)
+        except (OSError, ValueError):
+            pass
+        finally:
+            if not held:  # a held request's connection stays open until the client gives up or dies
+                for conn in (client, *upstream):
+                    _hang_up(conn)
+
+    def _answer(self, client: socket.socket, request: Message, upstream: list[socket.socket],
+                streams: list[Any]) -> bool:
+        """Answer one request (forwarded, or a fault); False when it is held (``stall``)."""
+        fault = self._fault_for(request)
+        if fault is not None and fault.kind == "stall":
+            return False
+        if fault is not None and fault.kind == "reject":
+            client.sendall(error_response(429, "Too Many Requests", REJECTED).encode())
+            return True
+        if not upstream:
+            upstream.append(socket.create_connection(self.target, timeout=30))
+            self._track(upstream[0])
+            streams.append(upstream[0].makefile("rb"))
+        rejected: dict[int, dict[str, Any]] = {}
+        if fault is not None and fault.kind == "bulk_items":
+            request, rejected = self._without_items(request, fault.every)
+        response = None
+        if request.body or not rejected:  # a bulk whose every item is rejected is not forwarded
+            response = self._exchange(upstream[0], streams[0], request)
+            if response is None:
+                raise ConnectionResetError("Elasticsearch closed the connection")
+            if fault is not None and fault.kind == "drop_answer":
+                raise ConnectionResetError("answer dropped")
+        if rejected:
+            response = self._with_rejected(response, rejected)
+        assert response is not None
+        if self.delay:
+            time.sleep(self.delay)
+        client.sendall(response.encode(keep_length=request.method == "HEAD"))
+        return True
+
+    @staticmethod
+    def _exchange(upstream: socket.socket, stream: Any, request: Message) -> Message | None:
+        upstream.sendall(request.encode())
+        return read_message(stream, request_method=request.method)
+
+    def _without_items(self, request: Message, every: int) -> tuple[Message, dict[int, dict[str, Any]]]:
+        """The bulk request without every ``every``-th item, and those items' per-item 429 results by position."""
+        lines = [line for line in request.body.split(b"\n") if line.strip()]
+        kept: list[bytes] = []
+        rejected: dict[int, dict[str, Any]] = {}
+        position = i = 0
+        while i < len(lines):
+            ((op, meta),) = json.loads(lines[i]).items()
+            size = 1 if op == "delete" else 2
+            if (position + 1) % every == 0:
+                rejected[position] = {op: {"_index": meta.get("_index", ""), "_id": meta.get("_id"), "status": 429,
+                                           "error": REJECTED}}
+            else:
+                kept.extend(lines[i : i + size])
+            position += 1
+            i += size
+        with self._guard:
+            self.injected["bulk_items"] = self.injected.get("bulk_items", 0) + len(rejected)
+        body = b"\n".join(kept) + b"\n" if kept else b""
+        return Message(request.start, request.headers, body), rejected
+
+    @staticmethod
+    def _with_rejected(response: Message | None, rejected: dict[int, dict[str, Any]]) -> Message:
+        """The bulk response with the rejected items put back in their places."""
+        if response is not None and not response.start.split(" ")[1].startswith("2"):
+            return response
+        answered = json.loads(response.body)["items"] if response is not None else []
+        items, it = [], iter(answered)
+        for position in range(len(answered) + len(rejected)):
+            items.append(rejected[position] if position in rejected else next(it))
+        headers = response.headers if response is not None else [("X-elastic-product", "Elasticsearch"),
+                                                                 ("content-type", "application/json")]
+        body = json.dumps({"errors": True, "took": 1, "items": items}).encode()
+        return Message("HTTP/1.1 200 OK", headers, body)
+
 
 # -- a site whose near-duplicates are spread over the crawl, with a hook per page request ------------------------
 
 
-def group_pages() -> dict[str, tuple[str, int]]:
-    """path -> (html, group): page ``i`` is in group ``i % GROUPS`` (a light edit of the group's article), so
-    any run of consecutive pages holds members of many groups."""
+def group_pages(groups: int = GROUPS, per_group: int = PER_GROUP, changes: int = 3) -> dict[str, tuple[str, int]]:
+    """path -> (html, group): page ``i`` is in group ``i % groups`` (a light edit of the group's article), so
+    any run of consecutive pages holds members of many groups.
+
+    With 3 changed words of 300 two members share 103-112 of 128 positions (t = 107): most pairs, not all, are
+    near-duplicates. With ``changes=1`` every pair is, by a wide margin, so each group must keep one page."""
     pages: dict[str, tuple[str, int]] = {}
-    for i in range(GROUPS * PER_GROUP):
-        group = i % GROUPS
-        words = edit_words(article_words(1000 + group, 300), changes=3, seed=i)
+    for i in range(groups * per_group):
+        group = i % groups
+        words = edit_words(article_words(1000 + group, 300), changes=changes, seed=i)
         pages[f"/p/{i}"] = (html_page(f"Page {i}", words), group)
     return pages
 
@@ -195,15 +446,40 @@ class HookSite:
 
 
 def account(result: CrawlResult, site: HookSite) -> dict[str, Any]:
-    """Classify every page: kept (checked), unchecked, dropped naming a kept page; the rest is lost."""
+    """Classify every page: kept (checked), unchecked, dropped naming a kept page of its own group; the rest is
+    lost (``bad_drops``: drops naming anything else)."""
     base = site.url
     expected = {base + path for path in site.pages}
     kept = {i["url"] for i in result.scraped if i["url"] in expected and not (i.get("neardup") or {}).get("unchecked")}
     unchecked = {i["url"] for i in result.scraped if (i.get("neardup") or {}).get("unchecked")}
     dropped = {d["item"]["url"]: d["duplicate_of"] for d in result.dropped}
-    bad_drops = {url: target for url, target in dropped.items() if target not in kept}
+    bad_drops = {url: target for url, target in dropped.items()
+                 if target not in kept or group_of(site, target) != group_of(site, url)}
     lost = expected - kept - unchecked - set(dropped)
     return {"kept": kept, "unchecked": unchecked, "dropped": dropped, "bad_drops": bad_drops, "lost": lost}
+
+
+def group_of(site: HookSite, url: str) -> int | None:
+    page = site.pages.get(url[len(site.url):]) if url.startswith(site.url) else None
+    return None if page is None else page[1]
+
+
+def index_docs(client: Any, index: str) -> dict[str, dict[str, Any]]:
+    """_id -> the ``neardup`` object (key, status) of every document of the backend's index, after a refresh."""
+    client.indices.refresh(index=index)
+    response = client.search(index=index, size=10_000, query={"match_all": {}},
+                             source=["neardup.key", "neardup.status"])
+    return {hit["_id"]: hit["_source"]["neardup"] for hit in response["hits"]["hits"]}
+
+
+def by_status(docs: dict[str, dict[str, Any]], status: str) -> set[str]:
+    """The keys (URLs) of the documents with ``status``."""
+    return {doc["key"] for doc in docs.values() if doc.get("status") == status}
+
+
+def target_of(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or 9200
 
 
 def es_settings(url: str, index: str, **extra: Any) -> dict[str, Any]:
@@ -217,6 +493,14 @@ def es_settings(url: str, index: str, **extra: Any) -> dict[str, Any]:
 def crawl_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(neardup_testkit, "CRAWL_TIMEOUT", 170)
     return tmp_path
+
+
+@pytest.fixture
+def es_index(es_client: Any) -> Iterator[str]:
+    """A fresh index name on the session node, deleted afterwards."""
+    name = f"neardup-rel-faults-{uuid.uuid4().hex[:8]}"
+    yield name
+    es_client.indices.delete(index=name, ignore_unavailable=True)
 
 
 def run_in_thread(workdir: Path, **kwargs: Any) -> tuple[threading.Thread, dict[str, Any]]:
@@ -260,7 +544,7 @@ def own_node() -> Iterator[dict[str, Any]]:
         nodes["first"].stop(keep_data=False)
 
 
-def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir: Path) -> None:
+def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir: Path, ledger: Ledger) -> None:
     from elasticsearch import Elasticsearch
 
     from es_integration.node import start_node
@@ -271,10 +555,12 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
     stall_done, killed, resume = threading.Event(), threading.Event(), threading.Event()
 
     def end_stall() -> None:
-        # Every attempt of one check (1 + ``retries``) hits the stalled node and times out; then it answers.
+        # Every attempt of one check (1 + ``retries``) hits the stalled node and times out (the first may instead
+        # meet the cut of its pooled connection); the node answers again once the 4th held one has timed out.
         deadline = time.monotonic() + 30
         while proxy.stalled < 4 and time.monotonic() < deadline:
             time.sleep(0.02)
+        time.sleep(0.7)  # > NEARDUP_ES_TIMEOUT
         proxy.set(mode="forward")
         stall_done.set()
 
@@ -345,6 +631,69 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
     assert served_after and not served_after & outcome["unchecked"]
     assert served_after & set(outcome["dropped"]), "no near-duplicate was caught after the restart"
 
+    # The unchecked pages were written to the index once the node answered again; a groups pass covers them.
+    assert result.stat("neardup/unchecked_indexed") == len(outcome["unchecked"])
+    assert result.stat("neardup/unchecked_unindexed") == 0
+    client = Elasticsearch(own_node["second"].url)
+    try:
+        grouping = check_unchecked_grouped(client, index, site, outcome)
+    finally:
+        client.close()
+    print(f"groups pass: {grouping}")
+    ledger.record(
+        f"{len(pages)} pages ({GROUPS} groups of {PER_GROUP}); the node stalled ({proxy.stalled} connections "
+        "held), then SIGKILLed mid-crawl and restarted on its data",
+        lost=len(outcome["lost"]), kept=len(outcome["kept"]), dropped=len(outcome["dropped"]),
+        unchecked=len(outcome["unchecked"]), unchecked_indexed=result.stat("neardup/unchecked_indexed"),
+        backend_errors=result.stat("neardup/backend_errors"), retries=result.stat("neardup/backend_retries"),
+        groups_found=grouping["groups"], unchecked_grouped=grouping["unchecked_grouped"],
+    )
+
+
+def check_unchecked_grouped(client: Any, index: str, site: HookSite, outcome: dict[str, Any]) -> dict[str, int]:
+    """Every page passed through unchecked is in the index (status ``unchecked``, or the decision its lost answer
+    had written) and nothing is left ``pending``; a groups pass puts each unchecked page in one group with every
+    document of the index it near-duplicates (shares >= t stored positions with), groups never mix site groups,
+    a group holding a checked kept page is represented by one, and ``assign_groups`` leaves no page unchecked.
+
+    Returns how many groups were found and how many unchecked pages were grouped."""
+    from es_integration.groups import assign_groups, find_groups
+    from es_integration.mapping import stored_values
+    from scrapy_neardup.sketch import Sketcher
+    from scrapy_neardup.theory import min_shared_for
+
+    sketcher, min_shared = Sketcher(), min_shared_for(0.9, 128)
+    docs = index_docs(client, index)
+    id_of = {doc["key"]: doc_id for doc_id, doc in docs.items()}
+    assert len(id_of) == len(docs), "a page is in the index twice"
+    assert outcome["unchecked"] <= set(id_of), f"unchecked pages missing: {outcome['unchecked'] - set(id_of)}"
+    assert by_status(docs, "unchecked") <= outcome["unchecked"]
+    assert by_status(docs, "pending") == set()
+    values = {site.url + path: stored_values(sketcher.sketch(html).signature) for path, (html, _) in site.pages.items()}
+
+    def near_duplicates(a: str, b: str) -> bool:
+        return a in values and b in values and int((values[a] == values[b]).sum()) >= min_shared
+
+    report = find_groups(client, index, sketcher.tag, min_shared)
+    group_by_id = {member: group for group in report.groups for member in group.members}
+    for group in report.groups:
+        keys = [docs[member]["key"] for member in group.members]
+        assert len({group_of(site, key) for key in keys}) == 1, keys
+        if any(docs[member]["status"] == "kept" for member in group.members):
+            assert docs[group.representative]["status"] == "kept", keys
+    grouped = 0
+    for url in outcome["unchecked"]:
+        twins = [id_of[key] for key in id_of if key != url and near_duplicates(url, key)]
+        found = group_by_id.get(id_of[url])
+        assert all(found is not None and twin in found.members for twin in twins), (url, twins, found)
+        grouped += found is not None
+    assign_groups(client, index, report)
+    after = index_docs(client, index)
+    assert by_status(after, "unchecked") == set()
+    for group in report.groups:
+        assert [after[m]["status"] for m in group.members].count("kept") == 1, group
+    return {"groups": len(report.groups), "unchecked_grouped": grouped}
+
 
 def test_unreachable_at_start_is_a_clear_error(crawl_dir: Path) -> None:
     """Chosen behaviour: the crawl stops before fetching any page, with an error naming the URL and the setting
@@ -366,3 +715,279 @@ def test_unreachable_at_start_is_a_clear_error(crawl_dir: Path) -> None:
     assert error is not None and error["type"] == "EsError", error
     assert url in error["message"] and "NEARDUP_ES_URL" in error["message"], error
     assert site.served == []
+
+
+# -- HTTP 429 (rejected execution), slow answers, a crawler killed mid-check -------------------------------------
+
+
+def test_429_bursts_during_a_crawl(es_url: str, es_client: Any, es_index: str, crawl_dir: Path,
+                                   ledger: Ledger) -> None:
+    """Bursts of HTTP 429 while the crawl checks pages (the crawl makes about 170 requests): bursts of up to
+    ``retries`` (3) answers are absorbed by the backend's retries; a burst of 4 makes one check fail, whose page
+    passes through unchecked and is written to the index once the node accepts requests again (the first bulk
+    request writing it meets a per-item 429 too, so it is written by a later one)."""
+    proxy = FaultProxy(target_of(es_url), http=True)
+    faults = [proxy.add(fault) for fault in (
+        Fault("reject", 3, start=20),  # whatever request comes: absorbed by the retries of one call
+        Fault("reject", 3, path="/_create/", start=50),
+        Fault("reject", 3, path="/_refresh", start=80),
+        Fault("reject", 2, path="/_search", start=110),
+        Fault("reject", 4, start=130),  # one more than the retries: one check fails
+        Fault("bulk_items", 1, path="/_bulk", every=1, start=130),
+    )]
+    absorbed = 3 + 3 + 3 + 2 + 3  # retries that succeed, and the 3 of the failed check
+
+    site = HookSite(group_pages(changes=1), delay=0.02, hook=lambda n: None)
+    started = time.monotonic()
+    try:
+        result = run_crawl_process(crawl_dir, settings=es_settings(proxy.url, es_index, NEARDUP_ES_TIMEOUT=5),
+                                   spider={"start_url": site.url + "/"}, name="rejected")
+    finally:
+        site.stop()
+        proxy.close()
+    assert result.returncode == 0, result.log[-3000:]
+    assert result.data["item_errors"] == []
+    outcome = account(result, site)
+    print(f"\nES 429: {len(site.pages)} pages, {proxy.requests} requests, injected {proxy.injected}, kept "
+          f"{len(outcome['kept'])}, dropped {len(outcome['dropped'])}, unchecked {len(outcome['unchecked'])}, "
+          f"lost {len(outcome['lost'])}, retries {result.stat('neardup/backend_retries')}, "
+          f"{time.monotonic() - started:.1f}s")
+    assert outcome["lost"] == set() and outcome["bad_drops"] == {}
+    assert all(fault.count == 0 for fault in faults), "a burst was not injected"
+    assert proxy.injected == {"reject": 15, "bulk_items": 1}
+    assert result.stat("neardup/backend_retries") >= absorbed
+    assert len(outcome["unchecked"]) == result.stat("neardup/unchecked") == result.stat("neardup/backend_errors") == 1
+    assert result.stat("neardup/unchecked_indexed") == 1 and result.stat("neardup/unchecked_unindexed") == 0
+    docs = index_docs(es_client, es_index)
+    assert by_status(docs, "kept") - {site.url + "/"} == outcome["kept"]  # (the start page is kept too)
+    assert by_status(docs, "unchecked") == outcome["unchecked"]
+    assert by_status(docs, "pending") == set()
+    ledger.record(
+        f"a crawl of {len(site.pages)} pages meeting 5 bursts of HTTP 429 ({proxy.injected['reject']} answers, one "
+        "burst longer than the retries) and a per-item 429 in a bulk response", lost=len(outcome["lost"]),
+        kept=len(outcome["kept"]), dropped=len(outcome["dropped"]), unchecked=len(outcome["unchecked"]),
+        retries=result.stat("neardup/backend_retries"), unchecked_indexed=result.stat("neardup/unchecked_indexed"),
+    )
+
+
+def test_429_while_bulk_indexing(es_url: str, es_client: Any, es_index: str, ledger: Ledger) -> None:
+    """``index_records`` (what ``neardup es index`` runs) meeting whole-request 429s (the index check, a bulk,
+    the final refresh) and per-item 429s inside bulk responses: every document ends up indexed, counted once."""
+    from es_integration.client import ConnectionSettings, make_client
+    from es_integration.indexing import index_records
+    from scrapy_neardup.sketch import Sketcher
+
+    records = [{"id": f"doc-{i}", "text": " ".join(edit_words(article_words(5000 + i % 40, 120), 2, seed=i))}
+               for i in range(1200)]
+    proxy = FaultProxy(target_of(es_url), http=True)
+    faults = [
+        proxy.add(Fault("reject", 1, method="HEAD")),
+        proxy.add(Fault("reject", 3, path="/_bulk", body='"_id":"doc-0"')),  # chunk 1, whole request
+        proxy.add(Fault("bulk_items", 1, path="/_bulk", body='"_id":"doc-600"')),  # chunk 2, a third of its items
+        proxy.add(Fault("bulk_items", 2, path="/_bulk", body='"_id":"doc-1002"')),  # chunk 3, twice
+        proxy.add(Fault("reject", 2, path="/_refresh")),
+    ]
+    client = make_client(ConnectionSettings.create(proxy.url, request_timeout=30))
+    try:
+        stats = index_records(client, es_index, records, Sketcher(), id_field="id", text_field="text",
+                              chunk_size=500)
+    finally:
+        client.close()
+        proxy.close()
+    print(f"\nES bulk 429: {len(records)} records, {proxy.requests} requests, injected {proxy.injected}; "
+          f"{stats.summary()}")
+    assert all(fault.count == 0 for fault in faults), "a fault was not injected"
+    assert proxy.injected["reject"] == 6 and proxy.injected["bulk_items"] >= 166 + 66
+    assert (stats.indexed, stats.errors) == (len(records), 0), stats.summary()
+    es_client.indices.refresh(index=es_index)
+    assert es_client.count(index=es_index)["count"] == len(records)
+    found = es_client.mget(index=es_index, ids=[r["id"] for r in records], source=["neardup.tag"])["docs"]
+    missing = [doc["_id"] for doc in found if not doc.get("found") or "neardup" not in doc["_source"]]
+    assert missing == []
+    ledger.record(
+        f"bulk indexing of {len(records)} records meeting {proxy.injected['reject']} whole-request 429s and "
+        f"{proxy.injected['bulk_items']} per-item 429s", lost=len(records) - stats.indexed + len(missing),
+        indexed=stats.indexed,
+    )
+
+
+def test_slow_answers_below_the_timeout(es_url: str, es_index: str, crawl_dir: Path, ledger: Ledger) -> None:
+    """Every answer of Elasticsearch delayed 0.3 s (NEARDUP_ES_TIMEOUT=5): slow is not failed; every page is
+    checked, nothing times out or is retried, and each group keeps exactly one page."""
+    groups, per_group = 6, 3
+    proxy = FaultProxy(target_of(es_url), http=True)
+    proxy.delay = 0.3
+    site = HookSite(group_pages(groups, per_group, changes=1), delay=0, hook=lambda n: None)
+    started = time.monotonic()
+    try:
+        result = run_crawl_process(crawl_dir, settings=es_settings(proxy.url, es_index, NEARDUP_ES_TIMEOUT=5),
+                                   spider={"start_url": site.url + "/"}, name="slow")
+    finally:
+        site.stop()
+        proxy.close()
+    assert result.returncode == 0, result.log[-3000:]
+    outcome = account(result, site)
+    seconds = time.monotonic() - started
+    print(f"\nES slow: {len(site.pages)} pages, {proxy.requests} requests each delayed {proxy.delay}s, kept "
+          f"{len(outcome['kept'])}, dropped {len(outcome['dropped'])}, unchecked {len(outcome['unchecked'])}, "
+          f"lost {len(outcome['lost'])}, {seconds:.1f}s")
+    assert outcome["lost"] == set() and outcome["bad_drops"] == {} and outcome["unchecked"] == set()
+    for name in ("unchecked", "backend_errors", "backend_retries"):
+        assert result.stat(f"neardup/{name}") == 0, name
+    assert sorted(group_of(site, url) or 0 for url in outcome["kept"]) == list(range(groups))
+    assert len(outcome["dropped"]) == groups * (per_group - 1)
+    ledger.record(f"a crawl of {len(site.pages)} pages with every Elasticsearch answer delayed {proxy.delay}s "
+                  f"({proxy.requests} requests, timeout 5s)", lost=len(outcome["lost"]), kept=len(outcome["kept"]),
+                  dropped=len(outcome["dropped"]), unchecked=0, crawl_seconds=round(seconds, 1))
+
+
+@pytest.mark.parametrize("stage", ["create", "decision"])
+def test_crawler_killed_mid_check_then_recrawled(es_url: str, es_client: Any, es_index: str, tmp_path: Path,
+                                                 stage: str, ledger: Ledger) -> None:
+    """A crawler process SIGKILLed while it checks a page: the proxy holds that check's ``pending`` write
+    (``create``: the page is not in the index) or its decision (``decision``: the page stays ``pending``), and
+    the process is killed with the request in the air. A second crawl of the site with the same index runs to
+    completion (its backend waits 3 s, not 30, for the abandoned ``pending`` page; see ShortPendingPipeline).
+
+    Nothing the first crawl passed on is lost or wrongly dropped, only the in-flight items went unrecorded,
+    every drop of the second crawl names a page kept in the index, and no group ends without a kept page."""
+    from reliability_kit import run_crawl
+
+    groups = 12
+    path = "/_create/" if stage == "create" else "/_doc/"
+    proxy = FaultProxy(target_of(es_url), http=True)
+    # The 6th page reaching that step (each is the first of its group, so a page to keep) is held.
+    held = proxy.add(Fault("stall", 1, path=path, method="PUT", after=5))
+    site = HookSite(group_pages(groups, changes=1), delay=0.02, hook=lambda n: None)
+    stalled_since: list[float] = []
+
+    def mid_check() -> bool:
+        if proxy.held and not stalled_since:
+            stalled_since.append(time.monotonic())
+        return bool(stalled_since) and time.monotonic() - stalled_since[0] > 0.5  # let items queue behind it
+
+    pipelines = {
+        "ITEM_PIPELINES": {"reliability_kit.ShortPendingPipeline": 300, "reliability_kit.WitnessPipeline": 400},
+        "NEARDUP_TEST_PENDING_TIMEOUT": 3, "CONCURRENT_REQUESTS": 2,
+    }
+    try:
+        first = run_crawl(tmp_path, start_url=site.url + "/", name="killed", kill_when=mid_check, settings={
+            **pipelines, "NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": proxy.url,
+            "NEARDUP_ES_INDEX": es_index, "NEARDUP_ES_TIMEOUT": 30})
+        served_first = len(site.served)
+        before = index_docs(es_client, es_index)
+        second = run_crawl(tmp_path, start_url=site.url + "/", name="recrawl", settings={
+            **pipelines, "NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": es_url, "NEARDUP_ES_INDEX": es_index})
+    finally:
+        site.stop()
+        proxy.close()
+    assert held.count == 0 and len(proxy.held) == 1
+    assert first.returncode == -9, f"the first crawl was not killed: {first.returncode}\n{first.log[-3000:]}"
+    assert second.returncode == 0, second.log[-3000:]
+    base = site.url
+    in_check = json.loads(proxy.held[0].body)["neardup"]["key"]
+    after = index_docs(es_client, es_index)
+    kept_after = by_status(after, "kept")
+    passed_on = set(first.witnessed)
+    drops = second.drops_by_url()
+
+    # The first crawl: everything it passed on is recorded as kept; the page in the check is not passed on.
+    assert passed_on <= by_status(before, "kept")
+    assert in_check not in passed_on
+    assert by_status(before, "pending") == ({in_check} if stage == "decision" else set())
+    unrecorded = served_first - len(passed_on) - len(by_status(before, "kept") - passed_on)  # in flight or dropped
+    # The second crawl: each page the first passed on is dropped naming itself (found kept), never another page.
+    assert {url: drops.get(url, {}).get("duplicate_of") for url in passed_on} == {url: url for url in passed_on}
+    assert second.stat("neardup/unchecked") == second.stat("neardup/backend_errors") == 0
+    assert {url: d["duplicate_of"] for url, d in drops.items() if d["duplicate_of"] not in kept_after} == {}
+    assert in_check in second.kept_urls  # the abandoned check's page, checked again and kept
+    # Nothing lost: each page was passed on by one crawl, or dropped naming a kept page of its group.
+    all_pages = {base + p for p in site.pages}
+    lost = all_pages - passed_on - set(second.kept_urls) - set(drops)
+    assert lost == set()
+    assert {u: d["duplicate_of"] for u, d in drops.items() if u in all_pages
+            and group_of(site, d["duplicate_of"]) != group_of(site, u)} == {}
+    kept_per_group = [sum(1 for url in kept_after if group_of(site, url) == g) for g in range(groups)]
+    assert 0 not in kept_per_group, kept_per_group
+    stale = by_status(after, "pending")
+    print(f"\ncrawler killed mid-{stage}: {len(site.pages)} pages, first crawl passed on {len(passed_on)} of "
+          f"{served_first} fetched ({unrecorded} in flight or dropped, unrecorded), the page in the check "
+          f"{in_check[len(base):]}; recrawl kept {len(second.kept_urls)}, dropped {len(drops)}; kept pages per group "
+          f"{kept_per_group}; pending left {len(stale)}; lost {len(lost)}; "
+          f"{first.seconds:.1f}s + {second.seconds:.1f}s")
+    assert stale == ({in_check} if stage == "decision" else set())  # documented: nobody settles it
+    ledger.record(
+        f"a crawler SIGKILLed mid-check (its {stage} write held), then a recrawl of {len(site.pages)} pages with "
+        "the same index", lost=len(lost), passed_on_before_kill=len(passed_on), fetched_before_kill=served_first,
+        recrawl_kept=len(second.kept_urls), recrawl_dropped=len(drops), groups_without_kept=kept_per_group.count(0),
+        stale_pending=len(stale),
+    )
+
+
+
+def test_unchecked_pages_are_written_when_the_node_answers_again(
+    es_url: str, es_client: Any, es_index: str, ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The backend on its own. Pages whose check failed are remembered up to ``max_unchecked`` and written as
+    ``unchecked`` after the next successful check: one whose decision write was refused (its document left
+    ``pending``: overwritten), one whose decision was written but its answers lost (left ``kept``), two refused
+    at once (created). The ones over the cap, and one failing while the node is down again at close, are counted
+    and named in one warning."""
+    import asyncio
+
+    from es_integration.backend import ElasticsearchBackend
+    from es_integration.client import EsError
+    from scrapy_neardup.sketch import Sketcher
+
+    sketcher = Sketcher()
+    texts = {f"https://example.test/{i}": " ".join(article_words(7000 + i, 200)) for i in range(9)}
+    sketches = {key: sketcher.sketch(text) for key, text in texts.items()}
+    keys = list(texts)
+    proxy = FaultProxy(target_of(es_url), http=True)
+
+    async def fails(key: str) -> None:
+        with pytest.raises(EsError):
+            await backend.check_and_add(key, sketches[key])
+
+    backend = ElasticsearchBackend(url=proxy.url, index=es_index, num_perm=128, min_shared=107, tag=sketcher.tag,
+                                   request_timeout=5)
+    backend.max_unchecked, backend.backoff = 4, 0.01
+
+    async def scenario() -> None:
+        await backend.open()
+        assert await backend.check_and_add(keys[0], sketches[keys[0]]) is None
+        proxy.add(Fault("reject", 4, path="/_doc/", method="PUT"))  # the decision write of keys[1]
+        await fails(keys[1])
+        # keys[2]'s decision lands, unanswered (aiohttp itself retries an idempotent request once on a reused
+        # connection, so the fault lasts until the check has failed).
+        dropping = proxy.add(Fault("drop_answer", 100, path="/_doc/", method="PUT"))
+        await fails(keys[2])
+        dropping.count = 0
+        proxy.set(mode="refuse")
+        for key in keys[3:7]:  # two more remembered, two over the cap
+            await fails(key)
+        proxy.set(mode="forward")
+        assert await backend.check_and_add(keys[7], sketches[keys[7]]) is None  # ... then the four are written
+        assert backend.unchecked_indexed == 4
+        proxy.set(mode="refuse")
+        await fails(keys[8])
+        await backend.close()  # the node is down: the last one cannot be written
+
+    try:
+        with caplog.at_level("WARNING", logger="es_integration.backend"):
+            asyncio.run(scenario())
+    finally:
+        proxy.close()
+    assert proxy.injected["reject"] == 4 and proxy.injected["drop_answer"] >= 4
+    assert backend.close_stats == {"unchecked_indexed": 4, "unchecked_unindexed": 3, "unchecked_overflow": 2}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("over 4 pages could not be checked" in m for m in warnings), warnings
+    assert any(m.startswith(f"3 page(s) passed through unchecked could not be written to {es_index}") and
+               "2 over the limit of 4 remembered" in m for m in warnings), warnings
+    docs = index_docs(es_client, es_index)
+    assert sorted(doc["key"] for doc in docs.values()) == sorted([keys[0], *keys[1:5], keys[7]])  # each once
+    assert by_status(docs, "unchecked") == {keys[1], keys[3], keys[4]}
+    assert by_status(docs, "kept") == {keys[0], keys[2], keys[7]}
+    ledger.record("9 checks, 7 failing (decision refused, decision unanswered, connections reset), 4 remembered "
+                  "at most", lost=0, notes="pages over the cap or failing at a dead close are counted and named in a "
+                  "warning", **backend.close_stats)
