@@ -2,9 +2,10 @@
 
 Generates a static site (articles, plus near-duplicate copies of some of them, linked from listing pages),
 serves it with nginx on 127.0.0.1 (a fast static server, so the crawler and not the server is the
-bottleneck), and crawls it with Scrapy at CONCURRENT_REQUESTS=32, with and without the pipeline, alternating
-runs. Each crawl runs in its own process (a fresh Twisted reactor). Prints the median wall times and the ratio,
-and writes ``benchmarks/results/crawl.json``.
+bottleneck), and crawls it with Scrapy at CONCURRENT_REQUESTS=32 without the pipeline, with it (default
+settings: sketching in the worker process), and with it sketching in the crawl's process (NEARDUP_WORKER=False),
+alternating runs. Each crawl runs in its own process (a fresh Twisted reactor). Prints the median wall times and
+the overheads, and writes ``benchmarks/results/crawl.json``.
 
     python benchmarks/bench_crawl.py [--pages 4000] [--rounds 3] [--quick]
 
@@ -98,11 +99,14 @@ def start_nginx(site: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
     sys.exit(f"nginx did not start; see {work}/error.log")
 
 
-def crawl(url: str, with_pipeline: bool, expected_pages: int) -> dict[str, float]:
+MODES = ("without", "with", "in_process")
+
+
+def crawl(url: str, mode: str, expected_pages: int) -> dict[str, float]:
     """One crawl in a fresh process; returns its wall time and item counts."""
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, __file__, "--run-crawl", url, "--pipeline" if with_pipeline else "--no-pipeline"],
+        [sys.executable, __file__, "--run-crawl", url, "--mode", mode],
         capture_output=True, text=True, check=True,
     )
     wall = time.perf_counter() - started
@@ -112,7 +116,7 @@ def crawl(url: str, with_pipeline: bool, expected_pages: int) -> dict[str, float
     return {"wall_s": wall, "crawl_s": stats["crawl_s"], **stats}
 
 
-def run_crawl(url: str, with_pipeline: bool) -> None:
+def run_crawl(url: str, mode: str) -> None:
     """Child process: crawl the site and print stats as one JSON line."""
     import scrapy
     from scrapy.crawler import CrawlerProcess
@@ -132,7 +136,8 @@ def run_crawl(url: str, with_pipeline: bool) -> None:
         "LOG_LEVEL": "ERROR",
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,
-        "ITEM_PIPELINES": {"scrapy_neardup.NearDuplicatePipeline": 300} if with_pipeline else {},
+        "ITEM_PIPELINES": {"scrapy_neardup.NearDuplicatePipeline": 300} if mode != "without" else {},
+        "NEARDUP_WORKER": mode != "in_process",
     }
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(SiteSpider)
@@ -146,6 +151,7 @@ def run_crawl(url: str, with_pipeline: bool) -> None:
         "responses": stats.get("response_received_count", 0),
         "items": stats.get("item_scraped_count", 0),
         "dropped": stats.get("item_dropped_count", 0),
+        "sketched_in_worker": stats.get("neardup/sketched_in_worker", 0),
     }))
 
 
@@ -155,10 +161,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="400 pages, one round")
     parser.add_argument("--run-crawl", metavar="URL", help=argparse.SUPPRESS)
-    parser.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, default="with", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_crawl:
-        run_crawl(args.run_crawl, args.pipeline)
+        run_crawl(args.run_crawl, args.mode)
         return
     pages, rounds = (400, 1) if args.quick else (args.pages, args.rounds)
     with tempfile.TemporaryDirectory(prefix="neardup-crawl-bench-") as tmp:
@@ -171,11 +177,11 @@ def main() -> None:
         server = start_nginx(site, work, port)
         try:
             url = f"http://127.0.0.1:{port}/"
-            crawl(url, False, total)  # warm-up: page cache, imports
-            runs: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
+            crawl(url, "with", total)  # warm-up: page cache, imports
+            runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
             for _ in range(rounds):
-                runs["without"].append(crawl(url, False, total))
-                runs["with"].append(crawl(url, True, total))
+                for mode in MODES:
+                    runs[mode].append(crawl(url, mode, total))
         finally:
             server.terminate()
             server.wait()
@@ -185,15 +191,19 @@ def main() -> None:
         "pages": total,
         "rounds": rounds,
         "concurrent_requests": 32,
+        "load_average_end": os.getloadavg()[0],
         "median_crawl_s": median,
         "overhead": ratio - 1,
+        "overhead_in_process": median["in_process"] / median["without"] - 1,
         "dropped_with_pipeline": runs["with"][-1]["dropped"],
         "runs": runs,
     }
     print(f"site: {total} pages served by nginx on 127.0.0.1, CONCURRENT_REQUESTS=32, {rounds} round(s)")
     print(f"crawl without pipeline: {median['without']:.2f} s (median)")
     print(f"crawl with pipeline:    {median['with']:.2f} s (median), {result['dropped_with_pipeline']} dropped")
-    print(f"overhead: {100 * (ratio - 1):+.1f}%  (target: at most +5%)")
+    print(f"  sketching in-process: {median['in_process']:.2f} s (median, NEARDUP_WORKER=False)")
+    print(f"overhead: {100 * (ratio - 1):+.1f}%  (target: at most +5%); sketching in-process: "
+          f"{100 * result['overhead_in_process']:+.1f}%")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / ("crawl-quick.json" if args.quick else "crawl.json")).write_text(json.dumps(result, indent=2))
 

@@ -1,4 +1,4 @@
-"""Scaling: time and memory at 10k, 100k and 1M documents, for sketching and for the embedded store.
+"""Scaling: time and memory at 10k, 100k and 1M documents, for sketching, the embedded store and group discovery.
 
 * Sketching: synthetic text pages (120-280 words, about 1.2 KB, from a Zipf-distributed vocabulary of 60k
   words) are generated in batches of 10,000 and sketched with ``Sketcher().sketch_many(batch)``; the
@@ -6,6 +6,10 @@
   kept ``Sketch`` and the peak growth.
 * Store: ``benchmarks/bench_store.py``'s workload at that size (10% planted near-duplicates), one
   ``check_and_add`` per page: pages/s, resident memory growth per kept page and its peak, save and load times.
+* Groups: the same workload's signatures clustered with ``GroupBuilder`` (the pair finding of
+  ``neardup es groups``, which adds the sweep of the index): documents/s, resident memory per document, groups.
+  The end-to-end ``neardup es groups`` figures of ``benchmarks/bench_es.py`` (``results/es.json``), where
+  present, are plotted next to them.
 
 Every measurement runs in a fresh subprocess (``--one KIND N``), so that resident-memory baselines are clean.
 Prints a table, writes ``benchmarks/results/scaling.json`` and plots ``benchmarks/results/scaling.png``
@@ -104,6 +108,50 @@ def measure_store(n: int) -> dict[str, Any]:
     return {key: figures[key] for key in keep}
 
 
+def measure_groups(n: int) -> dict[str, Any]:
+    import bench_store
+    import psutil
+
+    from scrapy_neardup.clustering import GroupBuilder
+
+    workload = bench_store.Workload(0.1)
+    builder = GroupBuilder(bench_store.K, bench_store.T, bench_store.TAG)
+    gc.collect()
+    process = psutil.Process()
+    rss0 = process.memory_info().rss
+    seconds = 0.0
+    for lo in range(0, n, BATCH):
+        keys, made, _ = bench_store.sketches(workload, lo, min(n, lo + BATCH))
+        start = time.perf_counter()
+        for key, sketch in zip(keys, made, strict=True):
+            builder.add(key, sketch)
+        seconds += time.perf_counter() - start
+        del keys, made
+    start = time.perf_counter()
+    groups = builder.groups()
+    seconds += time.perf_counter() - start
+    gc.collect()
+    return {
+        "documents": n,
+        "seconds": seconds,
+        "documents_per_s": n / seconds,
+        "groups": len(groups),
+        "grouped_documents": sum(map(len, groups)),
+        "links": builder.links,
+        "rss_growth_bytes_per_document": (process.memory_info().rss - rss0) / n,
+        "peak_rss_growth_bytes_per_document": (_peak_rss() - rss0) / n,
+    }
+
+
+def es_group_discovery() -> dict[int, dict[str, Any]]:
+    """``neardup es groups`` end to end (sweep + clustering) by document count, from bench_es.py's results."""
+    path = RESULTS / "es.json"
+    if not path.exists():
+        return {}
+    runs = json.loads(path.read_text()).get("runs", {})
+    return {int(key): run["groups"] for key, run in runs.items() if key.isdigit() and "groups" in run}
+
+
 def _peak_rss() -> int:
     with open("/proc/self/status") as status:
         for line in status:
@@ -128,12 +176,19 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sketch, store = results["sketch"], results["store"]
+    sketch, store, groups = results["sketch"], results["store"], results["groups"]
     ns = [r["documents"] for r in sketch]
+    es_groups = es_group_discovery()
+    es_ns = sorted(es_groups)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
     ax = axes[0]
     ax.plot(ns, [r["mb_per_s"] for r in sketch], "o-", color="#1f5fa8", label="sketching, MB/s of text")
     ax.plot(ns, [r["pages_per_s"] / 1000 for r in store], "s-", color="#b5471b", label="store, 1000 pages/s")
+    ax.plot(ns, [r["documents_per_s"] / 1000 for r in groups], "D-", color="#3a8a3a",
+            label="group pairs (in memory), 1000 docs/s")  # fmt: skip
+    if es_ns:
+        ax.plot(es_ns, [es_groups[n]["docs_per_s"] / 1000 for n in es_ns], "D--", color="#7a3aa8",
+                label="neardup es groups end to end, 1000 docs/s")  # fmt: skip
     ax.axhline(20, color="#b5471b", ls=":", lw=1, label="store target: 20k pages/s")
     ax.set_title("throughput (one page at a time for the store)")
     ax.set_ylim(bottom=0)
@@ -144,6 +199,8 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
             label="store: peak RSS growth per page")  # fmt: skip
     ax.plot(ns, [r["rss_growth_bytes_per_sketch"] for r in sketch], "o-", color="#1f5fa8",
             label="sketching: RSS per kept Sketch object")  # fmt: skip
+    ax.plot(ns, [r["rss_growth_bytes_per_document"] for r in groups], "D-", color="#3a8a3a",
+            label="groups: RSS growth per document")  # fmt: skip
     ax.axhline(600, color="#b5471b", ls=":", lw=1, label="store target: 600 B/page")
     ax.set_title("memory, bytes per document")
     ax.set_ylim(bottom=0)
@@ -151,7 +208,11 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     ax.plot(ns, [r["seconds"] for r in sketch], "o-", color="#1f5fa8", label="sketching, total s")
     ax.plot(ns, [r["pages"] * r["us_per_page"] / 1e6 for r in store], "s-", color="#b5471b",
             label="store check_and_add, total s")  # fmt: skip
-    ax.plot(ns, [r["persistence"]["save_s"] for r in store], "^-", color="#3a8a3a", label="store save, s")
+    ax.plot(ns, [r["seconds"] for r in groups], "D-", color="#3a8a3a", label="group pairs (in memory), s")
+    if es_ns:
+        ax.plot(es_ns, [es_groups[n]["seconds"] for n in es_ns], "D--", color="#7a3aa8",
+                label="neardup es groups end to end, s")  # fmt: skip
+    ax.plot(ns, [r["persistence"]["save_s"] for r in store], "^-", color="#8a8a3a", label="store save, s")
     ax.plot(ns, [r["persistence"]["load_s"] for r in store], "v-", color="#7a3aa8", label="store load, s")
     ax.set_yscale("log")
     ax.set_title("time, seconds")
@@ -173,27 +234,28 @@ def main() -> None:
     args = parser.parse_args()
     if args.one:
         kind, n = args.one[0], int(args.one[1])
-        figures = measure_sketch(n) if kind == "sketch" else measure_store(n)
+        figures = {"sketch": measure_sketch, "store": measure_store, "groups": measure_groups}[kind](n)
         print(json.dumps(figures))
         return
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
         [1_000, 10_000] if args.quick else [10_000, 100_000, 1_000_000]
     )  # fmt: skip
-    results: dict[str, list[dict[str, Any]]] = {"sketch": [], "store": []}
+    results: dict[str, list[dict[str, Any]]] = {"sketch": [], "store": [], "groups": []}
     started = time.perf_counter()
     for n in sizes:
-        for kind in ("sketch", "store"):
+        for kind in results:
             results[kind].append(run_one(kind, n))
             print(f"  {kind} at {n:,} done ({time.perf_counter() - started:.0f} s)", flush=True)
     print(f"\n{'documents':>10} | {'sketch MB/s':>11} {'docs/s':>9} {'B/Sketch':>9} | {'store p/s':>10} "
-          f"{'B/page':>7} {'peak B/p':>8} {'save s':>7} {'load s':>7}")  # fmt: skip
-    for sk, st in zip(results["sketch"], results["store"], strict=True):
+          f"{'B/page':>7} {'peak B/p':>8} {'save s':>7} {'load s':>7} | {'groups d/s':>10} {'B/doc':>6}")  # fmt: skip
+    for sk, st, gr in zip(results["sketch"], results["store"], results["groups"], strict=True):
         p = st["persistence"]
         print(
             f"{sk['documents']:>10,} | {sk['mb_per_s']:11.1f} {sk['documents_per_s']:9,.0f} "
             f"{sk['rss_growth_bytes_per_sketch']:9.0f} | {st['pages_per_s']:10,.0f} "
             f"{st['rss_growth_bytes_per_kept_page']:7.0f} {st['peak_rss_growth_bytes_per_page']:8.0f} "
-            f"{p['save_s']:7.2f} {p['load_s']:7.2f}"
+            f"{p['save_s']:7.2f} {p['load_s']:7.2f} | {gr['documents_per_s']:10,.0f} "
+            f"{gr['rss_growth_bytes_per_document']:6.0f}"
         )
     stem = "scaling-quick" if args.quick else "scaling"
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from typing import TYPE_CHECKING, Any, cast
 
 from itemadapter import ItemAdapter
@@ -40,10 +41,12 @@ from .backends import Backend, EmbeddedBackend
 from .dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from .index import Match
 from .settings import NearDupSettings, NearDupSettingsError
+from .sketch_worker import SketchWorker, SketchWorkerError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
+    from twisted.internet.interfaces import IReactorCore
 
     from .sketch import Content, Sketch
 
@@ -111,6 +114,8 @@ class NearDuplicatePipeline:
         self._mark_checked: set[type] = set()
         self._backend_error_logged = False
         self._stopping = False
+        self._sketch_worker: SketchWorker | None = None
+        self._worker_given_up = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> NearDuplicatePipeline:
@@ -160,6 +165,7 @@ class NearDuplicatePipeline:
             # stops before any page is fetched.
             raise type(exc)(f"{exc} (check NEARDUP_ES_URL and that the node is up)") from None
         self._opened = True
+        self._worker()  # start the sketch worker now if the reactor runs (else on the first item)
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
         for name, count in getattr(self.backend, "open_stats", {}).items():
             self._inc(name, count)
@@ -174,16 +180,25 @@ class NearDuplicatePipeline:
         Scrapy calls this even when :meth:`open_spider` failed; the backend is then not closed, so that a
         state file that could not be loaded is never overwritten by an empty index.
         """
+        await self._stop_worker()
         if not self._opened or self.backend is None:
             return
         self._opened = False
-        # Retries the backend made (Elasticsearch: connection errors, timeouts, HTTP 429/502/503/504).
-        if getattr(self.backend, "retried", 0):
-            self._inc("backend_retries", int(getattr(self.backend, "retried", 0)))
         try:
             await self.backend.close()
         finally:
+            self._add_backend_stats()
             logger.info(self.summary())
+
+    def _add_backend_stats(self) -> None:
+        """Counters the backend kept, read after it closed because closing may still write: retries
+        (Elasticsearch: connection errors, timeouts, HTTP 429/502/503/504) and what became of the items passed
+        through unchecked (``close_stats``: ``unchecked_indexed``, ``unchecked_unindexed``, ``unchecked_overflow``)."""
+        retried = int(getattr(self.backend, "retried", 0))
+        if retried:
+            self._inc("backend_retries", retried)
+        for name, count in getattr(self.backend, "close_stats", {}).items():
+            self._inc(name, int(count))
 
     def summary(self) -> str:
         """One line with what the pipeline did so far."""
@@ -196,6 +211,9 @@ class NearDuplicatePipeline:
         )
         if c("backend_errors", 0):
             line += f", {c('backend_errors')} backend errors (items passed through)"
+        if c("unchecked_indexed", 0) or c("unchecked_unindexed", 0):
+            line += (f"; of the items passed through unchecked, {c('unchecked_indexed', 0)} written to the index "
+                     f"afterwards, {c('unchecked_unindexed', 0)} not")
         if c("missing_url", 0):
             line += f", {c('missing_url')} without {self.config.url_field!r}"
         return line
@@ -212,7 +230,7 @@ class NearDuplicatePipeline:
         if reason is not None:
             return self._skip(reason, item)
         try:
-            sketch = self.sketcher.sketch(cast("Content", content))
+            sketch = await self._sketch(cast("Content", content))
         except Exception:
             logger.warning("could not sketch the text of an item; passing it through", exc_info=True)
             return self._skip(SKIP_NOT_TEXT, item)
@@ -233,6 +251,51 @@ class NearDuplicatePipeline:
             self._inc("kept")
             return item
         return self._duplicate(item, adapter, key, match)
+
+    async def _sketch(self, content: Content) -> Sketch:
+        """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.sketch_worker`), else here.
+
+        The worker is started on the first item, when the reactor is known to run; if it dies, this process
+        sketches from then on (counted in ``neardup/sketch_worker_failed``), so no item waits on it forever.
+        """
+        worker = self._worker()
+        if worker is not None:
+            try:
+                sketch = await maybe_deferred_to_future(worker.sketch(content))
+            except SketchWorkerError:
+                self._worker_failed()
+            else:
+                self._inc("sketched_in_worker")
+                return sketch
+        return self.sketcher.sketch(content)
+
+    def _worker(self) -> SketchWorker | None:
+        if self._sketch_worker is None and self.config.sketch_process and not self._worker_given_up:
+            if _running_reactor() is None:  # used outside a crawl: nothing would read the child's answers
+                return None
+            started = SketchWorker(self.sketcher)
+            try:
+                started.start()
+            except Exception:
+                logger.warning("could not start the sketch worker process; sketching in this process",
+                               exc_info=True)
+                self._worker_given_up = True
+                return None
+            self._sketch_worker = started
+        worker = self._sketch_worker
+        return worker if worker is not None and worker.alive else None
+
+    def _worker_failed(self) -> None:
+        if not self._worker_given_up:
+            self._worker_given_up = True
+            self._inc("sketch_worker_failed")
+            logger.warning("the sketch worker process failed; sketching in this process from now on",
+                           exc_info=True)
+
+    async def _stop_worker(self) -> None:
+        worker, self._sketch_worker = self._sketch_worker, None
+        if worker is not None:
+            await maybe_deferred_to_future(worker.stop())
 
     async def _check_and_add(self, key: str, sketch: Sketch) -> Match | None:
         assert self.backend is not None, "process_item called before open_spider"
@@ -317,7 +380,11 @@ class NearDuplicatePipeline:
 
     def _unchecked(self, item: Any, adapter: ItemAdapter) -> Any:
         """Mark an item the backend could not check: ``{NEARDUP_MARK_FIELD: {"unchecked": True}}`` when the
-        item can hold the field (counted in ``neardup/unchecked``); the item passes through either way."""
+        item can hold the field (counted in ``neardup/unchecked``); the item passes through either way.
+
+        The Elasticsearch backend remembers the page and writes it to its index with status ``unchecked`` once
+        the node answers again (at the latest when the spider closes), so ``neardup es groups`` covers it.
+        """
         self._inc("unchecked")
         # An Item/dataclass that does not declare the field raises KeyError: it passes through unmarked.
         with contextlib.suppress(KeyError, TypeError, AttributeError):
@@ -328,6 +395,15 @@ class NearDuplicatePipeline:
         self._counts[name] = self._counts.get(name, 0) + count
         if self.stats is not None:
             self.stats.inc_value(STATS_PREFIX + name, count)
+
+
+def _running_reactor() -> IReactorCore | None:
+    """The Twisted reactor if one is installed and running (without importing one, which would install it)."""
+    if "twisted.internet.reactor" not in sys.modules:
+        return None
+    from twisted.internet import reactor
+
+    return reactor if getattr(reactor, "running", False) else None
 
 
 def _describe(match: Match) -> str:

@@ -26,6 +26,8 @@ NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT
 NEARDUP_STATE_DIR     where the embedded store is saved (default ``<JOBDIR>/neardup``; none without JOBDIR).
 NEARDUP_RESET         bool: discard the saved embedded store at start.
 NEARDUP_DEBUG         bool: log every drop at INFO instead of DEBUG.
+NEARDUP_WORKER        bool, default True: sketch in one child process, off the crawl's reactor thread
+                      (False: sketch in the crawl's own process).
 ====================  ========================================================================================
 """
 
@@ -109,6 +111,8 @@ class NearDupSettings:
         state_dir: directory of the embedded store, or ``None`` for no persistence.
         reset: discard the saved embedded store at start.
         debug: log every drop at INFO instead of DEBUG.
+        sketch_process: sketch in a child process (:mod:`scrapy_neardup.sketch_worker`) instead of on the
+            crawl's reactor thread.
     """
 
     enabled: bool = True
@@ -127,6 +131,7 @@ class NearDupSettings:
     state_dir: str | None = None
     reset: bool = False
     debug: bool = False
+    sketch_process: bool = True
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> NearDupSettings:
@@ -163,6 +168,7 @@ class NearDupSettings:
             state_dir=_state_dir(settings),
             reset=_bool(settings, "NEARDUP_RESET", False),
             debug=_bool(settings, "NEARDUP_DEBUG", False),
+            sketch_process=_bool(settings, "NEARDUP_WORKER", True),
         )
 
     def sketcher(self) -> Sketcher:

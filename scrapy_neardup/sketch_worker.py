@@ -1,0 +1,322 @@
+"""Sketching in a child process, so that a crawl's reactor thread does not spend its time on it.
+
+Scrapy runs spiders, middlewares and item pipelines on one thread. Sketching a typical 7 KB page costs about
+0.4 ms of CPU (markup removal, normalization, shingle hashing, MinHash), which on that thread is time the
+crawl is not fetching or parsing. Python threads do not help: the work holds the GIL for most of its time
+(measured: two threads sketch *slower* than one). A child process does: the parent only writes the page to a
+pipe and reads 0.5 KB back, through the reactor, never blocking.
+
+The child is ``python -m scrapy_neardup.sketch_worker '<sketcher parameters as JSON>'``. It reads requests
+from stdin and answers each, in order, on stdout; requests that arrive together are sketched together
+(:meth:`~scrapy_neardup.sketch.Sketcher.sketch_many`, the vectorized path). Both sides use the same
+:class:`~scrapy_neardup.sketch.Sketcher` parameters, so a sketch made by the child is the one the parent would
+have made (a test compares them).
+
+Frames (little-endian):
+
+* request: ``id u32 | kind u8 (0: str as UTF-8 with surrogatepass, 1: bytes) | length u64 | content``
+* answer: ``id u32 | status u8 (0: ok, 1: error) | fingerprint u64 | shingles u64 | truncated u8 |
+  length u32 | signature (uint32[k]) or the error message (UTF-8)``
+
+Failure: if the child dies or answers garbage, every waiting request fails with :class:`SketchWorkerError`;
+the pipeline then sketches in its own process from that item on (``neardup/sketch_worker_failed``). Nothing
+is lost either way.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import signal
+import struct
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from twisted.internet.protocol import ProcessProtocol
+
+from .sketch import Content, Sketch, Sketcher
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+logger = logging.getLogger(__name__)
+
+_REQUEST = struct.Struct("<IBQ")
+_ANSWER = struct.Struct("<IBQQBI")
+_STR, _BYTES = 0, 1
+_OK, _ERROR = 0, 1
+# The child reads stdin in chunks of this size; whatever complete requests a chunk holds form one batch.
+_READ_SIZE = 1 << 20
+# Seconds the parent waits for the child to exit after closing its stdin, before killing it.
+_EXIT_GRACE = 5.0
+
+
+class SketchWorkerError(RuntimeError):
+    """The sketch worker process died, could not start, or answered something unreadable."""
+
+
+def sketcher_parameters(sketcher: Sketcher) -> dict[str, Any]:
+    """The constructor arguments that rebuild ``sketcher`` in the child."""
+    return {
+        "num_perm": sketcher.num_perm,
+        "shingle": sketcher.shingle,
+        "shingle_size": sketcher.shingle_size,
+        "seed": sketcher.seed,
+        "max_chars": sketcher.max_chars,
+    }
+
+
+# -- frames ----------------------------------------------------------------------------------------------------
+
+
+def encode_request(request_id: int, content: Content) -> bytes:
+    """One request frame (``content`` as the Sketcher takes it: str, bytes, bytearray or memoryview)."""
+    if isinstance(content, str):
+        # surrogatepass: a str with lone surrogates (hostile pages) reaches the child unchanged.
+        kind, payload = _STR, content.encode("utf-8", "surrogatepass")
+    else:
+        kind, payload = _BYTES, bytes(content)
+    return _REQUEST.pack(request_id, kind, len(payload)) + payload
+
+
+def encode_answer(request_id: int, result: Sketch | BaseException) -> bytes:
+    """One answer frame: the sketch, or the error that sketching raised."""
+    if isinstance(result, Sketch):
+        signature = np.ascontiguousarray(result.signature, dtype="<u4").tobytes()
+        head = _ANSWER.pack(request_id, _OK, result.fingerprint, result.num_shingles, result.truncated, len(signature))
+        return head + signature
+    message = f"{type(result).__name__}: {result}".encode("utf-8", "replace")
+    return _ANSWER.pack(request_id, _ERROR, 0, 0, 0, len(message)) + message
+
+
+class FrameReader:
+    """Splits a byte stream into frames of a fixed header and a length-prefixed body."""
+
+    def __init__(self, header: struct.Struct) -> None:
+        self._header = header
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[tuple[Any, ...], bytes]]:
+        """Append ``data``; return the ``(header fields, body)`` of every frame now complete."""
+        self._buffer += data
+        frames = []
+        at, size = 0, self._header.size
+        while len(self._buffer) - at >= size:
+            fields = self._header.unpack_from(self._buffer, at)
+            end = at + size + fields[-1]
+            if end > len(self._buffer):
+                break
+            frames.append((fields, bytes(self._buffer[at + size : end])))
+            at = end
+        del self._buffer[:at]
+        return frames
+
+
+# -- the child -------------------------------------------------------------------------------------------------
+
+
+def serve(sketcher: Sketcher, read: Callable[[int], bytes], write: Callable[[bytes], Any]) -> None:
+    """Answer requests until ``read`` returns ``b""`` (the parent closed the pipe)."""
+    reader = FrameReader(_REQUEST)
+    while True:
+        data = read(_READ_SIZE)
+        if not data:
+            return
+        batch = reader.feed(data)
+        if batch:
+            write(b"".join(_answers(sketcher, batch)))
+
+
+def _answers(sketcher: Sketcher, batch: list[tuple[tuple[Any, ...], bytes]]) -> list[bytes]:
+    ids = [fields[0] for fields, _ in batch]
+    contents: list[Content] = [
+        body.decode("utf-8", "surrogatepass") if fields[1] == _STR else body for fields, body in batch
+    ]
+    try:
+        return [encode_answer(i, s) for i, s in zip(ids, sketcher.sketch_many(contents), strict=True)]
+    except Exception:  # noqa: BLE001 - one bad page must not fail its batch: retry each on its own
+        return [encode_answer(i, _sketch_one(sketcher, content)) for i, content in zip(ids, contents, strict=True)]
+
+
+def _sketch_one(sketcher: Sketcher, content: Content) -> Sketch | BaseException:
+    try:
+        return sketcher.sketch(content)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which passes the item through
+        return exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the child: ``python -m scrapy_neardup.sketch_worker '<parameters JSON>'``."""
+    args = sys.argv[1:] if argv is None else argv
+    # Ctrl-C in a terminal reaches the whole process group; the crawl decides when this child ends (by
+    # closing its stdin), so it must not die mid-batch with a traceback while the crawl shuts down gracefully.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sketcher = Sketcher(**json.loads(args[0]))
+    stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+
+    def write(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(stdout, view) :]
+
+    serve(sketcher, lambda size: os.read(stdin, size), write)
+    return 0
+
+
+# -- the parent ------------------------------------------------------------------------------------------------
+
+
+class SketchWorker:
+    """A child process sketching pages for the calling process's Twisted reactor.
+
+    Args:
+        sketcher: the parameters to sketch with (the child builds an equal :class:`Sketcher`).
+
+    Use :meth:`start` (with the reactor running), then :meth:`sketch` for each page, then :meth:`stop`.
+    """
+
+    def __init__(self, sketcher: Sketcher) -> None:
+        self.sketcher = sketcher
+        self._protocol: _WorkerProtocol | None = None
+
+    @property
+    def alive(self) -> bool:
+        """The child is running and has not failed."""
+        return self._protocol is not None and self._protocol.failure is None
+
+    def start(self) -> None:
+        """Spawn the child (it imports numpy while the crawl starts; early requests wait in the pipe)."""
+        from twisted.internet import reactor as installed
+
+        reactor: Any = installed  # zope interfaces confuse type checkers; this is the IReactorProcess
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        # The child must import this very package, also when it is used from a checkout without installing.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        args = [sys.executable, "-m", __name__, json.dumps(sketcher_parameters(self.sketcher))]
+        protocol = _WorkerProtocol(self.sketcher)
+        process = reactor.spawnProcess(protocol, sys.executable, args, env=env, childFDs={0: "w", 1: "r", 2: 2})
+        self._protocol = protocol
+        logger.debug("sketch worker started (pid %s)", process.pid)
+
+    def sketch(self, content: Content) -> Deferred[Sketch]:
+        """A Deferred firing with the sketch of ``content``, or failing with :class:`SketchWorkerError`
+        (worker gone) or :class:`ValueError` (the child could not sketch this content)."""
+        if self._protocol is None:
+            raise SketchWorkerError("the sketch worker was not started")
+        return self._protocol.request(content)
+
+    def stop(self) -> Deferred[None]:
+        """Close the child's stdin and wait for it to exit (killed after a few seconds)."""
+        from twisted.internet.defer import succeed
+
+        protocol, self._protocol = self._protocol, None
+        return succeed(None) if protocol is None else protocol.close()
+
+
+class _WorkerProtocol(ProcessProtocol):
+    """Parent side of the pipe: frames requests, matches answers to waiting Deferreds in order."""
+
+    def __init__(self, sketcher: Sketcher) -> None:
+        self.sketcher = sketcher
+        self.failure: SketchWorkerError | None = None
+        self._reader = FrameReader(_ANSWER)
+        self._waiting: collections.deque[tuple[int, Deferred[Sketch]]] = collections.deque()
+        self._next_id = 0
+        self._closed: Deferred[None] | None = None
+        self._killer: Any = None
+        self._exited = False
+
+    def request(self, content: Content) -> Deferred[Sketch]:
+        from twisted.internet.defer import Deferred, fail
+
+        if self.failure is not None:
+            return fail(self.failure)
+        request_id = self._next_id
+        self._next_id = (self._next_id + 1) & 0xFFFFFFFF
+        waiter: Deferred[Sketch] = Deferred()
+        self._waiting.append((request_id, waiter))
+        self._pipe.write(encode_request(request_id, content))
+        return waiter
+
+    def outReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
+        for fields, body in self._reader.feed(data):
+            if not self._waiting or self._waiting[0][0] != fields[0]:
+                self._fail(SketchWorkerError(f"sketch worker answered request {fields[0]} out of order"))
+                self._pipe.signalProcess("KILL")
+                return
+            _, waiter = self._waiting.popleft()
+            if fields[1] == _OK:
+                waiter.callback(self._sketch(fields, body))
+            else:
+                waiter.errback(ValueError(body.decode("utf-8", "replace")))
+
+    @property
+    def _pipe(self) -> Any:
+        """The process transport (typed loosely: Twisted's zope interfaces confuse type checkers)."""
+        return self.transport
+
+    def _sketch(self, fields: tuple[Any, ...], body: bytes) -> Sketch:
+        _, _, fingerprint, shingles, truncated, _ = fields
+        signature = np.frombuffer(body, dtype="<u4").astype(np.uint32)
+        return Sketch(signature=signature, fingerprint=fingerprint, tag=self.sketcher.tag,
+                      num_shingles=shingles, truncated=bool(truncated))
+
+    def outConnectionLost(self) -> None:  # noqa: N802 - Twisted's name
+        # The child's stdout closed: it exited (or is about to). Without the reactor's SIGCHLD handling
+        # processEnded may never come, so this is where waiting requests learn that no answer will come.
+        self._fail(SketchWorkerError("the sketch worker exited"))
+        self._exit()
+
+    def processEnded(self, reason: Any) -> None:  # noqa: N802 - Twisted's name
+        self._fail(SketchWorkerError(f"the sketch worker ended: {reason.value}"))
+        self._exit()
+
+    def close(self) -> Deferred[None]:
+        from twisted.internet import reactor as installed
+        from twisted.internet.defer import Deferred, succeed
+
+        reactor: Any = installed
+        if self._exited:
+            return succeed(None)
+        if self._closed is None:
+            self._closed = Deferred()
+            self._pipe.closeStdin()
+            self._killer = reactor.callLater(_EXIT_GRACE, self._kill)
+        return self._closed
+
+    def _kill(self) -> None:
+        logger.warning("the sketch worker did not exit within %.0f s; killing it", _EXIT_GRACE)
+        try:
+            self._pipe.signalProcess("KILL")
+        except Exception:  # noqa: BLE001 - already gone
+            logger.debug("could not kill the sketch worker", exc_info=True)
+        self._exit()
+
+    def _fail(self, error: SketchWorkerError) -> None:
+        if self.failure is None:
+            self.failure = error
+        while self._waiting:
+            _, waiter = self._waiting.popleft()
+            waiter.errback(error)
+
+    def _exit(self) -> None:
+        if self._exited:
+            return
+        self._exited = True
+        from twisted.internet import process
+
+        process.reapAllProcesses()  # collect the child even when the reactor installed no SIGCHLD handler
+        if self._killer is not None and self._killer.active():
+            self._killer.cancel()
+        if self._closed is not None and not self._closed.called:
+            self._closed.callback(None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""The sketch worker process: the same sketches as in-process sketching, and a crawl that survives its death."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from neardup_testkit import (
+    CrawlResult,
+    Page,
+    article_words,
+    burst_items,
+    check_burst_precondition,
+    check_kinds_outcome,
+    check_one_kept_per_group,
+    html_page,
+    kinds_site,
+    run_crawl_process,
+)
+
+from scrapy_neardup.sketch import Sketch, Sketcher
+from scrapy_neardup.sketch_worker import (
+    _ANSWER,
+    _ERROR,
+    _OK,
+    FrameReader,
+    encode_request,
+    serve,
+    sketcher_parameters,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _contents() -> list[Any]:
+    words = article_words(3, 400)
+    return [
+        html_page("An article", words),
+        " ".join(words),
+        " ".join(words).encode("utf-8"),
+        bytearray("Съешь же ещё этих мягких французских булок, да выпей чаю".encode()),
+        "lone \ud800 surrogate and a NUL \x00 in text " * 20,
+        "",
+        "   \n\t ",
+        b"\xff\xfe not utf-8 \x80\x81 " * 50,
+        "x" * 3_000 + "<p>" * 10,
+    ]
+
+
+def test_worker_process_sketches_equal_in_process_sketches() -> None:
+    """A real child process, fed through its pipes, answers each request with the very sketch made here."""
+    sketcher = Sketcher(num_perm=64, shingle_size=4, seed=5, max_chars=2_000)  # caps apply in the child too
+    contents = _contents()
+    child = subprocess.run(
+        [sys.executable, "-m", "scrapy_neardup.sketch_worker", json.dumps(sketcher_parameters(sketcher))],
+        input=b"".join(encode_request(i, c) for i, c in enumerate(contents)),
+        capture_output=True, timeout=60, cwd=REPO, check=True,
+    )
+    frames = FrameReader(_ANSWER).feed(child.stdout)
+    assert [fields[0] for fields, _ in frames] == list(range(len(contents)))
+    for (fields, body), content in zip(frames, contents, strict=True):
+        expected = sketcher.sketch(content)
+        _, status, fingerprint, shingles, truncated, _ = fields
+        assert status == _OK
+        assert (fingerprint, shingles, bool(truncated)) == (expected.fingerprint, expected.num_shingles,
+                                                            expected.truncated)
+        assert bytes(body) == expected.signature.astype("<u4").tobytes()
+    assert any(f[0][4] for f in frames)  # the max_chars cap was applied by the child (flagged)
+
+
+class _FailsOnMarker(Sketcher):
+    """Sketches like its parent but raises on one content, as a sketching bug would."""
+
+    def sketch_many(self, contents: Any, is_html: bool | None = None) -> list[Sketch]:
+        contents = list(contents)
+        if any(c == "boom" for c in contents):
+            raise RuntimeError("cannot sketch this")
+        return super().sketch_many(contents, is_html)
+
+
+def test_one_failing_page_does_not_fail_its_batch() -> None:
+    sketcher = _FailsOnMarker()
+    requests = b"".join(encode_request(i, c) for i, c in enumerate(["alpha beta gamma delta epsilon", "boom",
+                                                                     "zeta eta theta iota kappa"]))
+    chunks = [requests[:7], requests[7:], b""]  # a frame split across reads
+    out: list[bytes] = []
+    serve(sketcher, lambda size: chunks.pop(0), out.append)
+    frames = FrameReader(_ANSWER).feed(b"".join(out))
+    assert [f[0][1] for f in frames] == [_OK, _ERROR, _OK]
+    assert frames[1][1].decode() == "RuntimeError: cannot sketch this"
+    assert frames[2][1] == Sketcher().sketch("zeta eta theta iota kappa").signature.astype("<u4").tobytes()
+
+
+def test_crawl_through_the_worker_equals_crawl_without(tmp_path: Path, serve_kinds_site: Any) -> None:
+    site = kinds_site()
+    server = serve_kinds_site(site)
+    results = {}
+    for worker in (True, False):
+        result = run_crawl_process(tmp_path, settings={"NEARDUP_WORKER": worker, "CONCURRENT_REQUESTS": 1},
+                                   spider={"start_url": server.url + "/"}, name=f"worker-{worker}")
+        assert result.returncode == 0, result.log[-3000:]
+        check_kinds_outcome(result, site, server)
+        results[worker] = result
+    with_worker, without = results[True], results[False]
+    assert with_worker.stat("neardup/sketched_in_worker") == with_worker.stat("neardup/checked") > 0
+    assert without.stat("neardup/sketched_in_worker") == 0
+    assert sorted(with_worker.kept_urls) == sorted(without.kept_urls)
+    assert with_worker.drops_by_url().keys() == without.drops_by_url().keys()
+
+
+def _children_running_worker(parent_marker: str) -> list[int]:
+    """Pids of sketch worker processes whose parent's command line contains ``parent_marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"scrapy_neardup.sketch_worker" in cmdline and parent_marker.encode() in parent:
+            found.append(int(entry.name))
+    return found
+
+
+def _bytes_written(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc to find and kill the worker")
+def test_worker_killed_mid_crawl_loses_nothing(tmp_path: Path, serve_site: Any) -> None:
+    """SIGKILL the worker after it has sketched part of a burst of 600 near-duplicate variants: the crawl
+    finishes, sketching in-process from then on, with one page kept per group and every drop naming it."""
+    items, group_of = burst_items(groups=6, per_group=100)
+    check_burst_precondition(items, group_of)
+    server = serve_site({"/": Page(html_page("Burst", article_words(1, 20)))})
+    outcome: dict[str, CrawlResult] = {}
+
+    def crawl() -> None:
+        outcome["result"] = run_crawl_process(
+            tmp_path, settings={"CONCURRENT_ITEMS": 1000}, spider={"start_url": server.url + "/", "burst": items},
+            name="killed-worker",
+        )
+
+    thread = threading.Thread(target=crawl)
+    thread.start()
+    killed = None
+    deadline = time.monotonic() + 30
+    while killed is None and thread.is_alive() and time.monotonic() < deadline:
+        for pid in _children_running_worker(str(tmp_path)):
+            try:
+                if _bytes_written(pid) > 0:  # it has answered part of the burst
+                    os.kill(pid, 9)
+                    killed = pid
+            except OSError:
+                pass
+        time.sleep(0.005)
+    thread.join(timeout=120)
+    result = outcome["result"]
+    assert killed is not None, "the worker was never seen reading the burst"
+    assert result.returncode == 0, result.log[-3000:]
+    check_one_kept_per_group(result, group_of, groups=6)
+    assert result.stat("neardup/sketch_worker_failed") == 1
+    in_worker = result.stat("neardup/sketched_in_worker")
+    assert 0 < in_worker < len(items)  # some pages were sketched by the worker, the rest after its death
+    assert result.stat("neardup/checked") == len(items)
+    assert "the sketch worker process failed; sketching in this process from now on" in result.log
