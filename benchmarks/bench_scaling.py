@@ -187,7 +187,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     ax.plot(ns, [r["documents_per_s"] / 1000 for r in groups], "D-", color="#3a8a3a",
             label="group pairs (in memory), 1000 docs/s")  # fmt: skip
     if es_ns:
-        ax.plot(es_ns, [es_groups[n]["docs_per_s"] / 1000 for n in es_ns], "D--", color="#7a3aa8",
+        ax.plot(es_ns, [es_groups[n]["docs_per_s"] / 1000 for n in es_ns], "D--", color="#222222",
                 label="neardup es groups end to end, 1000 docs/s")  # fmt: skip
     ax.axhline(20, color="#b5471b", ls=":", lw=1, label="store target: 20k pages/s")
     ax.set_title("throughput (one page at a time for the store)")
@@ -210,7 +210,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
             label="store check_and_add, total s")  # fmt: skip
     ax.plot(ns, [r["seconds"] for r in groups], "D-", color="#3a8a3a", label="group pairs (in memory), s")
     if es_ns:
-        ax.plot(es_ns, [es_groups[n]["seconds"] for n in es_ns], "D--", color="#7a3aa8",
+        ax.plot(es_ns, [es_groups[n]["seconds"] for n in es_ns], "D--", color="#222222",
                 label="neardup es groups end to end, s")  # fmt: skip
     ax.plot(ns, [r["persistence"]["save_s"] for r in store], "^-", color="#8a8a3a", label="store save, s")
     ax.plot(ns, [r["persistence"]["load_s"] for r in store], "v-", color="#7a3aa8", label="store load, s")
