@@ -105,6 +105,10 @@ class Backend(Protocol):
     async def close(self) -> None:
         """Persist what must survive a graceful stop and release resources."""
 
+    # Optional: a backend whose ``check_and_add`` never awaits may set ``never_suspends = True``; the pipeline
+    # then skips its lock (on the single reactor thread such calls cannot interleave anyway), saving a trip
+    # through the event loop per item.
+
 
 class EmbeddedBackend:
     """An in-process :class:`SketchIndex`, persisted to ``state_dir`` (when one is given) as a snapshot written
@@ -124,6 +128,9 @@ class EmbeddedBackend:
             ``journal_replayed`` (pages recovered from the journal), ``journal_torn`` (torn records ignored:
             at most one after ``kill -9``), ``journal_torn_bytes``. Zero counts are left out.
     """
+
+    #: ``check_and_add`` never awaits (see the class doc): the pipeline needs no lock around it.
+    never_suspends = True
 
     def __init__(
         self, num_perm: int, min_shared: int, tag: str, state_dir: str | os.PathLike[str] | None = None,

@@ -84,18 +84,19 @@ class DedupeStats:
         )
 
 
-def skip_reason(content: Any) -> str | None:
+def skip_reason(content: Any, *, check_binary: bool = True) -> str | None:
     """Why ``content`` cannot be sketched at all (``None`` when it is text, or bytes of text).
 
     ``missing`` for ``None``; ``not_text`` for anything but ``str`` and bytes, and for binary data (a PDF, an
     image, compressed bytes: see :func:`~scrapy_neardup.text.looks_binary`), which sketched as text would be
-    garbage that could near-duplicate other garbage.
+    garbage that could near-duplicate other garbage. ``check_binary=False`` leaves that last test to whoever
+    sketches (the sketch worker does it in its own process).
     """
     if content is None:
         return SKIP_MISSING
     if not isinstance(content, str | bytes | bytearray | memoryview):
         return SKIP_NOT_TEXT
-    if looks_binary(content):
+    if check_binary and looks_binary(content):
         logger.debug("binary content (%d bytes or characters) is not sketched", len(content))
         return SKIP_NOT_TEXT
     return None

@@ -12,9 +12,12 @@ page is kept and later pages are checked against it. First seen is kept.
 Concurrency: Scrapy runs ``process_item`` for up to ``CONCURRENT_ITEMS`` items at a time. The check and the
 insert of one item must not interleave with another's, or two near-duplicates checked at the same time could
 both be kept. A Twisted :class:`~twisted.internet.defer.DeferredLock` serializes ``check_and_add`` within the
-process; it is awaited through :func:`scrapy.utils.defer.maybe_deferred_to_future`, which works with the
-asyncio reactor (Scrapy's default), with other reactors, and without a reactor (an :class:`asyncio.Lock`
-cannot be awaited under a non-asyncio reactor). Sketching, the CPU-bound part, happens outside the lock.
+process (unless the backend declares ``never_suspends``, as the embedded one does: its check-and-insert
+never awaits, so nothing can interleave); it is awaited through
+:func:`scrapy.utils.defer.maybe_deferred_to_future`, which works with the asyncio reactor (Scrapy's default),
+with other reactors, and without a reactor (an :class:`asyncio.Lock` cannot be awaited under a non-asyncio
+reactor). Sketching, the CPU-bound part, happens outside the lock, by default in a child process
+(:mod:`scrapy_neardup.sketch_worker`).
 
 Persistence: the embedded store lives in ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``): a snapshot
 saved atomically on ``close_spider``, and a journal to which each kept page is appended before its item leaves
@@ -41,7 +44,8 @@ from .backends import Backend, EmbeddedBackend
 from .dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from .index import Match
 from .settings import NearDupSettings, NearDupSettingsError
-from .sketch_worker import SketchWorker, SketchWorkerError
+from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
+from .text import looks_binary
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -226,11 +230,15 @@ class NearDuplicatePipeline:
         if self.config.action == "mark":
             self._check_mark_field(item)
         content = adapter.get(self.config.text_field)
-        reason = skip_reason(content)
+        worker = self._worker()
+        reason = skip_reason(content, check_binary=worker is None)  # else the worker tells binary from text
         if reason is not None:
             return self._skip(reason, item)
         try:
-            sketch = await self._sketch(cast("Content", content))
+            sketch = await self._sketch(cast("Content", content), worker)
+        except BinaryContent:
+            logger.debug("binary content of %s is not sketched", adapter.get(self.config.url_field))
+            return self._skip(SKIP_NOT_TEXT, item)
         except Exception:
             logger.warning("could not sketch the text of an item; passing it through", exc_info=True)
             return self._skip(SKIP_NOT_TEXT, item)
@@ -252,13 +260,12 @@ class NearDuplicatePipeline:
             return item
         return self._duplicate(item, adapter, key, match)
 
-    async def _sketch(self, content: Content) -> Sketch:
+    async def _sketch(self, content: Content, worker: SketchWorker | None) -> Sketch:
         """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.sketch_worker`), else here.
 
         The worker is started on the first item, when the reactor is known to run; if it dies, this process
         sketches from then on (counted in ``neardup/sketch_worker_failed``), so no item waits on it forever.
         """
-        worker = self._worker()
         if worker is not None:
             try:
                 sketch = await maybe_deferred_to_future(worker.sketch(content))
@@ -267,6 +274,8 @@ class NearDuplicatePipeline:
             else:
                 self._inc("sketched_in_worker")
                 return sketch
+            if looks_binary(content):  # the worker died before it could tell
+                raise BinaryContent("binary content is not sketched")
         return self.sketcher.sketch(content)
 
     def _worker(self) -> SketchWorker | None:
@@ -299,6 +308,9 @@ class NearDuplicatePipeline:
 
     async def _check_and_add(self, key: str, sketch: Sketch) -> Match | None:
         assert self.backend is not None, "process_item called before open_spider"
+        if getattr(self.backend, "never_suspends", False):
+            # Nothing can run between its check and its insert: the lock would only cost an event-loop trip.
+            return await self.backend.check_and_add(key, sketch)
         # Serialize check-and-insert: a backend that awaits (Elasticsearch) would otherwise let two
         # near-duplicates both see "no match" and both be kept.
         await maybe_deferred_to_future(self._lock.acquire())

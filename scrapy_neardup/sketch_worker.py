@@ -15,8 +15,11 @@ have made (a test compares them).
 Frames (little-endian):
 
 * request: ``id u32 | kind u8 (0: str as UTF-8 with surrogatepass, 1: bytes) | length u64 | content``
-* answer: ``id u32 | status u8 (0: ok, 1: error) | fingerprint u64 | shingles u64 | truncated u8 |
-  length u32 | signature (uint32[k]) or the error message (UTF-8)``
+* answer: ``id u32 | status u8 (0: ok, 1: error, 2: binary content, not sketched) | fingerprint u64 |
+  shingles u64 | truncated u8 | length u32 | signature (uint32[k]) or the error message (UTF-8)``
+
+The child also tells binary content (:func:`~scrapy_neardup.text.looks_binary`) from text, so that the
+crawl's thread does not scan every page for it either.
 
 Failure: if the child dies or answers garbage, every waiting request fails with :class:`SketchWorkerError`;
 the pipeline then sketches in its own process from that item on (``neardup/sketch_worker_failed``). Nothing
@@ -40,6 +43,7 @@ import numpy as np
 from twisted.internet.protocol import ProcessProtocol
 
 from .sketch import Content, Sketch, Sketcher
+from .text import looks_binary
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -49,7 +53,7 @@ logger = logging.getLogger(__name__)
 _REQUEST = struct.Struct("<IBQ")
 _ANSWER = struct.Struct("<IBQQBI")
 _STR, _BYTES = 0, 1
-_OK, _ERROR = 0, 1
+_OK, _ERROR, _BINARY = 0, 1, 2
 # The child reads stdin in chunks of this size; whatever complete requests a chunk holds form one batch.
 _READ_SIZE = 1 << 20
 # Seconds the parent waits for the child to exit after closing its stdin, before killing it.
@@ -58,6 +62,10 @@ _EXIT_GRACE = 5.0
 
 class SketchWorkerError(RuntimeError):
     """The sketch worker process died, could not start, or answered something unreadable."""
+
+
+class BinaryContent(ValueError):
+    """The content is binary data (a PDF, an image...), not text: it is not sketched."""
 
 
 def sketcher_parameters(sketcher: Sketcher) -> dict[str, Any]:
@@ -85,7 +93,9 @@ def encode_request(request_id: int, content: Content) -> bytes:
 
 
 def encode_answer(request_id: int, result: Sketch | BaseException) -> bytes:
-    """One answer frame: the sketch, or the error that sketching raised."""
+    """One answer frame: the sketch, or the error that sketching raised (:class:`BinaryContent`: not text)."""
+    if isinstance(result, BinaryContent):
+        return _ANSWER.pack(request_id, _BINARY, 0, 0, 0, 0)
     if isinstance(result, Sketch):
         signature = np.ascontiguousarray(result.signature, dtype="<u4").tobytes()
         head = _ANSWER.pack(request_id, _OK, result.fingerprint, result.num_shingles, result.truncated, len(signature))
@@ -133,14 +143,20 @@ def serve(sketcher: Sketcher, read: Callable[[int], bytes], write: Callable[[byt
 
 
 def _answers(sketcher: Sketcher, batch: list[tuple[tuple[Any, ...], bytes]]) -> list[bytes]:
-    ids = [fields[0] for fields, _ in batch]
-    contents: list[Content] = [
-        body.decode("utf-8", "surrogatepass") if fields[1] == _STR else body for fields, body in batch
-    ]
+    results: dict[int, Sketch | BaseException] = {}
+    ids, contents = [], []
+    for fields, body in batch:
+        content: Content = body.decode("utf-8", "surrogatepass") if fields[1] == _STR else body
+        if looks_binary(content):
+            results[fields[0]] = BinaryContent("binary content is not sketched")
+        else:
+            ids.append(fields[0])
+            contents.append(content)
     try:
-        return [encode_answer(i, s) for i, s in zip(ids, sketcher.sketch_many(contents), strict=True)]
+        results.update(zip(ids, sketcher.sketch_many(contents), strict=True))
     except Exception:  # noqa: BLE001 - one bad page must not fail its batch: retry each on its own
-        return [encode_answer(i, _sketch_one(sketcher, content)) for i, content in zip(ids, contents, strict=True)]
+        results.update((i, _sketch_one(sketcher, content)) for i, content in zip(ids, contents, strict=True))
+    return [encode_answer(fields[0], results[fields[0]]) for fields, _ in batch]
 
 
 def _sketch_one(sketcher: Sketcher, content: Content) -> Sketch | BaseException:
@@ -206,7 +222,8 @@ class SketchWorker:
 
     def sketch(self, content: Content) -> Deferred[Sketch]:
         """A Deferred firing with the sketch of ``content``, or failing with :class:`SketchWorkerError`
-        (worker gone) or :class:`ValueError` (the child could not sketch this content)."""
+        (worker gone), :class:`BinaryContent` (not text), or :class:`ValueError` (the child could not sketch
+        this content)."""
         if self._protocol is None:
             raise SketchWorkerError("the sketch worker was not started")
         return self._protocol.request(content)
@@ -253,6 +270,8 @@ class _WorkerProtocol(ProcessProtocol):
             _, waiter = self._waiting.popleft()
             if fields[1] == _OK:
                 waiter.callback(self._sketch(fields, body))
+            elif fields[1] == _BINARY:
+                waiter.errback(BinaryContent("binary content is not sketched"))
             else:
                 waiter.errback(ValueError(body.decode("utf-8", "replace")))
 

@@ -28,6 +28,7 @@ from neardup_testkit import (
 from scrapy_neardup.sketch import Sketch, Sketcher
 from scrapy_neardup.sketch_worker import (
     _ANSWER,
+    _BINARY,
     _ERROR,
     _OK,
     FrameReader,
@@ -49,7 +50,7 @@ def _contents() -> list[Any]:
         "lone \ud800 surrogate and a NUL \x00 in text " * 20,
         "",
         "   \n\t ",
-        b"\xff\xfe not utf-8 \x80\x81 " * 50,
+        "un café, s'il vous plaît ".encode("latin-1") * 50,  # a few bytes that are not UTF-8: still text
         "x" * 3_000 + "<p>" * 10,
     ]
 
@@ -73,6 +74,16 @@ def test_worker_process_sketches_equal_in_process_sketches() -> None:
                                                             expected.truncated)
         assert bytes(body) == expected.signature.astype("<u4").tobytes()
     assert any(f[0][4] for f in frames)  # the max_chars cap was applied by the child (flagged)
+
+
+def test_worker_tells_binary_content_from_text() -> None:
+    """Binary bodies (PDF, PNG) are answered "binary", not sketched, so the pipeline skips them as bad text."""
+    binary = [b"%PDF-1.7\n" + bytes(range(256)) * 20, b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 20]
+    requests = [*binary, "plain words make a page of text here"]
+    out: list[bytes] = []
+    chunks = [b"".join(encode_request(i, c) for i, c in enumerate(requests)), b""]
+    serve(Sketcher(), lambda size: chunks.pop(0), out.append)
+    assert [fields[1] for fields, _ in FrameReader(_ANSWER).feed(b"".join(out))] == [_BINARY, _BINARY, _OK]
 
 
 class _FailsOnMarker(Sketcher):
