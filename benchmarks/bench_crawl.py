@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import socket
 import statistics
@@ -99,7 +100,14 @@ def start_nginx(site: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
     sys.exit(f"nginx did not start; see {work}/error.log")
 
 
-MODES = ("without", "with", "in_process")
+MODES = ("without", "noop", "with", "in_process")
+
+
+class NoopPipeline:
+    """An async pipeline that returns every item: what Scrapy itself charges for one more pipeline stage."""
+
+    async def process_item(self, item: object, spider: object = None) -> object:
+        return item
 
 
 def crawl(url: str, mode: str, expected_pages: int) -> dict[str, float]:
@@ -136,7 +144,9 @@ def run_crawl(url: str, mode: str) -> None:
         "LOG_LEVEL": "ERROR",
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,
-        "ITEM_PIPELINES": {"scrapy_neardup.NearDuplicatePipeline": 300} if mode != "without" else {},
+        "ITEM_PIPELINES": {
+            "without": {}, "noop": {"bench_crawl.NoopPipeline": 300},
+        }.get(mode, {"scrapy_neardup.NearDuplicatePipeline": 300}),
         "NEARDUP_WORKER": mode != "in_process",
     }
     process = CrawlerProcess(settings)
@@ -146,8 +156,11 @@ def run_crawl(url: str, mode: str) -> None:
     process.start()
     elapsed = time.perf_counter() - started
     stats = crawler.stats.get_stats()
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     print(json.dumps({
         "crawl_s": elapsed,
+        "cpu_s": own.ru_utime + own.ru_stime,  # the crawl's process: what the reactor thread (mostly) spent
+        "worker_cpu_s": children.ru_utime + children.ru_stime,  # the sketch worker, once it has exited
         "responses": stats.get("response_received_count", 0),
         "items": stats.get("item_scraped_count", 0),
         "dropped": stats.get("item_dropped_count", 0),
@@ -186,6 +199,7 @@ def main() -> None:
             server.terminate()
             server.wait()
     median = {k: statistics.median(r["crawl_s"] for r in v) for k, v in runs.items()}
+    median_cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items()}
     ratio = median["with"] / median["without"]
     result = {
         "pages": total,
@@ -193,8 +207,11 @@ def main() -> None:
         "concurrent_requests": 32,
         "load_average_end": os.getloadavg()[0],
         "median_crawl_s": median,
+        "median_cpu_s": median_cpu,
+        "cpu_overhead": median_cpu["with"] / median_cpu["without"] - 1,
         "overhead": ratio - 1,
         "overhead_in_process": median["in_process"] / median["without"] - 1,
+        "overhead_noop_pipeline": median["noop"] / median["without"] - 1,
         "dropped_with_pipeline": runs["with"][-1]["dropped"],
         "runs": runs,
     }
@@ -202,8 +219,11 @@ def main() -> None:
     print(f"crawl without pipeline: {median['without']:.2f} s (median)")
     print(f"crawl with pipeline:    {median['with']:.2f} s (median), {result['dropped_with_pipeline']} dropped")
     print(f"  sketching in-process: {median['in_process']:.2f} s (median, NEARDUP_WORKER=False)")
+    print(f"  a no-op async pipeline: {median['noop']:.2f} s (median; Scrapy's own cost of a pipeline stage)")
     print(f"overhead: {100 * (ratio - 1):+.1f}%  (target: at most +5%); sketching in-process: "
           f"{100 * result['overhead_in_process']:+.1f}%")
+    print("CPU of the crawl's process (median): " + ", ".join(f"{k} {v:.2f} s" for k, v in median_cpu.items())
+          + f"; with the pipeline {100 * result['cpu_overhead']:+.1f}%")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / ("crawl-quick.json" if args.quick else "crawl.json")).write_text(json.dumps(result, indent=2))
 
