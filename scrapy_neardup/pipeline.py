@@ -302,6 +302,7 @@ class NearDuplicatePipeline:
                            exc_info=True)
 
     async def _stop_worker(self) -> None:
+        self._worker_given_up = True  # items after close_spider (there should be none) sketch in-process
         worker, self._sketch_worker = self._sketch_worker, None
         if worker is not None:
             await maybe_deferred_to_future(worker.stop())
