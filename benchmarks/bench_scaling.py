@@ -153,11 +153,9 @@ def es_group_discovery() -> dict[int, dict[str, Any]]:
 
 
 def _peak_rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    import bench_store
+
+    return bench_store.peak_rss()
 
 
 def run_one(kind: str, n: int) -> dict[str, Any]:

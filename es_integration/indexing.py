@@ -187,15 +187,20 @@ def index_records(
         results = helpers.streaming_bulk(
             client, actions, chunk_size=chunk_size, raise_on_error=False, max_retries=3, initial_backoff=0.5,
         )
-    for ok, info in results:
-        stats._record(ok, info)
-        if progress is not None:
-            progress(1)
+    _drain(results, stats, progress)
     if refresh:
         client.indices.refresh(index=index)
     stats.seconds = time.perf_counter() - started
     logger.info("indexed into %s: %s", index, stats.summary())
     return stats
+
+
+def _drain(results: Iterable[tuple[bool, Any]], stats: IndexStats, progress: Progress | None) -> None:
+    """Consume a bulk helper's ``(ok, info)`` results into ``stats``, reporting each to ``progress``."""
+    for ok, info in results:
+        stats._record(ok, info)
+        if progress is not None:
+            progress(1)
 
 
 def backfill(
@@ -233,12 +238,10 @@ def backfill(
     with point_in_time(client, index) as pit:
         pages = sweep(client, pit, query=query, source=[text_field], page_size=page_size)
         actions = _backfill_actions(pages, sketcher, text_field, stats)
-        for ok, info in helpers.streaming_bulk(
+        results = helpers.streaming_bulk(
             client, actions, chunk_size=page_size, raise_on_error=False, max_retries=3, initial_backoff=0.5
-        ):
-            stats._record(ok, info)
-            if progress is not None:
-                progress(1)
+        )
+        _drain(results, stats, progress)
     if refresh:
         client.indices.refresh(index=index)
     stats.seconds = time.perf_counter() - started

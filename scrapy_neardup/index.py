@@ -183,14 +183,7 @@ class SketchIndex:
     def query(self, sketch: Sketch) -> list[Match]:
         """Every kept page sharing >= t positions with ``sketch``, most shared first."""
         values = self._check(sketch)
-        candidates = self._candidates(self._band_sums(values))[0]
-        if not candidates:
-            return []
-        docs = np.array(sorted(candidates), dtype=np.intp)
-        shared = np.count_nonzero(self._values[docs] == values, axis=1)
-        hits = np.flatnonzero(shared >= self.min_shared)
-        order = hits[np.argsort(-shared[hits], kind="stable")]
-        return [self._match(int(docs[i]), int(shared[i]), sketch.fingerprint) for i in order.tolist()]
+        return self._matches(values, self._candidates(self._band_sums(values))[0], sketch.fingerprint)
 
     def best_match(self, sketch: Sketch) -> Match | None:
         """The kept page sharing the most positions (exact duplicates first), or ``None``."""
@@ -220,14 +213,7 @@ class SketchIndex:
         findable by the pages after it (see :class:`~scrapy_neardup.clustering.GroupBuilder`)."""
         values = self._check(sketch)
         candidates, keys, band_keys = self._candidates(self._band_sums(values))
-        matches: list[Match] = []
-        if candidates:
-            docs = np.fromiter(candidates, dtype=np.intp, count=len(candidates))
-            docs.sort()
-            shared = np.count_nonzero(self._values[docs] == values, axis=1)
-            hits = np.flatnonzero(shared >= self.min_shared)
-            order = hits[np.argsort(-shared[hits], kind="stable")]
-            matches = [self._match(int(docs[i]), int(shared[i]), sketch.fingerprint) for i in order.tolist()]
+        matches = self._matches(values, candidates, sketch.fingerprint)
         self._insert(key, values, keys, band_keys, sketch.fingerprint)
         return matches
 
@@ -289,6 +275,17 @@ class SketchIndex:
             if bucket in self._big:
                 lo, hi = int(self._directory[bucket]), int(self._directory[bucket + 1])
                 found.update(self._pages[lo:hi][self._low[lo:hi] == (key & 0xFFFF)].tolist())
+
+    def _matches(self, values: np.ndarray, candidates: set[int], fingerprint: int) -> list[Match]:
+        """The verified matches among ``candidates`` (>= t positions shared), most shared first, then earliest."""
+        if not candidates:
+            return []
+        docs = np.fromiter(candidates, dtype=np.intp, count=len(candidates))
+        docs.sort()
+        shared = np.count_nonzero(self._values[docs] == values, axis=1)
+        hits = np.flatnonzero(shared >= self.min_shared)
+        order = hits[np.argsort(-shared[hits], kind="stable")]
+        return [self._match(int(docs[i]), int(shared[i]), fingerprint) for i in order.tolist()]
 
     def _best(self, values: np.ndarray, candidates: set[int], fingerprint: int) -> Match | None:
         """The best verified match among ``candidates``: exact duplicate, then most shared, then earliest."""
