@@ -7,7 +7,7 @@
 
 Documents are synthetic web pages (300-900 words from a Zipf-distributed vocabulary of 60k words); a fifth are
 near-duplicates of earlier pages (0-5 word edits; 0 = an exact copy). The benchmark starts its own node with
-``es_integration.node`` (heap ``--heap``) unless ``ES_URL`` points at a cluster, and merges its figures into
+``neardup_devnode.node`` (heap ``--heap``) unless ``ES_URL`` points at a cluster, and merges its figures into
 ``benchmarks/results/es.json`` under the document count.
 
     python benchmarks/bench_es.py [--docs 100000] [--quick] [--heap 1g] [--skip baseline,groups,backend]
@@ -37,8 +37,8 @@ from es_integration.candidates import candidate_search, parse_candidates  # noqa
 from es_integration.groups import assign_groups, find_groups  # noqa: E402
 from es_integration.indexing import index_records  # noqa: E402
 from es_integration.mapping import ensure_index  # noqa: E402
-from scrapy_neardup.sketch import Sketcher  # noqa: E402
-from scrapy_neardup.theory import min_shared_for  # noqa: E402
+from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
+from scrapy_neardup.core.theory import min_shared_for  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "es.json"
 K = 128
@@ -85,7 +85,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def start_cluster(heap: str) -> tuple[Any, str]:
-    from es_integration.node import ClusterHandle, start_node
+    from neardup_devnode.node import ClusterHandle, start_node
 
     if os.environ.get("ES_URL"):
         return ClusterHandle.from_env(), "ES_URL"

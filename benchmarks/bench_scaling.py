@@ -112,7 +112,7 @@ def measure_groups(n: int) -> dict[str, Any]:
     import bench_store
     import psutil
 
-    from scrapy_neardup.clustering import GroupBuilder
+    from scrapy_neardup.core.clustering import GroupBuilder
 
     workload = bench_store.Workload(0.1)
     builder = GroupBuilder(bench_store.K, bench_store.T, bench_store.TAG)

@@ -1,7 +1,7 @@
 """Sketching throughput, text to signature, on one core; peers run in the same process; plus accuracy.
 
 Corpus: the HTML pages of Debian's ``python3.11-doc`` package (``apt-get install python3.11-doc``; about 530
-pages). Their text is extracted once, outside the timings, with ``scrapy_neardup.text.html_to_text``; every
+pages). Their text is extracted once, outside the timings, with ``scrapy_neardup.core.text.html_to_text``; every
 method below sketches the same extracted texts, and MB/s is megabytes (10**6 bytes) of that text, as UTF-8,
 per second of wall time (best of ``--repeat`` interleaved runs; MB per CPU second beside it, which other load
 on the machine disturbs less). The process is pinned to one CPU and rensa to one thread.
@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scrapy_neardup import Sketcher  # noqa: E402
-from scrapy_neardup.text import clean_text, html_to_text, looks_like_html  # noqa: E402
+from scrapy_neardup.core.text import clean_text, html_to_text, looks_like_html  # noqa: E402
 
 DEFAULT_CORPUS = Path("/usr/share/doc/python3.11-doc/html")
 RESULTS = ROOT / "benchmarks" / "results"

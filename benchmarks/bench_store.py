@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scrapy_neardup import Sketch, SketchIndex  # noqa: E402
-from scrapy_neardup.hashing import fmix64  # noqa: E402
-from scrapy_neardup.theory import flag_probability, min_shared_for  # noqa: E402
+from scrapy_neardup.core.hashing import fmix64  # noqa: E402
+from scrapy_neardup.core.theory import flag_probability, min_shared_for  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 K = 128

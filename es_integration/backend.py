@@ -2,7 +2,7 @@
 
 Semantics
 ---------
-Those of the embedded :class:`~scrapy_neardup.index.SketchIndex`: a page is a near-duplicate when it shares
+Those of the embedded :class:`~scrapy_neardup.core.index.SketchIndex`: a page is a near-duplicate when it shares
 ``>= t`` of ``k`` signature positions with a *kept* page; the answer is the best kept match (exact duplicates
 first, then most shared positions, then the earliest kept), else the page is kept under its key. Both compare
 the low 16 bits of each position (see :mod:`es_integration.mapping`), so the counts are the same too.
@@ -93,8 +93,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.index import Match
-from scrapy_neardup.sketch import IncompatibleSketches, Sketch
+from scrapy_neardup.core.index import Match
+from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 
 from .candidates import candidate_query
 from .client import ConnectionSettings, EsError, describe_error, make_async_client
@@ -160,7 +160,7 @@ class _Unchecked:
 
 
 class ElasticsearchBackend:
-    """A :class:`~scrapy_neardup.backends.Backend` storing kept sketches in an Elasticsearch index.
+    """A :class:`~scrapy_neardup.core.backends.Backend` storing kept sketches in an Elasticsearch index.
 
     Args:
         url: ``http(s)://host:port``.

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scrapy_neardup.index import Match
-from scrapy_neardup.sketch import Sketch
+from scrapy_neardup.core.index import Match
+from scrapy_neardup.core.sketch import Sketch
 
 from .mapping import F_EMPTY, F_FINGERPRINT, F_POSITIONS, F_SEQ, F_STATUS, F_TAG, fingerprint_hex, position_tokens
 from .names import validate_index_name
@@ -71,13 +71,13 @@ class Candidate:
     source: dict[str, Any] | None = None
 
     def to_match(self) -> Match:
-        """The core :class:`~scrapy_neardup.index.Match` (key = ``_id``)."""
+        """The core :class:`~scrapy_neardup.core.index.Match` (key = ``_id``)."""
         return Match(key=self.id, shared=self.shared, resemblance=self.resemblance, exact=self.exact)
 
 
 def rank_key(candidate: Candidate) -> tuple[bool, int, float, str]:
     """Best first when sorted descending: exact duplicates, then most shared positions, then earliest indexed
-    (the order of :class:`~scrapy_neardup.index.SketchIndex`), then ``_id``."""
+    (the order of :class:`~scrapy_neardup.core.index.SketchIndex`), then ``_id``."""
     seq = float("inf") if candidate.seq is None else float(candidate.seq)
     return (candidate.exact, candidate.shared, -seq, _reverse(candidate.id))
 

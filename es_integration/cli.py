@@ -50,7 +50,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _add_start(commands: Any) -> None:
-    from es_integration.node import DEFAULT_HEAP, ES_VERSION
+    from neardup_devnode.node import DEFAULT_HEAP, ES_VERSION
 
     p = commands.add_parser(
         "start",
@@ -80,7 +80,7 @@ def _add_start(commands: Any) -> None:
 
 def cmd_start(args: argparse.Namespace) -> int:
     """``neardup es start``: start a background node and print where it lives; the URL is the last line."""
-    from es_integration.node import NodeError, start_background
+    from neardup_devnode.node import NodeError, start_background
 
     try:
         node = start_background(secure=args.secure, heap=args.heap, timeout=args.timeout)
@@ -113,7 +113,7 @@ def _add_stop(commands: Any) -> None:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """``neardup es stop``: stop the recorded background node(s); exit 0 also when none was running."""
-    from es_integration.node import NodeError, base_dir, stop_background
+    from neardup_devnode.node import NodeError, base_dir, stop_background
 
     try:
         stopped = stop_background(keep_data=args.keep_data or None, timeout=args.timeout)
@@ -176,14 +176,14 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
 
 
 def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
-    from scrapy_neardup.cli import add_sketch_options
+    from scrapy_neardup.cli.main import add_sketch_options
 
     add_sketch_options(p, with_threshold=threshold, title="sketch parameters (as when the index was sketched)")
 
 
 def _job_sketcher(args: argparse.Namespace) -> Any:
     from es_integration.client import EsError
-    from scrapy_neardup.cli import sketcher_from_args
+    from scrapy_neardup.cli.main import sketcher_from_args
 
     try:
         return sketcher_from_args(args)
@@ -193,7 +193,7 @@ def _job_sketcher(args: argparse.Namespace) -> Any:
 
 def _job_min_shared(args: argparse.Namespace) -> int:
     from es_integration.client import EsError
-    from scrapy_neardup.cli import min_shared_from_args
+    from scrapy_neardup.cli.main import min_shared_from_args
 
     try:
         return min_shared_from_args(args, args.num_perm)

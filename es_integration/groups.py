@@ -2,12 +2,12 @@
 
 1. Sweep the sketched documents with a point in time (``search_after``), reading their position tokens,
    which hold each signature's 16-bit stored values (:func:`es_integration.mapping.signatures_from_token_lists`).
-2. Find every pair sharing ``>= t`` of the ``k`` positions with :class:`scrapy_neardup.clustering.GroupBuilder`:
-   each document looks up the earlier ones in an in-memory :class:`~scrapy_neardup.index.SketchIndex` (exact
+2. Find every pair sharing ``>= t`` of the ``k`` positions with :class:`scrapy_neardup.core.clustering.GroupBuilder`:
+   each document looks up the earlier ones in an in-memory :class:`~scrapy_neardup.core.index.SketchIndex` (exact
    t-of-k retrieval by pigeonhole bands, on the same 16-bit values that a ``minimum_should_match`` query on
    the tokens counts), then joins it. The pairs are exactly those the t-of-k query
    (:func:`es_integration.candidates.candidate_query`) would return for each document, so the groups equal
-   :func:`scrapy_neardup.clustering.broder_clusters` on the stored signatures. Documents with an identical
+   :func:`scrapy_neardup.core.clustering.broder_clusters` on the stored signatures. Documents with an identical
    stored signature are joined directly and only the first is looked up.
 3. Union-find over the pairs; components of two or more documents are the groups. Near-duplication is not
    transitive: a group may hold two pages that share fewer than t positions, linked through a third
@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from scrapy_neardup.clustering import DEFAULT_MAX_LINKS, GroupBuilder
-from scrapy_neardup.sketch import Sketch
+from scrapy_neardup.core.clustering import DEFAULT_MAX_LINKS, GroupBuilder
+from scrapy_neardup.core.sketch import Sketch
 
 from .indexing import get_field
 from .mapping import (

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapy_neardup.sketch import Sketcher
+from scrapy_neardup.core.sketch import Sketcher
 
 from .mapping import F_TAG, KEPT, ROOT, ensure_index, sketch_fields
 from .names import validate_field_name, validate_index_name

@@ -9,7 +9,7 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
                                       i in those bits, so the number of tokens they share is the t-of-k count
                                       ~ Binomial(k, p) with p = r + (1 - r) / 65536 (b-bit minwise hashing,
                                       Li & König 2010): the very values and rule of the embedded index
-                                      (:mod:`scrapy_neardup.index`), so both give the same answers.
+                                      (:mod:`scrapy_neardup.core.index`), so both give the same answers.
     neardup.fingerprint   keyword     the 64-bit fingerprint of the normalized text, 16 hex digits:
                                       equal for exact duplicates.
     neardup.tag           keyword     the sketch parameter tag (k, shingling, seed, scheme); only sketches
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.sketch import Sketch
+from scrapy_neardup.core.sketch import Sketch
 
 from .client import EsError
 from .names import validate_index_name

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .clustering import UnionFind, broder_clusters
-from .dedupe import Deduper, DedupeStats, Verdict
-from .index import Match, SketchIndex, StateError
-from .sketch import IncompatibleSketches, Sketch, Sketcher, jaccard
-from .theory import choose_parameters, curve, flag_probability, min_shared_for
+from .core.clustering import UnionFind, broder_clusters
+from .core.dedupe import Deduper, DedupeStats, Verdict
+from .core.index import Match, SketchIndex, StateError
+from .core.sketch import IncompatibleSketches, Sketch, Sketcher, jaccard
+from .core.theory import choose_parameters, curve, flag_probability, min_shared_for
 
 if TYPE_CHECKING:
-    from .pipeline import NearDuplicatePipeline
+    from .crawl.pipeline import NearDuplicatePipeline
 
 __all__ = [
     "Deduper",
@@ -48,7 +48,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # The pipeline imports Scrapy; keep `import scrapy_neardup` light for the CLI and Elasticsearch users.
     if name == "NearDuplicatePipeline":
-        from .pipeline import NearDuplicatePipeline
+        from .crawl.pipeline import NearDuplicatePipeline
 
         return NearDuplicatePipeline
     raise AttributeError(f"module 'scrapy_neardup' has no attribute {name!r}")

@@ -2,9 +2,9 @@
 
 Elasticsearch fixtures (all session-scoped, started lazily, at most one plain and one secured node per run):
 
-* ``es_node`` - a local single-node Elasticsearch (:class:`es_integration.node.RunningNode`), or, when the
+* ``es_node`` - a local single-node Elasticsearch (:class:`neardup_devnode.node.RunningNode`), or, when the
   environment variable ``ES_URL`` is set, a handle to that existing cluster
-  (:class:`es_integration.node.ClusterHandle`; credentials from ``ES_USERNAME``/``ES_PASSWORD``,
+  (:class:`neardup_devnode.node.ClusterHandle`; credentials from ``ES_USERNAME``/``ES_PASSWORD``,
   ``ES_API_KEY``, ``ES_CA_CERTS``) and no node is started.
 * ``es_url`` - its URL.
 * ``es_client`` - an ``elasticsearch.Elasticsearch`` 8.x client for it.
@@ -36,7 +36,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-    from es_integration.node import ClusterHandle, RunningNode
+    from neardup_devnode.node import ClusterHandle, RunningNode
 
 ES_FIXTURES = {"es_node", "es_url", "es_client", "secure_es_node"}
 
@@ -66,7 +66,7 @@ def _node_options() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def es_node() -> Iterator[ClusterHandle]:
     """A plain local node (security off, http), or the cluster at ``ES_URL``."""
-    from es_integration.node import ClusterHandle, start_node
+    from neardup_devnode.node import ClusterHandle, start_node
 
     if os.environ.get("ES_URL"):
         yield ClusterHandle.from_env()
@@ -95,7 +95,7 @@ def es_client(es_node: ClusterHandle) -> Iterator[Elasticsearch]:
 @pytest.fixture(scope="session")
 def secure_es_node() -> Iterator[RunningNode]:
     """A local node with ``xpack.security`` on, HTTPS with a generated CA, and a known ``elastic`` password."""
-    from es_integration.node import start_node
+    from neardup_devnode.node import start_node
 
     node = start_node(secure=True, name=f"pytest-secure-{os.getpid()}", **_node_options())
     try:

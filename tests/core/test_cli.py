@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_neardup.cli import main
+from scrapy_neardup.cli.main import main
 
 ARTICLE = " ".join(f"w{i}" for i in range(300))
 EDITED = ARTICLE.replace("w150 ", "changed ")
@@ -52,7 +52,7 @@ def test_dedupe_drop_and_pipes(tmp_path: Path) -> None:
     records = [{"id": i, "text": t} for i, t in enumerate([ARTICLE, EDITED, OTHER, OTHER])]
     payload = "".join(json.dumps(r) + "\n" for r in records)
     result = subprocess.run(
-        [sys.executable, "-m", "scrapy_neardup.cli", "dedupe", "-", "-o", "-", "--drop"],
+        [sys.executable, "-m", "scrapy_neardup.cli.main", "dedupe", "-", "-o", "-", "--drop"],
         input=payload, capture_output=True, text=True, check=True,
     )
     kept = [json.loads(line) for line in result.stdout.splitlines()]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from scrapy_neardup import IncompatibleSketches, Sketch, Sketcher, SketchIndex, StateError
-from scrapy_neardup.clustering import GroupBuilder, broder_clusters
-from scrapy_neardup.index import band_bounds
+from scrapy_neardup.core.clustering import GroupBuilder, broder_clusters
+from scrapy_neardup.core.index import band_bounds
 
 K, T, TAG = 64, 52, "test-tag"
 

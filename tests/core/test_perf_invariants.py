@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from scrapy_neardup import Sketch, SketchIndex
-from scrapy_neardup import index as index_module
-from scrapy_neardup import minhash as minhash_module
-from scrapy_neardup import shingles as shingles_module
-from scrapy_neardup.hashing import MASK64, fmix64, fmix64_int
-from scrapy_neardup.minhash import EMPTY, OnePermutationHasher
-from scrapy_neardup.shingles import shingle_hashes
+from scrapy_neardup.core import index as index_module
+from scrapy_neardup.core import minhash as minhash_module
+from scrapy_neardup.core import shingles as shingles_module
+from scrapy_neardup.core.hashing import MASK64, fmix64, fmix64_int
+from scrapy_neardup.core.minhash import EMPTY, OnePermutationHasher
+from scrapy_neardup.core.shingles import shingle_hashes
 
 # -- shingling ---------------------------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from scrapy_neardup import Sketcher, broder_clusters, jaccard
-from scrapy_neardup.minhash import classic_signature
-from scrapy_neardup.theory import flag_probability
+from scrapy_neardup.core.minhash import classic_signature
+from scrapy_neardup.core.theory import flag_probability
 
 INIGO = "My name is Inigo Montoya. You killed my father. Prepare to die"
 INIGO_4_SHINGLES = [

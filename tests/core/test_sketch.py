@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrapy_neardup import IncompatibleSketches, Sketcher
-from scrapy_neardup.minhash import OnePermutationHasher
+from scrapy_neardup.core.minhash import OnePermutationHasher
 
 TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat"
 

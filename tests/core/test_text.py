@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapy_neardup.text import clean_text, html_to_text, looks_like_html, normalize
+from scrapy_neardup.core.text import clean_text, html_to_text, looks_like_html, normalize
 
 
 @pytest.mark.parametrize(

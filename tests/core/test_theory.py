@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from scrapy_neardup import Sketcher
-from scrapy_neardup.minhash import OnePermutationHasher
-from scrapy_neardup.sketch import DEFAULT_NUM_PERM
-from scrapy_neardup.theory import (
+from scrapy_neardup.core.minhash import OnePermutationHasher
+from scrapy_neardup.core.sketch import DEFAULT_NUM_PERM
+from scrapy_neardup.core.theory import (
     DEFAULT_THRESHOLD,
     choose_parameters,
     curve,

@@ -23,10 +23,10 @@ from elasticsearch import Elasticsearch
 from es_integration.backend import ElasticsearchBackend
 from es_integration.client import EsError
 from es_integration.mapping import fingerprint_hex, position_tokens
-from scrapy_neardup.backends import Backend
-from scrapy_neardup.index import Match, SketchIndex
-from scrapy_neardup.sketch import IncompatibleSketches, Sketch, Sketcher
-from scrapy_neardup.theory import min_shared_for
+from scrapy_neardup.core.backends import Backend
+from scrapy_neardup.core.index import Match, SketchIndex
+from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch, Sketcher
+from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
 
@@ -172,7 +172,7 @@ _WORKER = textwrap.dedent(
     """
     import asyncio, json, sys
     from es_integration.backend import ElasticsearchBackend
-    from scrapy_neardup.sketch import Sketcher
+    from scrapy_neardup.core.sketch import Sketcher
 
     url, index, t, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     texts = json.loads(sys.stdin.readline())

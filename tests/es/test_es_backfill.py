@@ -14,9 +14,9 @@ from es_integration.candidates import find_candidates
 from es_integration.groups import find_groups
 from es_integration.indexing import backfill
 from es_integration.mapping import position_tokens
-from scrapy_neardup.cli import main
-from scrapy_neardup.sketch import Sketcher
-from scrapy_neardup.theory import min_shared_for
+from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
 

@@ -15,9 +15,9 @@ from elasticsearch import Elasticsearch
 from es_integration.collapse import collapse_hits, hit_signature, search_collapsed
 from es_integration.groups import assign_groups, find_groups
 from es_integration.indexing import index_records
-from scrapy_neardup.cli import main
-from scrapy_neardup.sketch import Sketcher
-from scrapy_neardup.theory import min_shared_for
+from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
 

@@ -16,10 +16,10 @@ from es_integration.candidates import find_candidates
 from es_integration.groups import KeepRule, assign_groups, find_groups
 from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
-from scrapy_neardup.cli import main
-from scrapy_neardup.clustering import broder_clusters
-from scrapy_neardup.sketch import Sketcher
-from scrapy_neardup.theory import min_shared_for
+from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.clustering import broder_clusters
+from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
 

@@ -16,7 +16,7 @@ from es_integration.mapping import (
     put_template,
     sketch_fields,
 )
-from scrapy_neardup.sketch import Sketcher
+from scrapy_neardup.core.sketch import Sketcher
 
 pytestmark = pytest.mark.es
 

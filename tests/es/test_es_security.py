@@ -14,8 +14,8 @@ import pytest
 
 from es_integration.backend import ElasticsearchBackend
 from es_integration.client import EsError
-from scrapy_neardup.cli import main
-from scrapy_neardup.sketch import Sketcher
+from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.sketch import Sketcher
 
 pytestmark = pytest.mark.es
 

@@ -1,4 +1,4 @@
-"""The local Elasticsearch launcher (es_integration.node) and `neardup es start/stop`, against real nodes."""
+"""The local Elasticsearch launcher (neardup_devnode.node) and `neardup es start/stop`, against real nodes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from es_integration import cli
-from es_integration.node import (
+from neardup_devnode.node import (
     ClusterHandle,
     NodeStartError,
     RunningNode,
@@ -248,7 +248,7 @@ def _run(argv: list[str]) -> int:
 def test_cli_background_start_stop_leaves_nothing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from es_integration.node import stop_background
+    from neardup_devnode.node import stop_background
 
     # A private base dir (reachable by the unprivileged user) so a developer's own background node is untouched.
     base = Path(tempfile.mkdtemp(prefix="neardup-es-cli-", dir=tempfile.gettempdir()))

@@ -531,7 +531,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 @pytest.fixture
 def own_node() -> Iterator[dict[str, Any]]:
     """A node of this test's own (it gets killed), plus room for its successor; both removed afterwards."""
-    from es_integration.node import start_node
+    from neardup_devnode.node import start_node
 
     name = f"rel-kill-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     nodes: dict[str, Any] = {"name": name, "first": start_node(name=name, keep_data=True, die_with_parent=True)}
@@ -547,7 +547,7 @@ def own_node() -> Iterator[dict[str, Any]]:
 def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir: Path, ledger: Ledger) -> None:
     from elasticsearch import Elasticsearch
 
-    from es_integration.node import start_node
+    from neardup_devnode.node import start_node
 
     first = own_node["first"]
     proxy = FaultProxy(("127.0.0.1", first.http_port))
@@ -659,8 +659,8 @@ def check_unchecked_grouped(client: Any, index: str, site: HookSite, outcome: di
     Returns how many groups were found and how many unchecked pages were grouped."""
     from es_integration.groups import assign_groups, find_groups
     from es_integration.mapping import stored_values
-    from scrapy_neardup.sketch import Sketcher
-    from scrapy_neardup.theory import min_shared_for
+    from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.core.theory import min_shared_for
 
     sketcher, min_shared = Sketcher(), min_shared_for(0.9, 128)
     docs = index_docs(client, index)
@@ -775,7 +775,7 @@ def test_429_while_bulk_indexing(es_url: str, es_client: Any, es_index: str, led
     the final refresh) and per-item 429s inside bulk responses: every document ends up indexed, counted once."""
     from es_integration.client import ConnectionSettings, make_client
     from es_integration.indexing import index_records
-    from scrapy_neardup.sketch import Sketcher
+    from scrapy_neardup.core.sketch import Sketcher
 
     records = [{"id": f"doc-{i}", "text": " ".join(edit_words(article_words(5000 + i % 40, 120), 2, seed=i))}
                for i in range(1200)]
@@ -937,7 +937,7 @@ def test_unchecked_pages_are_written_when_the_node_answers_again(
 
     from es_integration.backend import ElasticsearchBackend
     from es_integration.client import EsError
-    from scrapy_neardup.sketch import Sketcher
+    from scrapy_neardup.core.sketch import Sketcher
 
     sketcher = Sketcher()
     texts = {f"https://example.test/{i}": " ".join(article_words(7000 + i, 200)) for i in range(9)}

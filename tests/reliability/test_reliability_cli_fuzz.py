@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from neardup_testkit import article_words, edit_words
 from reliability_kit import Ledger
 
-from scrapy_neardup.cli import main
+from scrapy_neardup.cli.main import main
 
 _TALLY = {"files": 0, "records": 0, "near_duplicates": 0, "skipped": 0, "truncated": 0}
 _BASES = [article_words(700 + i, 150) for i in range(3)]

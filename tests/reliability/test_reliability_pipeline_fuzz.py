@@ -25,12 +25,12 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
 from scrapy_neardup import NearDuplicatePipeline
-from scrapy_neardup.backends import Backend, EmbeddedBackend
-from scrapy_neardup.index import Match
-from scrapy_neardup.pipeline import NearDuplicateDropped
-from scrapy_neardup.settings import NearDupSettings
-from scrapy_neardup.sketch import Sketch, Sketcher
-from scrapy_neardup.text import looks_binary
+from scrapy_neardup.core.backends import Backend, EmbeddedBackend
+from scrapy_neardup.core.index import Match
+from scrapy_neardup.core.sketch import Sketch, Sketcher
+from scrapy_neardup.core.text import looks_binary
+from scrapy_neardup.crawl.pipeline import NearDuplicateDropped
+from scrapy_neardup.crawl.settings import NearDupSettings
 
 _TALLY: dict[str, int] = {"examples": 0, "items": 0, "dropped": 0, "marked": 0, "skipped": 0, "kept": 0}
 

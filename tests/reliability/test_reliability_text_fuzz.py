@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reliability_kit import Ledger
 
-from scrapy_neardup import text as text_module
-from scrapy_neardup.sketch import Sketch, Sketcher
-from scrapy_neardup.text import clean_text, html_to_text, looks_binary, normalize
+from scrapy_neardup.core import text as text_module
+from scrapy_neardup.core.sketch import Sketch, Sketcher
+from scrapy_neardup.core.text import clean_text, html_to_text, looks_binary, normalize
 
 SKETCHERS = [Sketcher(), Sketcher(shingle="char", num_perm=64, seed=7)]
 _COUNTS: dict[str, int] = {}

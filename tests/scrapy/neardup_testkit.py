@@ -27,9 +27,9 @@ from urllib.parse import urlsplit
 import scrapy
 from scrapy.http import Response
 
-from scrapy_neardup.index import Match, SketchIndex
-from scrapy_neardup.pipeline import NearDuplicatePipeline
-from scrapy_neardup.sketch import Sketch, Sketcher
+from scrapy_neardup.core.index import Match, SketchIndex
+from scrapy_neardup.core.sketch import Sketch, Sketcher
+from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline
 
 # -- a static site on 127.0.0.1 ----------------------------------------------------------------------------------
 

@@ -13,10 +13,10 @@ from neardup_testkit import article_words
 from scrapy.utils.test import get_crawler
 
 from scrapy_neardup import NearDuplicatePipeline, Sketcher, StateError
-from scrapy_neardup.backends import STATE_FILE
-from scrapy_neardup.index import Match
-from scrapy_neardup.pipeline import MarkFieldError, NearDuplicateDropped
-from scrapy_neardup.sketch import Sketch
+from scrapy_neardup.core.backends import STATE_FILE
+from scrapy_neardup.core.index import Match
+from scrapy_neardup.core.sketch import Sketch
+from scrapy_neardup.crawl.pipeline import MarkFieldError, NearDuplicateDropped
 
 ARTICLE = " ".join(article_words(5, 300))
 

@@ -11,8 +11,8 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from scrapy_neardup import NearDuplicatePipeline
-from scrapy_neardup.settings import NearDupSettings, NearDupSettingsError
-from scrapy_neardup.theory import min_shared_for
+from scrapy_neardup.core.theory import min_shared_for
+from scrapy_neardup.crawl.settings import NearDupSettings, NearDupSettingsError
 
 
 def parse(**values: Any) -> NearDupSettings:

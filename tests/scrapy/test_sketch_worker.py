@@ -25,8 +25,8 @@ from neardup_testkit import (
     run_crawl_process,
 )
 
-from scrapy_neardup.sketch import Sketch, Sketcher
-from scrapy_neardup.sketch_worker import (
+from scrapy_neardup.core.sketch import Sketch, Sketcher
+from scrapy_neardup.crawl.sketch_worker import (
     _ANSWER,
     _BINARY,
     _ERROR,
@@ -60,7 +60,7 @@ def test_worker_process_sketches_equal_in_process_sketches() -> None:
     sketcher = Sketcher(num_perm=64, shingle_size=4, seed=5, max_chars=2_000)  # caps apply in the child too
     contents = _contents()
     child = subprocess.run(
-        [sys.executable, "-m", "scrapy_neardup.sketch_worker", json.dumps(sketcher_parameters(sketcher))],
+        [sys.executable, "-m", "scrapy_neardup.crawl.sketch_worker", json.dumps(sketcher_parameters(sketcher))],
         input=b"".join(encode_request(i, c) for i, c in enumerate(contents)),
         capture_output=True, timeout=60, cwd=REPO, check=True,
     )
@@ -138,7 +138,7 @@ def _children_running_worker(parent_marker: str) -> list[int]:
             parent = Path(f"/proc/{ppid}/cmdline").read_bytes()
         except (OSError, ValueError, IndexError):
             continue
-        if b"scrapy_neardup.sketch_worker" in cmdline and parent_marker.encode() in parent:
+        if b"scrapy_neardup.crawl.sketch_worker" in cmdline and parent_marker.encode() in parent:
             found.append(int(entry.name))
     return found
 

@@ -10,7 +10,7 @@ Near-duplication is not transitive, so a cluster may hold two members that share
 with each other, linked through a third; that is Broder's definition, and what search engines collapse.
 
 :func:`broder_clusters` follows these steps literally (the reference, quadratic in bucket sizes).
-:class:`GroupBuilder` finds the same pairs at scale: each page asks a :class:`~scrapy_neardup.index.SketchIndex`
+:class:`GroupBuilder` finds the same pairs at scale: each page asks a :class:`~scrapy_neardup.core.index.SketchIndex`
 (exact t-of-k retrieval by pigeonhole bands) for the earlier pages it shares >= t positions with, then joins
 the index itself, so every pair is found once, from its later member.
 """

@@ -6,10 +6,10 @@ crawl is not fetching or parsing. Python threads do not help: the work holds the
 (measured: two threads sketch *slower* than one). A child process does: the parent only writes the page to a
 pipe and reads 0.5 KB back, through the reactor, never blocking.
 
-The child is ``python -m scrapy_neardup.sketch_worker '<sketcher parameters as JSON>'``. It reads requests
+The child is ``python -m scrapy_neardup.crawl.sketch_worker '<sketcher parameters as JSON>'``. It reads requests
 from stdin and answers each, in order, on stdout; requests that arrive together are sketched together
-(:meth:`~scrapy_neardup.sketch.Sketcher.sketch_many`, the vectorized path). Both sides use the same
-:class:`~scrapy_neardup.sketch.Sketcher` parameters, so a sketch made by the child is the one the parent would
+(:meth:`~scrapy_neardup.core.sketch.Sketcher.sketch_many`, the vectorized path). Both sides use the same
+:class:`~scrapy_neardup.core.sketch.Sketcher` parameters, so a sketch made by the child is the one the parent would
 have made (a test compares them).
 
 Frames (little-endian):
@@ -18,7 +18,7 @@ Frames (little-endian):
 * answer: ``id u32 | status u8 (0: ok, 1: error, 2: binary content, not sketched) | fingerprint u64 |
   shingles u64 | truncated u8 | length u32 | signature (uint32[k]) or the error message (UTF-8)``
 
-The child also tells binary content (:func:`~scrapy_neardup.text.looks_binary`) from text, so that the
+The child also tells binary content (:func:`~scrapy_neardup.core.text.looks_binary`) from text, so that the
 crawl's thread does not scan every page for it either.
 
 Failure: if the child dies or answers garbage, every waiting request fails with :class:`SketchWorkerError`;
@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from twisted.internet.protocol import ProcessProtocol
 
-from .sketch import Content, Sketch, Sketcher
-from .text import looks_binary
+from ..core.sketch import Content, Sketch, Sketcher
+from ..core.text import looks_binary
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -167,7 +167,7 @@ def _sketch_one(sketcher: Sketcher, content: Content) -> Sketch | BaseException:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the child: ``python -m scrapy_neardup.sketch_worker '<parameters JSON>'``."""
+    """Entry point of the child: ``python -m scrapy_neardup.crawl.sketch_worker '<parameters JSON>'``."""
     args = sys.argv[1:] if argv is None else argv
     # Ctrl-C in a terminal reaches the whole process group; the crawl decides when this child ends (by
     # closing its stdin), so it must not die mid-batch with a traceback while the crawl shuts down gracefully.

@@ -37,7 +37,7 @@ painless, reindex, update-by-query) is still absent.
 
 Example::
 
-    from es_integration.node import start_node
+    from neardup_devnode.node import start_node
 
     with start_node(secure=True) as node:
         es = node.client()
@@ -1290,7 +1290,7 @@ def _prepare_config(
     (conf / "jvm.options.d").mkdir(exist_ok=True)
     opts = [f"-Xms{heap}", f"-Xmx{heap}", *jvm_options]
     (conf / "jvm.options.d" / "neardup.options").write_text("\n".join(opts) + "\n")
-    lines = ["# written by es_integration.node"]
+    lines = ["# written by neardup_devnode.node"]
     lines += [f"{k}: {_yaml_scalar(v)}" for k, v in settings.items()]
     (conf / "elasticsearch.yml").write_text("\n".join(lines) + "\n")
     for p in [conf, *conf.rglob("*")]:

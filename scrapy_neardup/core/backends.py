@@ -2,7 +2,7 @@
 
 A backend answers one question atomically: *is this sketch a near-duplicate of a page already kept? If not,
 keep it.* Two backends implement it: :class:`EmbeddedBackend` (an in-process
-:class:`~scrapy_neardup.index.SketchIndex`, optionally persisted to a state directory) and
+:class:`~scrapy_neardup.core.index.SketchIndex`, optionally persisted to a state directory) and
 ``es_integration.backend.ElasticsearchBackend`` (several crawler processes sharing one index).
 
 Crash safety of the embedded store
@@ -43,13 +43,13 @@ Guarantees:
   store is compacted: a new snapshot, then an empty journal.
 * *Never silently wrong.* A damaged record *before* the end, a damaged header, a journal made with another
   tag, ``k`` or ``t``, a journal that continues a snapshot other than the one present (missing, older, or
-  not holding the journal's earlier records) raise :class:`~scrapy_neardup.index.StateError` naming the
+  not holding the journal's earlier records) raise :class:`~scrapy_neardup.core.index.StateError` naming the
   file, before any page is checked, and leave both files untouched. ``NEARDUP_RESET`` (``reset=True``)
   discards both files.
 * *Close.* The snapshot is written atomically, then the journal is replaced (atomically) by an empty one whose
   ``base`` is the snapshot's size. A crash between the two is the case handled above.
 * *One writer.* The state directory is locked (``flock``) while open; a second process opening it gets a
-  :class:`~scrapy_neardup.index.StateError`. The lock goes away with the process, ``kill -9`` included.
+  :class:`~scrapy_neardup.core.index.StateError`. The lock goes away with the process, ``kill -9`` included.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ _EMPTY_U64 = np.empty(0, dtype=np.uint64)
 
 
 def shingle_hashes(texts: Sequence[bytes], kind: ShingleKind = "word", width: int = 5) -> tuple[np.ndarray, np.ndarray]:
-    """Shingle hashes of many *normalized* texts (see :func:`scrapy_neardup.text.normalize_utf8`).
+    """Shingle hashes of many *normalized* texts (see :func:`scrapy_neardup.core.text.normalize_utf8`).
 
     Args:
         texts: normalized UTF-8 texts (words separated by single spaces; any bytes <= 32 separate words).

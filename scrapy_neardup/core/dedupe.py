@@ -1,6 +1,6 @@
 """Streaming near-duplicate removal: first seen is kept, later near-duplicates point at it.
 
-:class:`Deduper` ties a :class:`~scrapy_neardup.Sketcher` to a :class:`~scrapy_neardup.index.SketchIndex`
+:class:`Deduper` ties a :class:`~scrapy_neardup.Sketcher` to a :class:`~scrapy_neardup.core.index.SketchIndex`
 and classifies pages in arrival order. Content that cannot be sketched (missing, not text, empty after
 normalization) is never dropped: it is reported with reason ``skipped`` and counted.
 """
@@ -88,7 +88,7 @@ def skip_reason(content: Any, *, check_binary: bool = True) -> str | None:
     """Why ``content`` cannot be sketched at all (``None`` when it is text, or bytes of text).
 
     ``missing`` for ``None``; ``not_text`` for anything but ``str`` and bytes, and for binary data (a PDF, an
-    image, compressed bytes: see :func:`~scrapy_neardup.text.looks_binary`), which sketched as text would be
+    image, compressed bytes: see :func:`~scrapy_neardup.core.text.looks_binary`), which sketched as text would be
     garbage that could near-duplicate other garbage. ``check_binary=False`` leaves that last test to whoever
     sketches (the sketch worker does it in its own process).
     """
@@ -108,7 +108,7 @@ class Deduper:
     Args:
         sketcher: makes the sketches (its ``num_perm`` is ``k``).
         min_shared: ``t``; default: the largest ``t`` that catches resemblance ``threshold`` with
-            probability >= 0.99 (see :func:`scrapy_neardup.theory.min_shared_for`).
+            probability >= 0.99 (see :func:`scrapy_neardup.core.theory.min_shared_for`).
         threshold: target resemblance used when ``min_shared`` is not given.
         index: an existing index (e.g. loaded from disk) with the same parameters; default: a new one.
     """

@@ -10,13 +10,14 @@ import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import IO, Any
 
-from .dedupe import Deduper
-from .minhash import MAX_NUM_PERM
-from .sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
-from .theory import DEFAULT_LOW, DEFAULT_THRESHOLD, curve, flag_probability, midpoint, min_shared_for
+from ..core.dedupe import Deduper
+from ..core.minhash import MAX_NUM_PERM
+from ..core.sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
+from ..core.theory import DEFAULT_LOW, DEFAULT_THRESHOLD, curve, flag_probability, midpoint, min_shared_for
 
 logger = logging.getLogger(__name__)
 
@@ -386,12 +387,18 @@ def _draw_curve(path: str, k: int, t: int, threshold: float | None) -> None:
 
 
 def _add_es(sub: Any) -> None:
-    try:
-        from es_integration.cli import register
-    except ImportError as exc:  # elasticsearch not installed: the core command still works
-        logger.debug("Elasticsearch commands unavailable: %s", exc)
-        return
-    register(sub)
+    """Add the command groups other packages register under the ``neardup.commands`` entry point group.
+
+    ``es_integration`` registers ``es`` there (see pyproject.toml): the core never imports it, so the command
+    works without the Elasticsearch client installed, and a third package can add its own group the same way.
+    """
+    for entry in entry_points(group="neardup.commands"):
+        try:
+            register = entry.load()
+        except ImportError as exc:  # its dependencies are not installed: the core commands still work
+            logger.debug("neardup %s commands unavailable: %s", entry.name, exc)
+            continue
+        register(sub)
 
 
 if __name__ == "__main__":

@@ -210,7 +210,7 @@ class SketchIndex:
     def query_and_add(self, key: str, sketch: Sketch) -> list[Match]:
         """Every kept page sharing >= t positions with ``sketch`` (most shared first), then keep ``sketch``
         too, whatever was found: the pair-finding step of Broder's clustering, where every page must be
-        findable by the pages after it (see :class:`~scrapy_neardup.clustering.GroupBuilder`)."""
+        findable by the pages after it (see :class:`~scrapy_neardup.core.clustering.GroupBuilder`)."""
         values = self._check(sketch)
         candidates, keys, band_keys = self._candidates(self._band_sums(values))
         matches = self._matches(values, candidates, sketch.fingerprint)

@@ -102,7 +102,7 @@ class Sketcher:
     Args:
         num_perm: ``k``, signature positions. The estimate ``r_hat`` has standard deviation
             ``sqrt(r (1 - r) / k)``; the t-of-k test's S-curve sharpens as ``k`` grows
-            (see :mod:`scrapy_neardup.theory`).
+            (see :mod:`scrapy_neardup.core.theory`).
         shingle: ``"word"`` (word w-shingles, the default) or ``"char"`` (character n-grams, for languages
             without spaces or very short texts).
         shingle_size: units per shingle; default 5 words or 9 characters.

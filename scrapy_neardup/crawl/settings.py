@@ -13,7 +13,7 @@ NEARDUP_ENABLED       bool, default True. False disables the pipeline (``NotConf
 NEARDUP_TEXT_FIELD    item field holding the page text or HTML (default ``"text"``).
 NEARDUP_URL_FIELD     item field naming the page (default ``"url"``); the key kept pages are known by.
 NEARDUP_THRESHOLD     target resemblance r in (0, 1] (default 0.9): pairs at r are caught with probability
-                      >= 0.99; sets ``t`` through :func:`scrapy_neardup.theory.min_shared_for`.
+                      >= 0.99; sets ``t`` through :func:`scrapy_neardup.core.theory.min_shared_for`.
 NEARDUP_MIN_SHARED    ``t`` in [1, k]: positions that must agree; overrides NEARDUP_THRESHOLD.
 NEARDUP_NUM_PERM      ``k``, signature positions (default 128).
 NEARDUP_SHINGLE       ``"word"`` (default) or ``"char"``.
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .minhash import MAX_NUM_PERM
-from .shingles import ShingleKind
-from .sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
-from .theory import DEFAULT_THRESHOLD, min_shared_for
+from ..core.minhash import MAX_NUM_PERM
+from ..core.shingles import ShingleKind
+from ..core.sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
+from ..core.theory import DEFAULT_THRESHOLD, min_shared_for
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -103,7 +103,7 @@ class NearDupSettings:
             ``r = threshold`` with probability >= 0.99 (``t = 107`` for ``k = 128, r* = 0.9``).
         num_perm: ``k``, signature positions.
         shingle, shingle_size, seed: sketch parameters (see :class:`~scrapy_neardup.Sketcher`).
-        action: ``"drop"`` raises :class:`~scrapy_neardup.pipeline.NearDuplicateDropped`; ``"mark"`` keeps the
+        action: ``"drop"`` raises :class:`~scrapy_neardup.crawl.pipeline.NearDuplicateDropped`; ``"mark"`` keeps the
             item and fills ``mark_field``.
         mark_field: item field that receives ``{"duplicate_of": url, "resemblance": r, "exact": bool}``.
         backend: ``"embedded"`` or ``"elasticsearch"``.
@@ -111,7 +111,7 @@ class NearDupSettings:
         state_dir: directory of the embedded store, or ``None`` for no persistence.
         reset: discard the saved embedded store at start.
         debug: log every drop at INFO instead of DEBUG.
-        sketch_process: sketch in a child process (:mod:`scrapy_neardup.sketch_worker`) instead of on the
+        sketch_process: sketch in a child process (:mod:`scrapy_neardup.crawl.sketch_worker`) instead of on the
             crawl's reactor thread.
     """
 

@@ -17,15 +17,15 @@ never awaits, so nothing can interleave); it is awaited through
 :func:`scrapy.utils.defer.maybe_deferred_to_future`, which works with the asyncio reactor (Scrapy's default),
 with other reactors, and without a reactor (an :class:`asyncio.Lock` cannot be awaited under a non-asyncio
 reactor). Sketching, the CPU-bound part, happens outside the lock, by default in a child process
-(:mod:`scrapy_neardup.sketch_worker`).
+(:mod:`scrapy_neardup.crawl.sketch_worker`).
 
 Persistence: the embedded store lives in ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``): a snapshot
 saved atomically on ``close_spider``, and a journal to which each kept page is appended before its item leaves
-the pipeline (see :mod:`scrapy_neardup.backends`). Both are loaded on ``open_spider``, so a crawl paused
+the pipeline (see :mod:`scrapy_neardup.core.backends`). Both are loaded on ``open_spider``, so a crawl paused
 gracefully, or killed (``kill -9``), and resumed with the same JOBDIR drops near-duplicates of pages kept
 before; what the journal recovered is counted in ``neardup/journal_replayed`` (``neardup/journal_torn``: the
 torn record of the page in flight at the kill, ignored). Damaged or mismatched state stops the crawl at start
-with :class:`~scrapy_neardup.index.StateError`, and is left untouched.
+with :class:`~scrapy_neardup.core.index.StateError`, and is left untouched.
 """
 
 from __future__ import annotations
@@ -40,25 +40,25 @@ from scrapy.exceptions import DropItem, NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet.defer import DeferredLock
 
-from .backends import Backend, EmbeddedBackend
-from .dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
-from .index import Match
+from ..core.backends import Backend, EmbeddedBackend
+from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
+from ..core.index import Match
+from ..core.text import looks_binary
 from .settings import NearDupSettings, NearDupSettingsError
 from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
-from .text import looks_binary
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
     from twisted.internet.interfaces import IReactorCore
 
-    from .sketch import Content, Sketch
+    from ..core.sketch import Content, Sketch
 
 logger = logging.getLogger(__name__)
 
 #: Prefix of every stat this pipeline writes.
 STATS_PREFIX = "neardup/"
-#: Stat names by reason an item was not checked (see :func:`scrapy_neardup.dedupe.skip_reason`).
+#: Stat names by reason an item was not checked (see :func:`scrapy_neardup.core.dedupe.skip_reason`).
 SKIP_STATS = {
     SKIP_MISSING: "skipped_no_text",
     SKIP_NOT_TEXT: "skipped_bad_text",
@@ -95,8 +95,8 @@ class MarkFieldError(NearDupSettingsError):
 class NearDuplicatePipeline:
     """Drop (or mark) items whose page text near-duplicates a page kept earlier in the crawl.
 
-    Built by Scrapy through :meth:`from_crawler`; see :mod:`scrapy_neardup.settings` for the ``NEARDUP_*``
-    settings and :mod:`scrapy_neardup.pipeline` for how concurrency and persistence work.
+    Built by Scrapy through :meth:`from_crawler`; see :mod:`scrapy_neardup.crawl.settings` for the ``NEARDUP_*``
+    settings and :mod:`scrapy_neardup.crawl.pipeline` for how concurrency and persistence work.
 
     Args:
         config: the validated settings.
@@ -141,7 +141,9 @@ class NearDuplicatePipeline:
         config = self.config
         if config.backend == "elasticsearch":
             # Imported only here: the embedded default must not need the Elasticsearch client.
-            from es_integration.backend import ElasticsearchBackend
+            from scrapy.utils.misc import load_object
+
+            ElasticsearchBackend = load_object("es_integration.backend.ElasticsearchBackend")  # noqa: N806
 
             es = config.elasticsearch
             assert es is not None  # guaranteed by NearDupSettings.from_settings
@@ -261,7 +263,7 @@ class NearDuplicatePipeline:
         return self._duplicate(item, adapter, key, match)
 
     async def _sketch(self, content: Content, worker: SketchWorker | None) -> Sketch:
-        """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.sketch_worker`), else here.
+        """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.crawl.sketch_worker`), else here.
 
         The worker is started on the first item, when the reactor is known to run; if it dies, this process
         sketches from then on (counted in ``neardup/sketch_worker_failed``), so no item waits on it forever.

@@ -1,0 +1,1 @@
+"""The ``neardup`` command (``python -m scrapy_neardup`` runs it too)."""
