@@ -14,10 +14,19 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import IO, Any
 
+from .. import __version__
 from ..core.dedupe import Deduper
 from ..core.minhash import MAX_NUM_PERM
 from ..core.sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
-from ..core.theory import DEFAULT_LOW, DEFAULT_THRESHOLD, curve, flag_probability, midpoint, min_shared_for
+from ..core.theory import (
+    DEFAULT_LOW,
+    DEFAULT_THRESHOLD,
+    curve,
+    describe_rule,
+    flag_probability,
+    midpoint,
+    min_shared_for,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="neardup", description="Near-duplicate detection with MinHash sketches (t of k positions)."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_dedupe(sub)
     _add_compare(sub)
@@ -341,7 +351,8 @@ def _run_curve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
                    "points": [{"resemblance": r, "probability": p} for r, p in points]}
         print(json.dumps(payload))
     else:
-        print(f"k = {k}, t = {t}: p(r) = P[Binomial({k}, r) >= {t}], p = 1/2 at r = {midpoint(k, t):.3f}")
+        print(describe_rule(k, t))
+        print(f"p(r) = P[Binomial({k}, r) >= {t}], p = 1/2 at r = {midpoint(k, t):.3f}")
         for r, p in points[::5]:
             print(f"  r = {r:4.2f}  p = {p:.3e}")
     if args.png:

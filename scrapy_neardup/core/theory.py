@@ -110,16 +110,42 @@ def curve(num_perm: int, min_shared: int, step: float = 0.01) -> list[tuple[floa
     return list(zip(rs.tolist(), flag_probability(rs, num_perm, min_shared).tolist(), strict=True))
 
 
-def midpoint(num_perm: int, min_shared: int) -> float:
-    """The resemblance where ``p(r) = 1/2`` (the S-curve's steepest region), found by bisection."""
+def resemblance_at(num_perm: int, min_shared: int, probability: float) -> float:
+    """The resemblance ``r`` at which ``p(r) = probability``, found by bisection.
+
+    ``p(r) = P[Binomial(k, r) >= t]`` increases monotonically in ``r``, so the inverse is unique for
+    ``0 < probability < 1``: pairs more alike than the returned ``r`` are flagged more often than
+    ``probability``, pairs less alike less often.
+    """
+    if not 0.0 < probability < 1.0:
+        raise ValueError(f"probability must lie in (0, 1), got {probability}")
     lo, hi = 0.0, 1.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        if flag_probability(mid, num_perm, min_shared)[0] < 0.5:
+        if flag_probability(mid, num_perm, min_shared)[0] < probability:
             lo = mid
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def midpoint(num_perm: int, min_shared: int) -> float:
+    """The resemblance where ``p(r) = 1/2`` (the S-curve's steepest region)."""
+    return resemblance_at(num_perm, min_shared, 0.5)
+
+
+def describe_rule(num_perm: int, min_shared: int) -> str:
+    """What the t-of-k rule does, in one line: where it flags 99%, 50% and 1% of pairs.
+
+    ``NEARDUP_THRESHOLD = 0.9`` is not a sharp cut at 0.9: with ``k = 128, t = 107`` a pair at ``r = 0.83`` is
+    flagged half the time. This line says so, e.g.
+    ``t = 107 of k = 128: flags r >= 0.90 in 99% of cases, r = 0.83 in 50%, r <= 0.76 in 1%``.
+    """
+    r99, r50, r01 = (resemblance_at(num_perm, min_shared, p) for p in (0.99, 0.5, 0.01))
+    return (
+        f"t = {min_shared} of k = {num_perm}: flags r >= {r99:.2f} in 99% of cases, "
+        f"r = {r50:.2f} in 50%, r <= {r01:.2f} in 1%"
+    )
 
 
 def _check_k_t(num_perm: int, min_shared: int) -> None:

@@ -52,7 +52,7 @@ def test_dedupe_drop_and_pipes(tmp_path: Path) -> None:
     records = [{"id": i, "text": t} for i, t in enumerate([ARTICLE, EDITED, OTHER, OTHER])]
     payload = "".join(json.dumps(r) + "\n" for r in records)
     result = subprocess.run(
-        [sys.executable, "-m", "scrapy_neardup.cli.main", "dedupe", "-", "-o", "-", "--drop"],
+        [sys.executable, "-m", "scrapy_neardup", "dedupe", "-", "-o", "-", "--drop"],
         input=payload, capture_output=True, text=True, check=True,
     )
     kept = [json.loads(line) for line in result.stdout.splitlines()]
@@ -172,3 +172,19 @@ def test_help(command: list[str]) -> None:
     result = subprocess.run(["neardup", *command, "--help"], capture_output=True, text=True)
     assert result.returncode == 0
     assert "usage: neardup" in result.stdout
+
+
+def test_version_and_module_entry_point() -> None:
+    """`neardup --version` and `python -m scrapy_neardup --version` print the installed package version."""
+    from importlib.metadata import version
+
+    expected = f"neardup {version('scrapy-neardup')}"
+    for argv in (["neardup", "--version"], [sys.executable, "-m", "scrapy_neardup", "--version"]):
+        result = subprocess.run(argv, capture_output=True, text=True, check=True)
+        assert result.stdout.strip() == expected
+
+
+def test_curve_text_says_what_the_threshold_means(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["curve", "--threshold", "0.9"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("t = 107 of k = 128: flags r >= 0.90 in 99% of cases, r = 0.83 in 50%")

@@ -110,3 +110,16 @@ def test_defaults_empirically_never_flag_resemblance_05() -> None:
     assert flagged == 0
     assert max_shared < 95
     assert np.mean(variances) <= K * 0.5 * 0.5 * 1.05
+
+
+def test_describe_rule_names_the_99_50_1_percent_points() -> None:
+    """The start-up line: each resemblance it names is flagged with the probability it claims."""
+    from scrapy_neardup.core.theory import describe_rule, resemblance_at
+
+    line = describe_rule(128, 107)
+    assert line.startswith("t = 107 of k = 128: flags r >= 0.90 in 99% of cases, r = 0.83 in 50%, r <= 0.7")
+    for p in (0.99, 0.5, 0.01):
+        r = resemblance_at(128, 107, p)
+        assert abs(float(flag_probability(r, 128, 107)[0]) - p) < 1e-9
+    with pytest.raises(ValueError):
+        resemblance_at(128, 107, 1.0)
