@@ -46,6 +46,7 @@ from ..core.index import Match
 from ..core.text import looks_binary
 from .settings import NearDupSettings, NearDupSettingsError
 from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
+from .startup import report_startup_failure
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -120,6 +121,7 @@ class NearDuplicatePipeline:
         self._stopping = False
         self._sketch_worker: SketchWorker | None = None
         self._worker_given_up = False
+        self._log_level: str | int = "DEBUG"  # the crawl's LOG_LEVEL: whether start-up failures show a traceback
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> NearDuplicatePipeline:
@@ -129,10 +131,16 @@ class NearDuplicatePipeline:
             NearDupSettingsError: a ``NEARDUP_*`` setting is wrong. Scrapy then aborts the crawl before the
                 first request and logs the message (which names the setting and its value).
         """
-        config = NearDupSettings.from_settings(crawler.settings)
+        try:
+            config = NearDupSettings.from_settings(crawler.settings)
+        except NearDupSettingsError as exc:
+            report_startup_failure(exc, log_level=crawler.settings.get("LOG_LEVEL", "DEBUG"))
+            raise
         if not config.enabled:
             raise NotConfigured("NEARDUP_ENABLED is False")
-        return cls(config, stats=crawler.stats, crawler=crawler)
+        pipeline = cls(config, stats=crawler.stats, crawler=crawler)
+        pipeline._log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
+        return pipeline
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -169,7 +177,9 @@ class NearDuplicatePipeline:
                 raise
             # Name the setting to fix (the message already names the URL, without credentials); the crawl
             # stops before any page is fetched.
-            raise type(exc)(f"{exc} (check NEARDUP_ES_URL and that the node is up)") from None
+            error = type(exc)(f"{exc} (check NEARDUP_ES_URL and that the node is up)")
+            report_startup_failure(error, log_level=self._log_level)
+            raise error from None
         self._opened = True
         self._worker()  # start the sketch worker now if the reactor runs (else on the first item)
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).

@@ -144,3 +144,38 @@ def test_scrapy_crawl_with_a_wrong_setting_fails_with_a_clear_message() -> None:
     assert proc.returncode == 1
     assert "NEARDUP_ACTION='bogus' is not valid: expected one of 'drop', 'mark'" in proc.stderr
     assert "Crawled (" not in proc.stderr
+
+
+def _crawl(*settings: str, level: str | None = None) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "scrapy", "crawl", "demo", "-a", "start_url=http://127.0.0.1:9/",
+            "-s", "TELNETCONSOLE_ENABLED=0", "-s", "REMOTE_CONTROL_ENABLED=0"]
+    for setting in settings:
+        args += ["-s", setting]
+    if level:
+        args += ["-L", level]
+    return subprocess.run(args, cwd=PROJECT, env=clean_env(), capture_output=True, text=True, timeout=60)
+
+
+def test_wrong_setting_is_one_line_without_traceback_above_debug() -> None:
+    proc = _crawl("NEARDUP_THRESHOLD=2", level="INFO")
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if "NEARDUP_THRESHOLD" in line]
+    assert len(lines) == 1 and lines[0].endswith(
+        "scrapy-neardup: NEARDUP_THRESHOLD='2' is not valid: expected a resemblance in (0, 1]"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    # At DEBUG (Scrapy's default level) the same line comes, and the traceback is there for whoever wants it.
+    debug = _crawl("NEARDUP_THRESHOLD=2")
+    assert debug.returncode == 1
+    assert "scrapy-neardup: NEARDUP_THRESHOLD='2' is not valid" in debug.stderr
+    assert "DEBUG: traceback of the start-up failure" in debug.stderr
+
+
+def test_unreachable_elasticsearch_is_one_line_and_no_unrelated_traceback() -> None:
+    proc = _crawl("NEARDUP_BACKEND=elasticsearch", "NEARDUP_ES_URL=http://127.0.0.1:1", "NEARDUP_ES_INDEX=demo",
+                  level="INFO")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "AssertionError" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "scrapy-neardup:" in line]
+    assert len(errors) == 1 and "cannot connect to Elasticsearch at http://127.0.0.1:1" in errors[0]
+    assert "check NEARDUP_ES_URL" in errors[0]
+    assert "Crawled (" not in proc.stderr
