@@ -447,7 +447,11 @@ def _add_search(commands: Any) -> None:
     p.add_argument("--size", type=int, default=10, help="results to show (default: 10)")
     p.add_argument("--field", action="append", default=[], metavar="F",
                    help="field to search (repeatable; default: every text field of the index)")
-    p.add_argument("--json", action="store_true", help='print {"hits": [{"id", "score", "omitted", ...}]}')
+    p.add_argument("--json", action="store_true",
+                   help='print {"hits": [{"id", "score", "omitted", "group", "index", ...}]}')
+    p.add_argument("--fields", action="append", default=[], metavar="F[,F...]",
+                   help='with --json: add {"fields": {F: value}} to each hit (dotted paths; repeatable)')
+    p.add_argument("--source", action="store_true", help="with --json: add each hit's whole _source")
     p.add_argument("--by-sketch", action="store_true",
                    help="collapse by comparing the sketches of the top hits (indices without group ids)")
     p.add_argument("--fetch", type=int, default=None, metavar="N",
@@ -467,9 +471,16 @@ def _search_job(args: argparse.Namespace, client: Any) -> int:
 
     from es_integration.client import EsError
     from es_integration.collapse import collapse_hits, search_collapsed, text_fields, text_query
+    from es_integration.names import validate_field_name
 
     if args.size < 1:
         raise EsError(f"--size must be >= 1, got {args.size}")
+    shown = [name for value in args.fields for name in value.split(",") if name]
+    for name in shown:
+        validate_field_name(name)
+    # Fetch only what is printed: pages' sources can be large (whole HTML), so --json asks for none of it
+    # unless --fields or --source name it; the text listing needs a label.
+    source: bool | list[str] = True if args.source else (shown if args.json else list(LABEL_FIELDS))
     if args.by_sketch:
         t = _job_min_shared(args)
         fetch = args.fetch or 5 * args.size
@@ -477,9 +488,9 @@ def _search_job(args: argparse.Namespace, client: Any) -> int:
         response = client.search(index=args.index, query=text_query(args.query, fields), size=fetch)
         hits = collapse_hits(response["hits"]["hits"], t)[: args.size]
     else:
-        hits = search_collapsed(client, args.index, args.query, size=args.size, fields=args.field)
+        hits = search_collapsed(client, args.index, args.query, size=args.size, fields=args.field, source=source)
     if args.json:
-        print(json.dumps({"hits": [h.to_json() for h in hits]}, ensure_ascii=False))
+        print(json.dumps({"hits": [h.to_json(shown, source=args.source) for h in hits]}, ensure_ascii=False))
         return 0
     if not hits:
         print("no results")
@@ -491,8 +502,12 @@ def _search_job(args: argparse.Namespace, client: Any) -> int:
     return 0
 
 
+#: Fields whose first non-empty value labels a hit in the text listing of ``neardup es search``.
+LABEL_FIELDS = ("title", "url", "text")
+
+
 def _label(source: dict[str, Any]) -> str:
-    for name in ("title", "url", "text"):
+    for name in LABEL_FIELDS:
         value = source.get(name)
         if isinstance(value, str) and value.strip():
             text = " ".join(value.split())

@@ -58,13 +58,18 @@ class CollapsedHit:
     hidden: list[str] = field(default_factory=list)
     hit: dict[str, Any] | None = field(default=None, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "score": self.score, "omitted": self.omitted, "index": self.index}
-        if self.group is not None:
-            out["group"] = self.group
+    def to_json(self, fields: Sequence[str] = (), *, source: bool = False) -> dict[str, Any]:
+        """The hit as JSON: ``id``, ``index``, ``score``, ``omitted``, ``group`` (None without group ids), the
+        ``hidden`` ids when known; ``fields``: the values of the named (dotted) fields, None where absent;
+        ``source``: the whole ``_source`` only when asked for (it can be large: whole pages)."""
+        out: dict[str, Any] = {
+            "id": self.id, "score": self.score, "omitted": self.omitted, "index": self.index, "group": self.group,
+        }
         if self.hidden:
             out["hidden"] = list(self.hidden)
-        if self.source is not None:
+        if fields:
+            out["fields"] = {name: get_field(self.source or {}, name) for name in fields}
+        if source:
             out["source"] = self.source
         return out
 
@@ -103,6 +108,7 @@ def search_collapsed(
     size: int = 10,
     from_: int = 0,
     fields: Sequence[str] = (),
+    source: bool | Sequence[str] = True,
 ) -> list[CollapsedHit]:
     """The top ``size`` groups matching ``query``, one hit each, with the count of hits it hides.
 
@@ -110,6 +116,8 @@ def search_collapsed(
         query: a query clause, or text for :func:`text_query`.
         from_: groups to skip (paging).
         fields: fields searched by a text query (default: :func:`text_fields`).
+        source: ``_source`` to fetch: True (all but the position tokens), False (none), or the fields to
+            include (dotted paths).
     """
     validate_index_name(index)
     clause = text_query(query, fields or text_fields(client, index)) if isinstance(query, str) else query
@@ -119,7 +127,7 @@ def search_collapsed(
         collapse={"field": F_GROUP},
         size=size,
         from_=from_,
-        source={"excludes": [F_POSITIONS]},
+        source=_source_filter(source),
     )
     hits = [
         CollapsedHit(
@@ -208,6 +216,14 @@ def collapse_hits(
             signatures.append(signature)
         kept.append(entry)
     return kept
+
+
+def _source_filter(source: bool | Sequence[str]) -> bool | dict[str, list[str]]:
+    if source is True:
+        return {"excludes": [F_POSITIONS]}
+    if source is False or not source:
+        return False
+    return {"includes": list(source), "excludes": [F_POSITIONS]}
 
 
 def _without_positions(source: dict[str, Any] | None) -> dict[str, Any] | None:

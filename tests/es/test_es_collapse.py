@@ -107,8 +107,20 @@ def test_search_cli_json_and_text(es_url: str, collapsed: dict[str, Any], capsys
     payload = json.loads(capsys.readouterr().out)
     assert set(payload) == {"hits"} and len(payload["hits"]) == 7
     for hit in payload["hits"]:
-        assert {"id", "score", "omitted"} <= set(hit) and isinstance(hit["omitted"], int)
-        assert isinstance(hit["score"], float)
+        # No _source unless asked for: only what identifies and ranks the hit.
+        assert set(hit) == {"id", "score", "omitted", "index", "group"} and isinstance(hit["omitted"], int)
+        assert isinstance(hit["score"], float) and hit["group"] == collapsed["groups"].get(hit["id"], hit["id"])
+    assert main([*args, "--size", "7", "--json", "--fields", "title,id", "--fields", "missing.field"]) == 0
+    with_fields = json.loads(capsys.readouterr().out)["hits"]
+    assert [h["id"] for h in with_fields] == [h["id"] for h in payload["hits"]]
+    for hit in with_fields:
+        record = collapsed["records"].get(hit["id"], {})  # "unsketched" was indexed apart, without title or id
+        assert hit["fields"] == {"title": record.get("title"), "id": record.get("id"), "missing.field": None}
+        assert "source" not in hit
+    assert main([*args, "--size", "2", "--json", "--source"]) == 0
+    for hit in json.loads(capsys.readouterr().out)["hits"]:
+        assert hit["source"]["text"] == collapsed["records"].get(hit["id"], {"text": "apple"})["text"]
+        assert "positions" not in hit["source"]["neardup"]
     assert main([*args, "--size", "30"]) == 0
     out = capsys.readouterr().out
     assert "similar pages omitted" in out and "1 similar page omitted" in out
