@@ -116,7 +116,7 @@ def bench_indexing(es: Any, corpus: Corpus, docs: int, threads: int, skip_baseli
             stats = index_presketched(es, index, records, presketched, threads)
         else:
             stats = index_records(es, index, records, sk, threads=threads, chunk_size=500, create_index=False)
-        assert stats.errors == 0, stats.error_samples
+        assert stats.errors == 0, stats.summary()
         out[f"{name}_docs_per_s"] = stats.indexed / stats.seconds
         out[f"{name}_seconds"] = stats.seconds
         out[f"{name}_es_cpu_ms_per_doc"] = (es_cpu_seconds(es) - cpu) * 1000 / docs

@@ -249,12 +249,14 @@ def _bulk_error() -> type[Exception]:
 
 
 def _bulk_message(exc: Exception) -> str:
+    from es_integration.indexing import BulkErrorKind, add_bulk_error
+
     errors: list[Any] = list(getattr(exc, "errors", []))
-    first = errors[0] if errors else {}
-    op: Any = next(iter(first.values()), {}) if isinstance(first, dict) else {}
-    error = op.get("error") if isinstance(op, dict) else None
-    reason = str(error.get("reason", "")) if isinstance(error, dict) else ""
-    return f"{len(errors)} document(s) refused by Elasticsearch" + (f"; first: {reason}" if reason else "")
+    kinds: dict[str, BulkErrorKind] = {}
+    for error in errors:
+        add_bulk_error(kinds, error)
+    lines = [f"{len(errors)} document(s) refused by Elasticsearch"]
+    return "\n  ".join(lines + [kind.describe(name) for name, kind in kinds.items()])
 
 
 # -- index ---------------------------------------------------------------------------------------------------------

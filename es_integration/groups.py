@@ -53,6 +53,7 @@ from .mapping import (
     F_TAG,
     KEPT,
     ROOT,
+    require_tag,
     signatures_from_token_lists,
 )
 from .names import validate_field_name, validate_index_name
@@ -180,8 +181,8 @@ def find_groups(
     """Broder's clustering of the documents of ``index`` sketched with ``tag`` (see the module doc).
 
     Args:
-        tag: the sketch parameter tag (``Sketcher.tag``); documents with other tags are ignored. It names
-            ``k`` (``"mh2-k128-..."``).
+        tag: the sketch parameter tag (``Sketcher.tag``); it names ``k`` (``"mh2-k128-..."``). An index
+            holding other tags is refused (:class:`~es_integration.mapping.TagMismatch`).
         min_shared: ``t``: documents sharing ``>= t`` of their ``k`` positions are linked; a pair of pages at
             resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``.
         keep: the representative rule (default: first indexed).
@@ -191,6 +192,7 @@ def find_groups(
         total: called once with the number of documents to sweep.
     """
     validate_index_name(index)
+    require_tag(client, index, tag)
     keep = keep or KeepRule()
     num_perm = num_perm_of(tag)
     started = time.perf_counter()

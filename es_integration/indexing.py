@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_neardup.core.sketch import Sketcher
 
-from .mapping import F_TAG, KEPT, ROOT, ensure_index, sketch_fields
+from .mapping import F_TAG, KEPT, ROOT, ensure_index, require_tag, sketch_fields
 from .names import validate_field_name, validate_index_name
 from .sweep import point_in_time, sweep
 
@@ -35,7 +35,6 @@ __all__ = ["IndexStats", "SeqClock", "backfill", "get_field", "index_records", "
 logger = logging.getLogger(__name__)
 
 _SKETCH_BATCH = 256
-_MAX_ERROR_SAMPLES = 5
 Progress = Callable[[int], Any]
 
 
@@ -47,34 +46,61 @@ class IndexStats:
         indexed: documents written (created, replaced or updated).
         without_text: documents whose text field was missing, not a string, or had no shingles (they get
             ``neardup.empty = true`` and no positions: they are nobody's near-duplicate).
-        errors: documents Elasticsearch refused; ``error_samples`` holds the first few reasons.
+        errors: documents Elasticsearch refused; ``error_kinds`` groups them by kind.
+        error_kinds: per Elasticsearch error type (``mapper_parsing_exception``, ...): how many documents, the
+            first one's id and its reason cut to :data:`MAX_REASON_CHARS` (a reason may quote a whole page).
         seconds: wall time.
     """
 
     indexed: int = 0
     without_text: int = 0
     errors: int = 0
-    error_samples: list[str] = field(default_factory=list)
+    error_kinds: dict[str, BulkErrorKind] = field(default_factory=dict)
     seconds: float = 0.0
 
     def summary(self) -> str:
+        """One line, then one line per kind of error."""
         rate = self.indexed / self.seconds if self.seconds > 0 else 0.0
         text = f"{self.indexed} documents written ({self.without_text} without text), {self.errors} errors, "
         text += f"{self.seconds:.1f}s ({rate:.0f} docs/s)"
-        if self.error_samples:
-            text += "; first errors: " + " | ".join(self.error_samples)
-        return text
+        return "\n  ".join([text, *(kind.describe(name) for name, kind in self.error_kinds.items())])
 
     def _record(self, ok: bool, info: dict[str, Any]) -> None:
         if ok:
             self.indexed += 1
             return
         self.errors += 1
-        if len(self.error_samples) < _MAX_ERROR_SAMPLES:
-            (op,) = info.values() if len(info) == 1 else (info,)
-            error = op.get("error", op) if isinstance(op, dict) else op
-            reason = error.get("reason", error) if isinstance(error, dict) else error
-            self.error_samples.append(f"{op.get('_id', '?') if isinstance(op, dict) else '?'}: {reason}")
+        add_bulk_error(self.error_kinds, info)
+
+
+@dataclass
+class BulkErrorKind:
+    """Documents refused for one kind of error: how many, and the first one's id and (shortened) reason."""
+
+    count: int
+    first_id: str
+    reason: str
+
+    def describe(self, name: str) -> str:
+        return f"{name}: {self.count} document(s), first {self.first_id}: {self.reason}"
+
+
+#: A refused document's reason is cut to this length: Elasticsearch quotes the offending value, a whole page.
+MAX_REASON_CHARS = 200
+
+
+def add_bulk_error(kinds: dict[str, BulkErrorKind], info: Any) -> None:
+    """Count one bulk item error (``{"index": {"_id", "error": {"type", "reason"}}}``) into ``kinds``."""
+    (op,) = info.values() if isinstance(info, dict) and len(info) == 1 else (info,)
+    error = op.get("error", op) if isinstance(op, dict) else op
+    kind = str(error.get("type", "error")) if isinstance(error, dict) else "error"
+    reason = str(error.get("reason", error)) if isinstance(error, dict) else str(error)
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 3] + "..."
+    if kind in kinds:
+        kinds[kind].count += 1
+    else:
+        kinds[kind] = BulkErrorKind(1, str(op.get("_id", "?")) if isinstance(op, dict) else "?", reason)
 
 
 class SeqClock:
@@ -172,6 +198,8 @@ def index_records(
     validate_index_name(index)
     validate_field_name(id_field)
     validate_field_name(text_field)
+    if sketcher is not None:
+        require_tag(client, index, sketcher.tag)
     if create_index:
         ensure_index(client, index)
     stats = IndexStats()

@@ -190,6 +190,35 @@ def ensure_index(
     return False
 
 
+class TagMismatch(EsError):
+    """The index holds sketches made with other parameters (another tag) than the ones asked for."""
+
+
+def index_tags(client: Elasticsearch, index: str, *, limit: int = 10) -> list[str]:
+    """The sketch parameter tags present in ``index`` (most frequent first; empty when it does not exist)."""
+    validate_index_name(index)
+    if not client.indices.exists(index=index):
+        return []
+    response = client.search(index=index, size=0, aggs={"tags": {"terms": {"field": F_TAG, "size": limit}}})
+    return [bucket["key"] for bucket in response["aggregations"]["tags"]["buckets"]]
+
+
+def require_tag(client: Elasticsearch, index: str, tag: str) -> None:
+    """Refuse to mix sketch parameters in one index: sketches with different tags are never comparable, so
+    writing them would silently overwrite documents that group discovery then ignores.
+
+    Raises:
+        TagMismatch: ``index`` holds documents sketched with another tag; the message names both.
+    """
+    others = [other for other in index_tags(client, index) if other != tag]
+    if others:
+        raise TagMismatch(
+            f"index {index} holds sketches made with {', '.join(others)}, this run sketches with {tag}: "
+            "they cannot be compared. Use the parameters the index was built with (--num-perm, --shingle, "
+            "--shingle-size, --seed), another index, or `neardup es backfill` with these parameters to re-sketch it"
+        )
+
+
 def position_tokens(signature: np.ndarray) -> list[str]:
     """Broder's ``"i_v"`` tokens of a signature: position ``i`` in decimal, the low 16 bits of its value ``v`` in
     lowercase hex."""
