@@ -100,6 +100,7 @@ class CrawlReport:
     dropped: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     failed: bool = False
+    errors: list[str] = field(default_factory=list)
 
 
 def crawl(start_url: str) -> CrawlReport:
@@ -135,7 +136,10 @@ def crawl(start_url: str) -> CrawlReport:
 
     crawler.signals.connect(scraped, signal=signals.item_scraped, weak=False)
     crawler.signals.connect(dropped, signal=signals.item_dropped, weak=False)
-    process.crawl(crawler, start_url=start_url)
+    # Keep the crawl's outcome: a start-up failure (a wrong setting, an unreachable backend) is reported by
+    # this script, in order, instead of being logged by Twisted whenever the failed Deferred is collected.
+    outcome = process.crawl(crawler, start_url=start_url)
+    outcome.addErrback(lambda failure: report.errors.append(failure.getErrorMessage()))
     process.start()
     stats = getattr(crawler, "_stats", None)  # None when the crawl failed before it started
     report.stats = stats.get_stats() if stats is not None else {}
@@ -196,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         server.shutdown()
         server.server_close()
     if report.failed or not (report.kept or report.dropped):
-        print("The demo crawl failed; see the errors above.", file=sys.stderr)
+        print("The demo crawl failed:", *(report.errors or ["see the log above"]), sep="\n  ", file=sys.stderr)
         return 1
     print(render(report, url))
     return 0

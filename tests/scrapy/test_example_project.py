@@ -179,3 +179,13 @@ def test_unreachable_elasticsearch_is_one_line_and_no_unrelated_traceback() -> N
     assert len(errors) == 1 and "cannot connect to Elasticsearch at http://127.0.0.1:1" in errors[0]
     assert "check NEARDUP_ES_URL" in errors[0]
     assert "Crawled (" not in proc.stderr
+
+
+def test_demo_failure_prints_the_error_after_saying_it_failed(tmp_path: Path) -> None:
+    env = {**clean_env(), "NEARDUP_ACTION": "bogus"}
+    proc = subprocess.run([sys.executable, str(PROJECT / "run_demo.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-2:] == ["The demo crawl failed:",
+                          "  NEARDUP_ACTION='bogus' is not valid: expected one of 'drop', 'mark'"], proc.stderr
