@@ -106,6 +106,7 @@ from .mapping import (
     F_STATUS,
     KEPT,
     PENDING,
+    REPLICA_SETTINGS,
     ROOT,
     UNCHECKED,
     fingerprint_hex,
@@ -260,7 +261,7 @@ class ElasticsearchBackend:
 
             try:
                 await es.indices.create(
-                    index=self.index, mappings=index_mappings(), settings={"number_of_shards": 1}
+                    index=self.index, mappings=index_mappings(), settings={"number_of_shards": 1, **REPLICA_SETTINGS}
                 )
                 return
             except BadRequestError as exc:

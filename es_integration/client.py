@@ -28,6 +28,7 @@ __all__ = [
     "EsError",
     "describe_error",
     "make_async_client",
+    "client_major",
     "make_client",
     "translate_errors",
 ]
@@ -124,6 +125,19 @@ def _api_key(value: str) -> str | tuple[str, str]:
     return value
 
 
+def client_major() -> int:
+    """The major version of the installed elasticsearch-py (8 or 9).
+
+    The two majors differ, for this project, in one way that matters: a 9.x client asks every server for
+    ``compatible-with=9`` answers, which Elasticsearch 8 refuses (HTTP 400, ``media_type_header_exception``), so
+    client 9 needs server 9, while client 8 talks to 8.x and 9.x servers. The APIs used here (keyword-argument
+    requests, ``options()``, ``open_point_in_time``/``close_point_in_time``, helpers) are the same in both.
+    """
+    from elasticsearch import __versionstr__
+
+    return int(__versionstr__.split(".")[0])
+
+
 def make_client(settings: ConnectionSettings, **overrides: Any) -> Elasticsearch:
     """A synchronous client (``overrides``: e.g. ``max_retries``, ``retry_on_timeout``)."""
     from elasticsearch import Elasticsearch
@@ -151,6 +165,11 @@ def describe_error(exc: BaseException, url: str) -> str:
         return f"authentication failed at {where} (HTTP 401): check the username and password, or the API key"
     if isinstance(exc, AuthorizationException):
         return f"permission denied at {where} (HTTP 403): {_reason(exc)}"
+    if isinstance(exc, ApiError) and "media_type_header_exception" in _reason(exc) and client_major() >= 9:
+        return (
+            f"Elasticsearch at {where} refuses elasticsearch-py {client_major()}.x requests (an 8.x server?): "
+            "use elasticsearch-py 8 with Elasticsearch 8 (pip install 'elasticsearch>=8.12,<9')"
+        )
     if isinstance(exc, ApiError):
         return f"Elasticsearch at {where} answered HTTP {exc.meta.status}: {_reason(exc)}"
     if isinstance(exc, TlsError):

@@ -154,6 +154,11 @@ def put_template(
     logger.debug("installed index template %s for %s", name, list(patterns))
 
 
+#: Replicas of every index the project creates: one copy on each of two nodes when the cluster has two or more,
+#: none on a single node (which therefore stays green instead of yellow with an unassignable replica).
+REPLICA_SETTINGS: dict[str, str] = {"auto_expand_replicas": "0-1"}
+
+
 def ensure_index(
     client: Elasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None
 ) -> bool:
@@ -172,7 +177,9 @@ def ensure_index(
     from elasticsearch import ApiError, BadRequestError
 
     validate_index_name(index)
-    body_settings = dict(settings or {})
+    body_settings = {**REPLICA_SETTINGS, **(settings or {})}
+    if "number_of_replicas" in body_settings:  # the caller's fixed count wins over the auto range
+        body_settings.pop("auto_expand_replicas")
     if shards is not None:
         body_settings["number_of_shards"] = shards
     if not client.indices.exists(index=index):

@@ -14,7 +14,9 @@ Elasticsearch fixtures (all session-scoped, started lazily, at most one plain an
 If a node cannot be started the fixture raises (the tests error); they are never skipped. Tests using these
 fixtures get the ``es`` marker automatically, so ``-m "not es"`` deselects them.
 
-Environment knobs: ``NEARDUP_ES_HEAP`` (default 512m), ``NEARDUP_ES_START_TIMEOUT`` (seconds, default 180),
+Environment knobs: ``NEARDUP_ES_VERSION`` (the server every local node runs; default the launcher's
+``ES_VERSION``, the newest supported 9.x; CI also runs ``8.19.x``), ``NEARDUP_ES_HEAP`` (default 512m),
+``NEARDUP_ES_START_TIMEOUT`` (seconds, default 180),
 ``NEARDUP_ES_KEEP=1`` (keep node data and logs after the run).
 """
 
@@ -54,7 +56,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _node_options() -> dict[str, Any]:
+    from neardup_devnode.node import ES_VERSION
+
     return {
+        "version": os.environ.get("NEARDUP_ES_VERSION") or ES_VERSION,
         "heap": os.environ.get("NEARDUP_ES_HEAP", "512m"),
         "timeout": float(os.environ.get("NEARDUP_ES_START_TIMEOUT", "180")),
         "keep_data": os.environ.get("NEARDUP_ES_KEEP", "") not in ("", "0"),

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import socket
-import ssl
 import tempfile
 import uuid
 from pathlib import Path
@@ -20,7 +19,7 @@ from neardup_devnode.node import (
     ClusterHandle,
     NodeStartError,
     RunningNode,
-    _group_members,
+    group_members,
     start_node,
 )
 
@@ -86,7 +85,7 @@ def test_local_node_process_and_settings(es_node: ClusterHandle) -> None:
     assert node.is_running()
     assert node.data_dir.is_dir() and node.data_dir.parent == node.node_dir
     assert "started" in node.log_path.read_text(errors="replace")
-    members = _group_members(node.pid)
+    members = group_members(node.pid)
     assert members, "no live process in the node's process group"
     if os.geteuid() == 0:
         for pid in members:
@@ -194,7 +193,10 @@ def test_secure_node_needs_the_ca_and_tls(secure_es_node: RunningNode) -> None:
     untrusted = ClusterHandle(
         url=secure_es_node.url, username=secure_es_node.username, password=secure_es_node.password
     )
-    with pytest.raises(ssl.SSLCertVerificationError):
+    from elastic_transport import ConnectionError as TransportConnectionError
+    from elastic_transport import TlsError
+
+    with pytest.raises(TlsError):
         untrusted.request("GET", "/_cluster/health")
     plain = ClusterHandle(
         url=secure_es_node.url.replace("https://", "http://"),
@@ -203,7 +205,7 @@ def test_secure_node_needs_the_ca_and_tls(secure_es_node: RunningNode) -> None:
     )
     try:
         status, _ = plain.request("GET", "/_cluster/health", timeout=10)
-    except OSError:
+    except TransportConnectionError:
         pass  # connection closed: plaintext is not accepted on the TLS port
     else:
         assert status != 200
@@ -263,32 +265,39 @@ def test_cli_background_start_stop_leaves_nothing(
         assert url.startswith("http://127.0.0.1:"), out
         assert any(line.startswith("data: ") for line in out) and any(line.startswith("logs: ") for line in out)
 
-        state = json.loads((base / "state.json").read_text())
-        (recorded,) = state["nodes"]
-        assert recorded["url"] == url
-        assert (base / "elasticsearch.pid").read_text().split() == [str(recorded["pid"])]
+        state = base / "state"
+        recorded = json.loads((state / "default.json").read_text())
+        assert recorded["url"] == url and recorded["name"] == "default"
+        assert (state / "default.pid").read_text().split() == [str(recorded["pid"])]
         node = ClusterHandle.from_url(url)
         status, body = node.request("GET", "/_nodes/_local/jvm")
         assert status == 200, body
         (info,) = body["nodes"].values()
         assert info["jvm"]["mem"]["heap_max_in_bytes"] == 384 * 1024 * 1024
         pid, port, node_dir = recorded["pid"], recorded["http_port"], recorded["node_dir"]
-        assert _group_members(pid) and _processes_mentioning(node_dir)
+        assert group_members(pid) and _processes_mentioning(node_dir)
 
-        # A second start refuses while the first is running.
-        assert _run(["es", "start"]) == 1
-        assert "already running" in capsys.readouterr().err
+        # A second start finds the running node: same URL as the last line, exit 0, nothing new started.
+        assert _run(["es", "start"]) == 0
+        again = capsys.readouterr().out.strip().splitlines()
+        assert again[-1] == url and "already running" in again[0], again
+        assert json.loads((state / "default.json").read_text())["pid"] == pid
+
+        # Another name sees no node, and cannot stop this one.
+        assert _run(["es", "stop", "--name", "other-project"]) == 0
+        assert "no Elasticsearch node named 'other-project'" in capsys.readouterr().out
+        assert node.request("GET", "/_cluster/health")[0] == 200
 
         assert _run(["es", "stop"]) == 0
         assert f"stopped Elasticsearch at {url}" in capsys.readouterr().out
-        assert _group_members(pid) == []
+        assert group_members(pid) == []
         assert _processes_mentioning(node_dir) == []
         assert not _port_open(port)
         assert not Path(node_dir).exists()
-        assert not (base / "state.json").exists() and not (base / "elasticsearch.pid").exists()
+        assert not (state / "default.json").exists() and not (state / "default.pid").exists()
 
         assert _run(["es", "stop"]) == 0
         assert "no Elasticsearch node" in capsys.readouterr().out
     finally:
-        stop_background(base, timeout=10)
+        stop_background(base=base, timeout=10)
         shutil.rmtree(base, ignore_errors=True)
