@@ -534,7 +534,11 @@ def own_node() -> Iterator[dict[str, Any]]:
     from neardup_devnode.node import start_node
 
     name = f"rel-kill-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    nodes: dict[str, Any] = {"name": name, "first": start_node(name=name, keep_data=True, die_with_parent=True)}
+    from neardup_devnode.node import ES_VERSION
+
+    version = os.environ.get("NEARDUP_ES_VERSION") or ES_VERSION  # the server the rest of the run uses
+    nodes: dict[str, Any] = {"name": name, "version": version,
+                             "first": start_node(name=name, keep_data=True, die_with_parent=True, version=version)}
     try:
         yield nodes
     finally:
@@ -590,7 +594,7 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
         wait_for(lambda: len(site.served) >= gate_at, 60, "the pages served while the node is down")
         # Restart: a new node on the first one's data directory (same cluster name); new port, so re-target.
         second = own_node["second"] = start_node(
-            name=own_node["name"] + "-restarted", die_with_parent=True,
+            name=own_node["name"] + "-restarted", die_with_parent=True, version=own_node["version"],
             settings={"path.data": str(first.data_dir), "cluster.name": f"neardup-{own_node['name']}"},
         )
         client = Elasticsearch(second.url)
