@@ -54,9 +54,11 @@ Guarantees
 Errors
 ------
 Requests failing with a connection error, a timeout, or HTTP 429/502/503/504 are retried up to ``retries``
-times with exponential backoff (0.1 s, 0.2 s, ...); then, or at once for any other failure (wrong credentials,
-missing privileges, bad index), :class:`~es_integration.client.EsError` is raised with a one-line message
-holding no secret. ``errors`` counts failed requests, ``retried`` the retries.
+times with exponential backoff (0.1 s, 0.2 s, ...; the policy of :mod:`es_integration.retry`); then, or at
+once for any other failure (wrong credentials, missing privileges, bad index),
+:class:`~es_integration.client.EsError` (a :class:`~scrapy_neardup.core.backend.BackendError`) is raised with
+a one-line message holding no secret. ``errors`` counts failed requests, ``retried`` the retries
+(``neardup/backend_retries`` in the crawl's stats).
 
 Unchecked pages
 ---------------
@@ -88,12 +90,15 @@ import itertools
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scrapy_neardup.core.backend import Backend, BackendError
 from scrapy_neardup.core.index import Match
+from scrapy_neardup.core.params import check_min_shared
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 
 from .candidates import candidate_query
@@ -115,17 +120,22 @@ from .mapping import (
     sketch_properties,
 )
 from .names import validate_index_name
+from .retry import is_retryable, retrying
+from .settings import ElasticsearchSettings
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from elasticsearch import AsyncElasticsearch
+    from tenacity import RetryCallState
+
+    from scrapy_neardup.core.config import SettingsLike
+    from scrapy_neardup.core.params import SketchParams
 
 __all__ = ["ElasticsearchBackend"]
 
 logger = logging.getLogger(__name__)
 
-_RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _CANDIDATES = 1000
 _POLL_FIRST, _POLL_MAX = 0.002, 0.1
 #: Unchecked pages per bulk request (and per attempt after a successful check).
@@ -160,8 +170,12 @@ class _Unchecked:
     doc_id: str  # the _id its check used: the pending document, if the check got that far
 
 
-class ElasticsearchBackend:
-    """A :class:`~scrapy_neardup.core.backends.Backend` storing kept sketches in an Elasticsearch index.
+class _Refused(Exception):
+    """Pages a bulk request refused (a conflict, or HTTP 429 inside the response): another round reads them."""
+
+
+class ElasticsearchBackend(Backend):
+    """A :class:`~scrapy_neardup.core.backend.Backend` storing kept sketches in an Elasticsearch index.
 
     Args:
         url: ``http(s)://host:port``.
@@ -197,8 +211,7 @@ class ElasticsearchBackend:
         ca_certs: str | None = None,
         request_timeout: float = 10.0,
     ) -> None:
-        if not 1 <= min_shared <= num_perm:
-            raise ValueError(f"min_shared must lie in [1, num_perm={num_perm}], got {min_shared}")
+        check_min_shared(min_shared, num_perm)
         self.index = validate_index_name(index)
         self.num_perm = num_perm
         self.min_shared = min_shared
@@ -221,6 +234,29 @@ class ElasticsearchBackend:
         self.unchecked_overflow = 0
         #: what became of the unchecked pages, filled by :meth:`close` (the pipeline adds it to its stats)
         self.close_stats: dict[str, int] = {}
+        #: appended to the message of a failed :meth:`open`: what to check (set by :meth:`from_settings`)
+        self.open_hint = ""
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike, params: SketchParams) -> ElasticsearchBackend:
+        """The backend the ``NEARDUP_ES_*`` settings describe (see :mod:`es_integration.settings`).
+
+        Raises:
+            NearDupSettingsError: a ``NEARDUP_ES_*`` setting is missing or wrong (the message names it).
+        """
+        es = ElasticsearchSettings.from_settings(settings)
+        backend = cls(
+            url=es.url, index=es.index, num_perm=params.num_perm, min_shared=params.min_shared, tag=params.tag,
+            api_key=es.api_key, username=es.username, password=es.password, ca_certs=es.ca_certs,
+            request_timeout=es.request_timeout,
+        )
+        backend.open_hint = " (check NEARDUP_ES_URL and that the node is up)"
+        return backend
+
+    def stats(self) -> Mapping[str, int]:
+        """``backend_retries``, and what :meth:`close` did with the pages passed through unchecked."""
+        counts = {"backend_retries": self.retried, **self.close_stats}
+        return {name: count for name, count in counts.items() if count}
 
     def __repr__(self) -> str:
         return f"ElasticsearchBackend(url={self.settings.url!r}, index={self.index!r}, tag={self.tag!r})"
@@ -237,6 +273,10 @@ class ElasticsearchBackend:
         self._client = make_async_client(self.settings, max_retries=0, retry_on_timeout=False)
         try:
             await self._call("opening the index", self._ensure_index)
+        except EsError as exc:
+            await self.close()
+            # Name what to fix (the message already names the URL, without credentials).
+            raise EsError(f"{exc}{self.open_hint}") from None
         except BaseException:
             await self.close()
             raise
@@ -299,13 +339,16 @@ class ElasticsearchBackend:
         async with self._lock:
             try:
                 match = await self._check_and_add(key, sketch, doc_id)
-            except Exception:
+            except Exception as exc:
                 # The pipeline passes the page through unchecked: remember it for writing later. Its document
                 # may now stay pending (written, never settled): this process knows it will never settle, so
                 # it does not wait pending_timeout for it (other processes do, until it is written unchecked).
                 self._abandoned.add(doc_id)
                 self._remember(key, sketch, doc_id)
-                raise
+                if isinstance(exc, BackendError):
+                    raise
+                # An answer of an unexpected shape: no decision either, which the pipeline must be told of.
+                raise EsError(f"checking {key!r} in {self.index}: {type(exc).__name__}: {exc}") from exc
             if self._unchecked and time.monotonic() >= self._unchecked_retry_at:
                 # The node answers again: write a batch of the pages it could not check before.
                 await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)
@@ -446,34 +489,39 @@ class ElasticsearchBackend:
         sends the page to the next round, which reads it again.
         """
         todo = {entry.doc_id: entry for entry in batch}
-        delay = self.backoff
-        for _round in range(1 + (self.retries if retries is None else retries)):
-            docs = await self._call("reading unchecked pages", self._mget, list(todo), retries=retries)
-            operations: list[dict[str, Any]] = []
-            for doc in docs:
-                entry = todo[doc["_id"]]
-                if doc.get("found") and doc["_source"][ROOT].get("status") != PENDING:
-                    # kept/duplicate: the check's lost answer had settled it (final); unchecked: written before.
-                    self._indexed(todo.pop(entry.doc_id))
-                    continue
-                if doc.get("found"):
-                    action = {"index": {"_index": self.index, "_id": entry.doc_id, "if_seq_no": doc["_seq_no"],
-                                        "if_primary_term": doc["_primary_term"]}}
-                else:
-                    action = {"create": {"_index": self.index, "_id": entry.doc_id}}
-                operations += [action, {ROOT: self._unchecked_fields(entry)}]
-            if not operations:
-                return
-            response = await self._call("writing unchecked pages", self._bulk, operations, retries=retries)
-            for item in response["items"]:
-                (result,) = item.values()
-                if 200 <= int(result.get("status", 500)) < 300:
-                    self._indexed(todo.pop(result["_id"]))
-            if not todo:
-                return
-            await asyncio.sleep(delay)
-            delay *= 2
-        self._unchecked_error = f"{len(todo)} refused by the bulk request"
+        try:
+            async for attempt in retrying(self.retries if retries is None else retries, self.backoff, when=_Refused):
+                with attempt:
+                    await self._write_unchecked_round(todo, retries)
+        except _Refused:
+            self._unchecked_error = f"{len(todo)} refused by the bulk request"
+
+    async def _write_unchecked_round(self, todo: dict[str, _Unchecked], retries: int | None) -> None:
+        """One round of :meth:`_write_unchecked_batch`: written pages leave ``todo``; ``_Refused`` when some
+        remain."""
+        docs = await self._call("reading unchecked pages", self._mget, list(todo), retries=retries)
+        operations: list[dict[str, Any]] = []
+        for doc in docs:
+            entry = todo[doc["_id"]]
+            if doc.get("found") and doc["_source"][ROOT].get("status") != PENDING:
+                # kept/duplicate: the check's lost answer had settled it (final); unchecked: written before.
+                self._indexed(todo.pop(entry.doc_id))
+                continue
+            if doc.get("found"):
+                action = {"index": {"_index": self.index, "_id": entry.doc_id, "if_seq_no": doc["_seq_no"],
+                                    "if_primary_term": doc["_primary_term"]}}
+            else:
+                action = {"create": {"_index": self.index, "_id": entry.doc_id}}
+            operations += [action, {ROOT: self._unchecked_fields(entry)}]
+        if not operations:
+            return
+        response = await self._call("writing unchecked pages", self._bulk, operations, retries=retries)
+        for item in response["items"]:
+            (result,) = item.values()
+            if 200 <= int(result.get("status", 500)) < 300:
+                self._indexed(todo.pop(result["_id"]))
+        if todo:
+            raise _Refused
 
     def _unchecked_fields(self, entry: _Unchecked) -> dict[str, Any]:
         """The ``neardup`` object of an unchecked page: no ``seq``, as it took no part in the write order."""
@@ -581,33 +629,40 @@ class ElasticsearchBackend:
     async def _call(
         self, what: str, func: Callable[..., Awaitable[Any]], *args: Any, retries: int | None = None
     ) -> Any:
-        """``await func(*args)`` with bounded retries (``retries``, default the class's) and backoff; failures
-        become :class:`EsError`."""
-        from elastic_transport import ConnectionError as TransportConnectionError
-        from elastic_transport import ConnectionTimeout, TlsError, TransportError
+        """``await func(*args)`` under the retry policy of :mod:`es_integration.retry` (``retries``, default
+        the class's, with ``backoff``); failures become :class:`EsError`."""
+        from elastic_transport import TransportError
         from elasticsearch import ApiError
 
-        delay = self.backoff
-        retries = self.retries if retries is None else retries
-        for attempt in range(retries + 1):
-            try:
-                return await func(*args)
-            except (ApiError, TransportError) as exc:
-                self.errors += 1
-                status = exc.meta.status if isinstance(exc, ApiError) else None
-                retryable = status in _RETRY_STATUSES or (
-                    isinstance(exc, TransportConnectionError | ConnectionTimeout) and not isinstance(exc, TlsError)
-                )
-                message = describe_error(exc, self.settings.url)
-                if not retryable:
-                    raise EsError(f"{what} in {self.index}: {message}") from None
-                if attempt == retries:
-                    raise EsError(f"{what} in {self.index}: {message} (after {attempt + 1} attempts)") from None
-                self.retried += 1
-                logger.debug("%s failed (%s); retrying in %.2fs", what, message, delay)
-                await asyncio.sleep(delay)
-                delay *= 2
+        attempts = 0
+        try:
+            async for attempt in retrying(self.retries if retries is None else retries, self.backoff,
+                                          on_retry=self._retrying(what)):
+                with attempt:
+                    attempts += 1
+                    try:
+                        return await func(*args)
+                    except (ApiError, TransportError):
+                        self.errors += 1
+                        raise
+        except (ApiError, TransportError) as exc:
+            message = describe_error(exc, self.settings.url)
+            if not is_retryable(exc):
+                raise EsError(f"{what} in {self.index}: {message}") from None
+            raise EsError(f"{what} in {self.index}: {message} (after {attempts} attempts)") from None
         raise AssertionError("unreachable")
+
+    def _retrying(self, what: str) -> Callable[[RetryCallState], None]:
+        """Count a retry (``retried``, ``neardup/backend_retries``) and say why, before the backoff sleep."""
+
+        def count(state: RetryCallState) -> None:
+            self.retried += 1
+            error = state.outcome.exception() if state.outcome is not None else None
+            delay = state.next_action.sleep if state.next_action is not None else 0.0
+            logger.debug("%s failed (%s); retrying in %.2fs", what, describe_error(error, self.settings.url)
+                         if error is not None else "?", delay)
+
+        return count
 
 
 def _local_checkpoint(stats: dict[str, Any]) -> int:

@@ -200,24 +200,25 @@ def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
     add_sketch_options(p, with_threshold=threshold, title="sketch parameters (as when the index was sketched)")
 
 
-def _job_sketcher(args: argparse.Namespace) -> Any:
+def _job_params(args: argparse.Namespace) -> Any:
+    """The validated sketch parameters of the options (one rule with every other entry point)."""
     from es_integration.client import EsError
-    from scrapy_neardup.cli.main import sketcher_from_args
+    from scrapy_neardup.cli.main import params_from_args
 
     try:
-        return sketcher_from_args(args)
+        return params_from_args(args)
     except ValueError as exc:
         raise EsError(str(exc)) from None
+
+
+def _job_sketcher(args: argparse.Namespace) -> Any:
+    from scrapy_neardup.core.sketch import Sketcher
+
+    return Sketcher.from_params(_job_params(args))
 
 
 def _job_min_shared(args: argparse.Namespace) -> int:
-    from es_integration.client import EsError
-    from scrapy_neardup.cli.main import min_shared_from_args
-
-    try:
-        return min_shared_from_args(args, args.num_perm)
-    except ValueError as exc:
-        raise EsError(str(exc)) from None
+    return int(_job_params(args).min_shared)
 
 
 def _job_client(args: argparse.Namespace) -> Any:
@@ -235,16 +236,16 @@ def _job_client(args: argparse.Namespace) -> Any:
 
 
 def _progress(args: argparse.Namespace, desc: str, total: int | None = None) -> Any:
-    from tqdm import tqdm
+    from scrapy_neardup.cli.progress import progress_bar
 
-    disable = not sys.stderr.isatty() if args.progress is None else not args.progress
-    return tqdm(total=total, desc=desc, unit="docs", file=sys.stderr, disable=disable, dynamic_ncols=True)
+    return progress_bar(desc, args.progress, total=total)
 
 
 def _run_job(name: str, job: Any, args: argparse.Namespace) -> int:
     """Run ``job(args, client)`` with the client built from ``args``; print errors as one line."""
     from es_integration.client import EsError, translate_errors
     from es_integration.names import InvalidNameError
+    from scrapy_neardup.cli.jsonl import InputError
 
     try:
         settings, client = _job_client(args)
@@ -253,7 +254,7 @@ def _run_job(name: str, job: Any, args: argparse.Namespace) -> int:
                 return int(job(args, client))
         finally:
             client.close()
-    except (EsError, InvalidNameError) as exc:
+    except (EsError, InvalidNameError, InputError) as exc:
         print(f"neardup es {name}: error: {exc}", file=sys.stderr)
         return 1
     except _bulk_error() as exc:
@@ -308,11 +309,12 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _index_job(args: argparse.Namespace, client: Any) -> int:
     from es_integration.indexing import index_records
     from es_integration.names import validate_field_name
+    from scrapy_neardup.cli.jsonl import open_input
 
     validate_field_name(args.id_field)
     validate_field_name(args.text_field)
     sketcher = _job_sketcher(args)
-    with _open_lines(args.input) as lines, _progress(args, "index") as bar:
+    with open_input(args.input) as (lines, _size), _progress(args, "index") as bar:
         stats = index_records(
             client, args.index, _json_records(lines), sketcher, id_field=args.id_field,
             text_field=args.text_field, chunk_size=args.chunk_size, threads=max(1, args.threads),
@@ -322,33 +324,10 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
     return 1 if stats.errors else 0
 
 
-def _open_lines(path: str) -> Any:
-    import contextlib
-
-    from es_integration.client import EsError
-
-    if path == "-":
-        return contextlib.nullcontext(sys.stdin.buffer)
-    try:
-        return open(path, "rb")  # noqa: SIM115 - used as a context manager by the caller
-    except OSError as exc:
-        raise EsError(f"cannot read {path}: {exc.strerror}") from None
-
-
 def _json_records(lines: Any) -> Any:
-    import json
+    from scrapy_neardup.cli.jsonl import read_records
 
-    from es_integration.client import EsError
-
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except ValueError as exc:
-            raise EsError(f"line {number}: invalid JSON ({exc})") from None
-        if not isinstance(record, dict):
-            raise EsError(f"line {number}: expected a JSON object, got {type(record).__name__}")
+    for _number, record in read_records(lines):
         yield record
 
 

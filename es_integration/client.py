@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_neardup.core.backend import BackendError
+
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch, Elasticsearch
 
@@ -36,8 +38,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class EsError(RuntimeError):
-    """A failure talking to Elasticsearch, with a message fit for a user (no traceback, no secrets)."""
+class EsError(BackendError, RuntimeError):
+    """A failure talking to Elasticsearch, with a message fit for a user (no traceback, no secrets).
+
+    A :class:`~scrapy_neardup.core.backend.BackendError`, so that the pipeline passes an item whose check
+    failed through unchecked."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ Core objects (no Scrapy or Elasticsearch import happens here)::
     a, b = sketcher.sketch_many([page_a, page_b])
     a.resemblance(b)          # share of agreeing positions, an unbiased estimate of Jaccard
 
-The Scrapy item pipeline, ``scrapy_neardup.NearDuplicatePipeline``, is imported on first access.
+The Scrapy item pipeline, ``scrapy_neardup.NearDuplicatePipeline``, and the add-on that enables it,
+``scrapy_neardup.NearDuplicateAddon``, are imported on first access (they import Scrapy).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 from .core.clustering import UnionFind, broder_clusters
 from .core.dedupe import Deduper, DedupeStats, Verdict
 from .core.index import Match, SketchIndex, StateError
+from .core.params import SketchParams
 from .core.sketch import IncompatibleSketches, Sketch, Sketcher, jaccard
 from .core.theory import choose_parameters, curve, flag_probability, min_shared_for
 
 if TYPE_CHECKING:
+    from .crawl.addon import NearDuplicateAddon
     from .crawl.pipeline import NearDuplicatePipeline
 
 __all__ = [
@@ -28,9 +31,11 @@ __all__ = [
     "DedupeStats",
     "IncompatibleSketches",
     "Match",
+    "NearDuplicateAddon",
     "NearDuplicatePipeline",
     "Sketch",
     "SketchIndex",
+    "SketchParams",
     "Sketcher",
     "StateError",
     "UnionFind",
@@ -51,4 +56,8 @@ def __getattr__(name: str) -> Any:
         from .crawl.pipeline import NearDuplicatePipeline
 
         return NearDuplicatePipeline
+    if name == "NearDuplicateAddon":
+        from .crawl.addon import NearDuplicateAddon
+
+        return NearDuplicateAddon
     raise AttributeError(f"module 'scrapy_neardup' has no attribute {name!r}")

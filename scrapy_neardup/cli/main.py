@@ -7,7 +7,6 @@ import contextlib
 import io
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
@@ -16,8 +15,8 @@ from typing import IO, Any
 
 from .. import __version__
 from ..core.dedupe import Deduper
-from ..core.minhash import MAX_NUM_PERM
-from ..core.sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
+from ..core.params import DEFAULT_NUM_PERM, DEFAULT_SEED, ParameterError, SketchParams
+from ..core.sketch import Sketcher
 from ..core.theory import (
     DEFAULT_LOW,
     DEFAULT_THRESHOLD,
@@ -27,6 +26,8 @@ from ..core.theory import (
     midpoint,
     min_shared_for,
 )
+from .jsonl import InputError, json_line, open_input, read_records
+from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.handler(args, parser) or 0)
         parser.print_help(sys.stderr)
         return 2
-    except CommandError as exc:
+    except (CommandError, InputError) as exc:
         print(f"neardup: error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # e.g. piped into head
@@ -99,46 +100,34 @@ def _add_threshold_options(group: Any) -> None:
                            help="positions that must agree (overrides --threshold)")
 
 
-def sketcher_from_args(args: argparse.Namespace) -> Sketcher:
-    """The :class:`Sketcher` the sketch options ask for; ``ValueError`` naming the option when one is wrong."""
-    check_num_perm(args.num_perm)
-    if args.shingle_size is not None and args.shingle_size < 1:
-        raise ValueError(f"argument --shingle-size: must be >= 1, got {args.shingle_size}")
-    if not 0 <= args.seed < 1 << 64:
-        raise ValueError(f"argument --seed: must be in [0, 2**64), got {args.seed}")
-    return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed)
+#: The option behind each sketch parameter, for error messages.
+OPTION_NAMES = {
+    "num_perm": "--num-perm", "min_shared": "--min-shared", "threshold": "--threshold", "shingle": "--shingle",
+    "shingle_size": "--shingle-size", "seed": "--seed",
+}
 
 
-def check_num_perm(num_perm: int) -> None:
-    """``ValueError`` naming ``--num-perm`` unless ``1 <= k <= MAX_NUM_PERM``."""
-    if not 1 <= num_perm <= MAX_NUM_PERM:
-        raise ValueError(f"argument --num-perm: must be between 1 and {MAX_NUM_PERM}, got {num_perm}")
+def params_from_args(args: argparse.Namespace) -> SketchParams:
+    """The :class:`~scrapy_neardup.core.params.SketchParams` the sketch options ask for (the threshold options
+    are optional: commands without them get the default ``t``).
 
-
-def min_shared_from_args(args: argparse.Namespace, num_perm: int) -> int:
-    """``t`` from ``--min-shared``, else from ``--threshold`` (default 0.9); ``ValueError`` naming the option."""
-    if args.min_shared is not None:
-        if not 1 <= args.min_shared <= num_perm:
-            raise ValueError(
-                f"argument --min-shared: must be between 1 and --num-perm ({num_perm}), got {args.min_shared}"
-            )
-        return int(args.min_shared)
-    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
-    if not 0 < threshold <= 1:
-        raise ValueError(f"argument --threshold: must lie in (0, 1], got {threshold}")
-    return min_shared_for(threshold, num_perm)
-
-
-def _sketcher(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Sketcher:
+    Raises:
+        ValueError: a value is wrong; the message names the option.
+    """
+    given = vars(args)
     try:
-        return sketcher_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+        return SketchParams.create(
+            num_perm=args.num_perm, threshold=given.get("threshold"), min_shared=given.get("min_shared"),
+            shingle=given.get("shingle", "word"), shingle_size=given.get("shingle_size"),
+            seed=given.get("seed", DEFAULT_SEED),
+        )
+    except ParameterError as exc:
+        raise ValueError(exc.render(OPTION_NAMES)) from None
 
 
-def _min_shared(args: argparse.Namespace, parser: argparse.ArgumentParser, num_perm: int) -> int:
+def _params(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SketchParams:
     try:
-        return min_shared_from_args(args, num_perm)
+        return params_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
 
@@ -167,10 +156,10 @@ def _add_dedupe(sub: Any) -> None:
 
 
 def _run_dedupe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    sketcher = _sketcher(args, parser)
-    deduper = Deduper(sketcher, min_shared=_min_shared(args, parser, sketcher.num_perm))
-    with _open_input(args.input) as (source, size), _open_output(args.output) as sink:
-        progress = _progress_bar(size, args.progress)
+    params = _params(args, parser)
+    deduper = Deduper(Sketcher.from_params(params), min_shared=params.min_shared)
+    with open_input(args.input) as (source, size), _open_output(args.output) as sink:
+        progress = progress_bar("dedupe", args.progress, total=size, unit="B")
         try:
             for batch in _record_batches(source, progress):
                 _dedupe_batch(deduper, batch, args, sink)
@@ -183,23 +172,15 @@ def _run_dedupe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 def _record_batches(source: IO[bytes], progress: Any) -> Iterator[list[tuple[int, dict[str, Any]]]]:
     """``(line number, record)`` batches; an unparsable line ends the run after the records before it."""
     batch: list[tuple[int, dict[str, Any]]] = []
-    for number, raw in enumerate(source, start=1):
-        progress.update(len(raw))
-        line = raw.decode("utf-8", errors="replace")
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield batch
-            raise CommandError(f"line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(record, dict):
-            yield batch
-            raise CommandError(f"line {number}: expected a JSON object, got {type(record).__name__}")
-        batch.append((number, record))
-        if len(batch) >= _BATCH:
-            yield batch
-            batch = []
+    try:
+        for number, record in read_records(source, progress.update):
+            batch.append((number, record))
+            if len(batch) >= _BATCH:
+                yield batch
+                batch = []
+    except InputError:
+        yield batch
+        raise
     if batch:
         yield batch
 
@@ -218,29 +199,7 @@ def _dedupe_batch(
         match = verdict.match
         record["duplicate_of"] = json.loads(match.key) if match else None
         record["resemblance"] = match.resemblance if match else None
-        sink.write(_json_line(record))
-
-
-# Line and paragraph separators are legal raw inside JSON strings, but readers that split lines on them
-# (str.splitlines) would cut the record: write them escaped.
-_LINE_BREAKS = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-
-
-def _json_line(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
-
-
-@contextlib.contextmanager
-def _open_input(path: str) -> Iterator[tuple[IO[bytes], int | None]]:
-    if path == "-":
-        yield sys.stdin.buffer, None
-        return
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
-    with handle:
-        yield handle, os.fstat(handle.fileno()).st_size
+        sink.write(json_line(record))
 
 
 @contextlib.contextmanager
@@ -262,13 +221,6 @@ def _open_output(path: str) -> Iterator[IO[str]]:
         yield handle
 
 
-def _progress_bar(total: int | None, enabled: bool | None) -> Any:
-    from tqdm import tqdm
-
-    disable = not sys.stderr.isatty() if enabled is None else not enabled
-    return tqdm(total=total, unit="B", unit_scale=True, desc="dedupe", file=sys.stderr, disable=disable)
-
-
 # -- compare -----------------------------------------------------------------------------------------------------
 
 
@@ -286,8 +238,8 @@ def _add_compare(sub: Any) -> None:
 
 
 def _run_compare(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    sketcher = _sketcher(args, parser)
-    t = _min_shared(args, parser, sketcher.num_perm)
+    params = _params(args, parser)
+    sketcher, t = Sketcher.from_params(params), params.min_shared
     contents = [_read_file(args.a), _read_file(args.b)]
     a, b = sketcher.sketch_many(contents)
     shared = a.shared_positions(b)
@@ -339,12 +291,8 @@ def _add_curve(sub: Any) -> None:
 
 
 def _run_curve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    k = args.num_perm
-    try:
-        check_num_perm(k)
-    except ValueError as exc:
-        parser.error(str(exc))
-    t = _min_shared(args, parser, k)
+    params = _params(args, parser)
+    k, t = params.num_perm, params.min_shared
     points = curve(k, t)
     if args.json:
         payload = {"num_perm": k, "min_shared": t,

@@ -55,7 +55,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +63,9 @@ from typing import Any
 import numpy as np
 
 from .hashing import derive_constant
+from .params import check_min_shared
 from .sketch import Sketch
+from .storage import atomic_writer
 
 logger = logging.getLogger(__name__)
 
@@ -127,8 +128,7 @@ class Match:
 
 def band_bounds(num_perm: int, min_shared: int) -> np.ndarray:
     """Start offsets of the ``b = k - t + 1`` pigeonhole bands (sizes differ by at most one)."""
-    if not 1 <= min_shared <= num_perm:
-        raise ValueError(f"min_shared must lie in [1, num_perm={num_perm}], got {min_shared}")
+    check_min_shared(min_shared, num_perm)
     bands = num_perm - min_shared + 1
     return (np.arange(bands, dtype=np.int64) * num_perm) // bands
 
@@ -541,21 +541,11 @@ class SketchIndex:
             "sha256": {name: _digest(a) for name, a in arrays.items()},
         }
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
-                    zf.writestr("header.json", json.dumps(header))
-                    for name, array in arrays.items():
-                        with zf.open(name + ".npy", "w", force_zip64=True) as member:
-                            np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-            fsync_directory(path.parent)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_writer(path) as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+            zf.writestr("header.json", json.dumps(header))
+            for name, array in arrays.items():
+                with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
         logger.debug("saved %d sketches to %s", n, path)
 
     @classmethod
@@ -719,17 +709,3 @@ def _resized(array: np.ndarray, capacity: int) -> np.ndarray:
 def _digest(array: np.ndarray) -> str:
     # The array's bytes without copying them (the same digest as ``array.tobytes()``).
     return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or file creation in ``directory`` durable (best effort: some filesystems refuse)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from .hashing import derive_constant, fmix64, fmix64_inplace
+from .params import check_num_perm
 
 #: Marks an empty bin before densification; real values are capped one below it.
 EMPTY = np.uint32(0xFFFFFFFF)
@@ -32,8 +33,6 @@ _BLOCK = 1 << 15
 _PROBE_ATTEMPTS = 4096
 _QUICK_ATTEMPTS = 8
 _NEVER = np.int16(_PROBE_ATTEMPTS)
-#: Largest supported k (the densification table is k * k int16).
-MAX_NUM_PERM = 1024
 
 
 def classic_signature(elements: Iterable[int], hash_functions: Sequence[Callable[[int], int]]) -> np.ndarray:
@@ -64,8 +63,7 @@ class OnePermutationHasher:
     """
 
     def __init__(self, num_perm: int, seed: int) -> None:
-        if not 1 <= num_perm <= MAX_NUM_PERM:
-            raise ValueError(f"num_perm must be between 1 and {MAX_NUM_PERM}, got {num_perm}")
+        num_perm = check_num_perm(num_perm)
         self.num_perm = num_perm
         self.seed = seed
         self._salt = np.uint64(derive_constant(seed, 10))

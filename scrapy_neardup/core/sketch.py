@@ -14,14 +14,32 @@ import mmh3
 import numpy as np
 
 from .minhash import OnePermutationHasher
-from .shingles import SHINGLE_KINDS, ShingleKind, shingle_hashes
+from .params import (
+    DEFAULT_NUM_PERM,
+    DEFAULT_SEED,
+    SketchParams,
+    check_num_perm,
+    check_seed,
+    check_shingling,
+)
+from .shingles import ShingleKind, shingle_hashes
 from .text import DEFAULT_MAX_CHARS, clean_text
 
 #: Version of the hash scheme (normalization, shingle hashing, MinHash); part of every tag.
 SCHEME_VERSION = 2
-DEFAULT_NUM_PERM = 128
-DEFAULT_SEED = 1
-DEFAULT_WIDTH: dict[str, int] = {"word": 5, "char": 9}
+
+__all__ = [
+    "DEFAULT_NUM_PERM",  # re-exported: the default k belongs with the Sketcher's other defaults for readers
+    "DEFAULT_SEED",
+    "Content",
+    "IncompatibleSketches",
+    "Sketch",
+    "Sketcher",
+    "check_compatible",
+    "fingerprint",
+    "jaccard",
+    "make_tag",
+]
 # Texts are shingled in groups of about this many characters: bounded temporary arrays.
 _BATCH_CHARS = 1 << 20
 
@@ -123,13 +141,10 @@ class Sketcher:
         seed: int = DEFAULT_SEED,
         max_chars: int = DEFAULT_MAX_CHARS,
     ) -> None:
-        if shingle not in SHINGLE_KINDS:
-            raise ValueError(f"shingle must be one of {SHINGLE_KINDS}, got {shingle!r}")
-        width = DEFAULT_WIDTH[shingle] if shingle_size is None else shingle_size
-        if not isinstance(width, int) or width < 1:
-            raise ValueError(f"shingle_size must be a positive integer, got {shingle_size!r}")
-        if not isinstance(seed, int) or not 0 <= seed < 1 << 64:
-            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+        # One set of rules for every entry point (see scrapy_neardup.core.params): ParameterError names the field.
+        num_perm = check_num_perm(num_perm)
+        width = check_shingling(shingle, shingle_size)
+        seed = check_seed(seed)
         if max_chars < 1:
             raise ValueError(f"max_chars must be positive, got {max_chars}")
         self.num_perm = num_perm
@@ -139,6 +154,11 @@ class Sketcher:
         self.max_chars = max_chars
         self.tag = make_tag(num_perm, shingle, width, seed)
         self._hasher = OnePermutationHasher(num_perm, seed)
+
+    @classmethod
+    def from_params(cls, params: SketchParams, max_chars: int = DEFAULT_MAX_CHARS) -> Sketcher:
+        """The sketcher for validated :class:`~scrapy_neardup.core.params.SketchParams`."""
+        return cls(params.num_perm, params.shingle, params.shingle_size, params.seed, max_chars)
 
     def __repr__(self) -> str:
         return f"Sketcher({self.tag!r})"

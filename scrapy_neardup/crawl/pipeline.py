@@ -1,8 +1,9 @@
 """The Scrapy item pipeline that keeps near-duplicate pages out of a crawl's output.
 
-Enable it with::
+Enable it with the add-on (:class:`~scrapy_neardup.crawl.addon.NearDuplicateAddon`) or directly::
 
-    ITEM_PIPELINES = {"scrapy_neardup.NearDuplicatePipeline": 300}
+    ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
+    ITEM_PIPELINES = {"scrapy_neardup.NearDuplicatePipeline": 300}  # the same, by hand
 
 Each item's text (``NEARDUP_TEXT_FIELD``) is sketched and checked against the pages kept so far. When it
 shares at least ``t`` of ``k`` signature positions with one of them, the item is dropped
@@ -11,8 +12,8 @@ page is kept and later pages are checked against it. First seen is kept.
 
 Concurrency: Scrapy runs ``process_item`` for up to ``CONCURRENT_ITEMS`` items at a time. The check and the
 insert of one item must not interleave with another's, or two near-duplicates checked at the same time could
-both be kept. A Twisted :class:`~twisted.internet.defer.DeferredLock` serializes ``check_and_add`` within the
-process (unless the backend declares ``never_suspends``, as the embedded one does: its check-and-insert
+both be kept. A Twisted :class:`~twisted.internet.defer.DeferredLock` serializes the backend's ``check_and_add_many``
+within the process (unless the backend declares ``never_suspends``, as the embedded one does: its check-and-insert
 never awaits, so nothing can interleave); it is awaited through
 :func:`scrapy.utils.defer.maybe_deferred_to_future`, which works with the asyncio reactor (Scrapy's default),
 with other reactors, and without a reactor (an :class:`asyncio.Lock` cannot be awaited under a non-asyncio
@@ -21,7 +22,7 @@ reactor). Sketching, the CPU-bound part, happens outside the lock, by default in
 
 Persistence: the embedded store lives in ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``): a snapshot
 saved atomically on ``close_spider``, and a journal to which each kept page is appended before its item leaves
-the pipeline (see :mod:`scrapy_neardup.core.backends`). Both are loaded on ``open_spider``, so a crawl paused
+the pipeline (see :mod:`scrapy_neardup.core.embedded`). Both are loaded on ``open_spider``, so a crawl paused
 gracefully, or killed (``kill -9``), and resumed with the same JOBDIR drops near-duplicates of pages kept
 before; what the journal recovered is counted in ``neardup/journal_replayed`` (``neardup/journal_torn``: the
 torn record of the page in flight at the kill, ignored). Damaged or mismatched state stops the crawl at start
@@ -40,7 +41,7 @@ from scrapy.exceptions import DropItem, NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet.defer import DeferredLock
 
-from ..core.backends import Backend, EmbeddedBackend
+from ..core.backend import Backend, BackendError, Decision
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.index import Match
 from ..core.text import looks_binary
@@ -102,17 +103,23 @@ class NearDuplicatePipeline:
     Args:
         config: the validated settings.
         stats: where ``neardup/*`` counters go (the crawler's stats collector); ``None``: local only.
-        crawler: used to stop the crawl when a mark field is missing; optional for use outside a crawl.
+        crawler: used to stop the crawl when a mark field is missing, and for the backend's settings; optional
+            for use outside a crawl.
+        backend: the store to check against (opened in :meth:`open_spider`); ``None``: :meth:`make_backend`
+            builds the one ``NEARDUP_BACKEND`` names.
     """
 
     def __init__(
-        self, config: NearDupSettings, stats: StatsCollector | None = None, crawler: Crawler | None = None
+        self, config: NearDupSettings, stats: StatsCollector | None = None, crawler: Crawler | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.config = config
         self.stats = stats
         self.crawler = crawler
         self.sketcher = config.sketcher()
         self.backend: Backend | None = None
+        self._given_backend = backend
+        self._backend_seen: dict[str, int] = {}
         self._opened = False
         self._lock = DeferredLock()
         self._counts: dict[str, int] = {}
@@ -125,66 +132,50 @@ class NearDuplicatePipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> NearDuplicatePipeline:
-        """Read the settings; ``NotConfigured`` when ``NEARDUP_ENABLED`` is false.
+        """Read the settings and build the backend; ``NotConfigured`` when ``NEARDUP_ENABLED`` is false.
 
         Raises:
-            NearDupSettingsError: a ``NEARDUP_*`` setting is wrong. Scrapy then aborts the crawl before the
+            NearDupSettingsError: a ``NEARDUP_*`` setting is wrong, the backend's own ones included (the
+                backend is built here, not in :meth:`open_spider`). Scrapy then aborts the crawl before the
                 first request and logs the message (which names the setting and its value).
         """
+        log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
         try:
             config = NearDupSettings.from_settings(crawler.settings)
+            if not config.enabled:
+                raise NotConfigured("NEARDUP_ENABLED is False")
+            backend = config.make_backend(crawler.settings)
         except NearDupSettingsError as exc:
-            report_startup_failure(exc, log_level=crawler.settings.get("LOG_LEVEL", "DEBUG"))
+            report_startup_failure(exc, log_level=log_level)
             raise
-        if not config.enabled:
-            raise NotConfigured("NEARDUP_ENABLED is False")
-        pipeline = cls(config, stats=crawler.stats, crawler=crawler)
-        pipeline._log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
+        pipeline = cls(config, stats=crawler.stats, crawler=crawler, backend=backend)
+        pipeline._log_level = log_level
         return pipeline
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     def make_backend(self) -> Backend:
-        """The store named by ``NEARDUP_BACKEND`` (override to plug in another :class:`Backend`)."""
-        config = self.config
-        if config.backend == "elasticsearch":
-            # Imported only here: the embedded default must not need the Elasticsearch client.
-            from scrapy.utils.misc import load_object
-
-            ElasticsearchBackend = load_object("es_integration.backend.ElasticsearchBackend")  # noqa: N806
-
-            es = config.elasticsearch
-            assert es is not None  # guaranteed by NearDupSettings.from_settings
-            return ElasticsearchBackend(
-                url=es.url, index=es.index, num_perm=config.num_perm, min_shared=config.min_shared,
-                tag=self.sketcher.tag, api_key=es.api_key, username=es.username, password=es.password,
-                ca_certs=es.ca_certs, request_timeout=es.request_timeout,
-            )
-        return EmbeddedBackend(
-            config.num_perm, config.min_shared, self.sketcher.tag,
-            state_dir=config.state_dir, reset=config.reset,
-        )
+        """The store to check against: the one given to the constructor (:meth:`from_crawler` builds the one
+        ``NEARDUP_BACKEND`` names), else built now. Override to plug in another :class:`Backend` in code."""
+        backend, self._given_backend = self._given_backend, None
+        if backend is not None:
+            return backend
+        return self.config.make_backend(self.crawler.settings if self.crawler is not None else {})
 
     async def open_spider(self, spider: Any = None) -> None:
-        """Open the backend (load saved state); a failure stops the crawl before any page is fetched."""
-        if self.config.backend != "embedded" and (self.config.state_dir or self.config.reset):
-            logger.debug("NEARDUP_STATE_DIR and NEARDUP_RESET apply to the embedded backend only")
+        """Open the backend (load saved state, connect); a failure stops the crawl before any page is fetched."""
         self.backend = self.make_backend()
         try:
             await self.backend.open()
         except Exception as exc:
-            if self.config.backend != "elasticsearch" or type(exc).__name__ != "EsError":
-                raise
-            # Name the setting to fix (the message already names the URL, without credentials); the crawl
-            # stops before any page is fetched.
-            error = type(exc)(f"{exc} (check NEARDUP_ES_URL and that the node is up)")
-            report_startup_failure(error, log_level=self._log_level)
-            raise error from None
+            # The message names what to fix (NEARDUP_ES_URL, a damaged state file): one line, then stop the
+            # crawl before any page is fetched.
+            report_startup_failure(exc, log_level=self._log_level)
+            raise
         self._opened = True
         self._worker()  # start the sketch worker now if the reactor runs (else on the first item)
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
-        for name, count in getattr(self.backend, "open_stats", {}).items():
-            self._inc(name, count)
+        self._add_backend_stats()
         logger.debug(
             "near-duplicate pipeline: %s backend, k=%d t=%d (%s), action=%s", self.config.backend,
             self.config.num_perm, self.config.min_shared, self.sketcher.tag, self.config.action,
@@ -207,14 +198,16 @@ class NearDuplicatePipeline:
             logger.info(self.summary())
 
     def _add_backend_stats(self) -> None:
-        """Counters the backend kept, read after it closed because closing may still write: retries
-        (Elasticsearch: connection errors, timeouts, HTTP 429/502/503/504) and what became of the items passed
-        through unchecked (``close_stats``: ``unchecked_indexed``, ``unchecked_unindexed``, ``unchecked_overflow``)."""
-        retried = int(getattr(self.backend, "retried", 0))
-        if retried:
-            self._inc("backend_retries", retried)
-        for name, count in getattr(self.backend, "close_stats", {}).items():
-            self._inc(name, int(count))
+        """Add what the backend's counters (:meth:`Backend.stats`) grew by since the last read: read after
+        opening (what it found), and after closing, because closing may still write: retries (Elasticsearch:
+        connection errors, timeouts, HTTP 429/502/503/504) and what became of the items passed through
+        unchecked (``unchecked_indexed``, ``unchecked_unindexed``, ``unchecked_overflow``)."""
+        assert self.backend is not None
+        for name, count in self.backend.stats().items():
+            grown = int(count) - self._backend_seen.get(name, 0)
+            if grown:
+                self._inc(name, grown)
+                self._backend_seen[name] = int(count)
 
     def summary(self) -> str:
         """One line with what the pipeline did so far."""
@@ -261,16 +254,16 @@ class NearDuplicatePipeline:
         key = self._key(adapter, sketch)
         self._inc("checked")
         try:
-            match = await self._check_and_add(key, sketch)
-        except Exception:
+            decision = await self._decide(key, sketch)
+        except BackendError:
             # Without an answer from the store we cannot name a kept page, so the item is never dropped; it is
             # marked unchecked (when it can hold the mark field) so that a later pass can cover it.
             self._backend_failed(key)
             return self._unchecked(item, adapter)
-        if match is None:
+        if decision.match is None:  # kept (today's backends answer no revisits)
             self._inc("kept")
             return item
-        return self._duplicate(item, adapter, key, match)
+        return self._duplicate(item, adapter, key, decision.match)
 
     async def _sketch(self, content: Content, worker: SketchWorker | None) -> Sketch:
         """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.crawl.sketch_worker`), else here.
@@ -319,16 +312,20 @@ class NearDuplicatePipeline:
         if worker is not None:
             await maybe_deferred_to_future(worker.stop())
 
-    async def _check_and_add(self, key: str, sketch: Sketch) -> Match | None:
-        assert self.backend is not None, "process_item called before open_spider"
-        if getattr(self.backend, "never_suspends", False):
+    async def _decide(self, key: str, sketch: Sketch) -> Decision:
+        """The backend's decision for one page (a batch of one: see :meth:`Backend.check_and_add_many`)."""
+        backend = self.backend
+        assert backend is not None, "process_item called before open_spider"
+        if backend.never_suspends:
             # Nothing can run between its check and its insert: the lock would only cost an event-loop trip.
-            return await self.backend.check_and_add(key, sketch)
+            (decision,) = await backend.check_and_add_many([(key, sketch)])
+            return decision
         # Serialize check-and-insert: a backend that awaits (Elasticsearch) would otherwise let two
         # near-duplicates both see "no match" and both be kept.
         await maybe_deferred_to_future(self._lock.acquire())
         try:
-            return await self.backend.check_and_add(key, sketch)
+            (decision,) = await backend.check_and_add_many([(key, sketch)])
+            return decision
         finally:
             self._lock.release()
 

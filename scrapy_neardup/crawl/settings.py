@@ -1,10 +1,13 @@
 """The ``NEARDUP_*`` Scrapy settings, parsed and validated once into a frozen :class:`NearDupSettings`.
 
 Values may come from ``settings.py`` (Python values) or from the command line (``-s NAME=value``, always a
-string), so numbers and booleans are accepted in both forms. A wrong value raises
+string), so numbers and booleans are accepted in both forms (the readers are in
+:mod:`scrapy_neardup.core.config`, shared with the backends). A wrong value raises
 :class:`NearDupSettingsError`, whose message names the setting and the bad value; the pipeline raises it from
 ``from_crawler``, which makes Scrapy abort the crawl before any request is sent (the error is logged at
-CRITICAL level and ``scrapy crawl`` exits with status 1).
+CRITICAL level and ``scrapy crawl`` exits with status 1). Each backend parses its own settings in its
+``from_settings`` (``NEARDUP_STATE_DIR``/``NEARDUP_RESET``: the embedded store; ``NEARDUP_ES_*``:
+``es_integration.backend``), called from the same ``from_crawler``.
 
 ====================  ========================================================================================
 Setting               Meaning
@@ -21,7 +24,8 @@ NEARDUP_SHINGLE_SIZE  units per shingle (default 5 words / 9 characters).
 NEARDUP_SEED          hash seed (default 1).
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
 NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode.
-NEARDUP_BACKEND       ``"embedded"`` (default) or ``"elasticsearch"``.
+NEARDUP_BACKEND       ``"embedded"`` (default), ``"elasticsearch"``, or the dotted path of a
+                      :class:`~scrapy_neardup.core.backend.Backend` subclass.
 NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT of the Elasticsearch backend.
 NEARDUP_STATE_DIR     where the embedded store is saved (default ``<JOBDIR>/neardup``; none without JOBDIR).
 NEARDUP_RESET         bool: discard the saved embedded store at start.
@@ -33,83 +37,52 @@ NEARDUP_WORKER        bool, default True: sketch in one child process, off the c
 
 from __future__ import annotations
 
-import math
-import os
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ..core.minhash import MAX_NUM_PERM
-from ..core.shingles import ShingleKind
-from ..core.sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
-from ..core.theory import DEFAULT_THRESHOLD, min_shared_for
+from ..core.backend import Backend
+from ..core.config import (
+    NearDupSettingsError,
+    SettingsLike,
+    read_bool,
+    read_choice,
+    read_field_name,
+    read_sketch_params,
+    settings_error,
+)
+from ..core.embedded import EmbeddedBackend
+from ..core.params import SketchParams
+from ..core.sketch import Sketcher
 
 if TYPE_CHECKING:
-    from scrapy.settings import BaseSettings
+    from ..core.shingles import ShingleKind
 
 Action = Literal["drop", "mark"]
-BackendName = Literal["embedded", "elasticsearch"]
 
 ACTIONS: tuple[Action, ...] = ("drop", "mark")
-BACKENDS: tuple[BackendName, ...] = ("embedded", "elasticsearch")
-SHINGLES: tuple[ShingleKind, ...] = ("word", "char")
-#: Seeds are hashed as unsigned 64-bit integers; larger ones would silently alias smaller ones.
-MAX_SEED = (1 << 64) - 1
-#: Directory under JOBDIR that holds the embedded store.
-JOBDIR_SUBDIR = "neardup"
-
-_DEFAULT_MIN_SHARED = min_shared_for(DEFAULT_THRESHOLD, DEFAULT_NUM_PERM)
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
-
-
-class NearDupSettingsError(ValueError):
-    """A ``NEARDUP_*`` setting has a wrong value; the message names the setting and the value."""
-
-
-@dataclass(frozen=True, slots=True)
-class ElasticsearchSettings:
-    """Connection settings of the Elasticsearch backend (``NEARDUP_ES_*``).
-
-    ``password`` and ``api_key`` are kept out of ``repr`` so that they never reach a log line.
-    """
-
-    url: str
-    index: str
-    api_key: str | None = None
-    username: str | None = None
-    password: str | None = None
-    ca_certs: str | None = None
-    request_timeout: float = 10.0
-
-    def __repr__(self) -> str:
-        secrets = ", api_key=***" if self.api_key else ""
-        secrets += f", username={self.username!r}, password=***" if self.username else ""
-        return f"ElasticsearchSettings(url={self.url!r}, index={self.index!r}{secrets})"
+#: ``NEARDUP_BACKEND`` aliases and the classes they stand for.
+BACKEND_ALIASES: dict[str, str] = {
+    "embedded": "scrapy_neardup.core.embedded.EmbeddedBackend",
+    "elasticsearch": "es_integration.backend.ElasticsearchBackend",
+}
+BACKENDS: tuple[str, ...] = tuple(BACKEND_ALIASES)
 
 
 @dataclass(frozen=True, slots=True)
 class NearDupSettings:
-    """The validated ``NEARDUP_*`` settings of one crawl.
+    """The validated ``NEARDUP_*`` settings of one crawl (the backend's own settings aside).
 
     Attributes:
         enabled: the pipeline runs at all.
         text_field: item field with the page text or HTML.
         url_field: item field with the page URL, the key a kept page is known by.
-        threshold: target resemblance ``r*``; ``None`` when ``min_shared`` was given explicitly.
-        min_shared: ``t``: a page is a near-duplicate of a kept page when their signatures agree in at least
-            ``t`` of ``k`` positions. Each position agrees with probability ``r`` (the pages' resemblance), so
-            ``P(flag) = P[Binomial(k, r) >= t]``; by default ``t`` is the largest value that still flags
-            ``r = threshold`` with probability >= 0.99 (``t = 107`` for ``k = 128, r* = 0.9``).
-        num_perm: ``k``, signature positions.
-        shingle, shingle_size, seed: sketch parameters (see :class:`~scrapy_neardup.Sketcher`).
+        params: the sketch parameters, ``k``, ``t`` (see :class:`~scrapy_neardup.core.params.SketchParams`);
+            also readable as ``num_perm``, ``min_shared``, ``threshold``, ``shingle``, ``shingle_size``, ``seed``.
         action: ``"drop"`` raises :class:`~scrapy_neardup.crawl.pipeline.NearDuplicateDropped`; ``"mark"`` keeps the
             item and fills ``mark_field``.
         mark_field: item field that receives ``{"duplicate_of": url, "resemblance": r, "exact": bool}``.
-        backend: ``"embedded"`` or ``"elasticsearch"``.
-        elasticsearch: connection settings when ``backend == "elasticsearch"``, else ``None``.
-        state_dir: directory of the embedded store, or ``None`` for no persistence.
-        reset: discard the saved embedded store at start.
+        backend: ``NEARDUP_BACKEND`` as given (an alias, lowercased, or a dotted path).
+        backend_class: the :class:`~scrapy_neardup.core.backend.Backend` subclass it names.
         debug: log every drop at INFO instead of DEBUG.
         sketch_process: sketch in a child process (:mod:`scrapy_neardup.crawl.sketch_worker`) instead of on the
             crawl's reactor thread.
@@ -118,250 +91,121 @@ class NearDupSettings:
     enabled: bool = True
     text_field: str = "text"
     url_field: str = "url"
-    threshold: float | None = DEFAULT_THRESHOLD
-    min_shared: int = _DEFAULT_MIN_SHARED
-    num_perm: int = DEFAULT_NUM_PERM
-    shingle: ShingleKind = "word"
-    shingle_size: int | None = None
-    seed: int = DEFAULT_SEED
+    params: SketchParams = field(default_factory=SketchParams)
     action: Action = "drop"
     mark_field: str = "neardup"
-    backend: BackendName = "embedded"
-    elasticsearch: ElasticsearchSettings | None = None
-    state_dir: str | None = None
-    reset: bool = False
+    backend: str = "embedded"
+    backend_class: type[Backend] = EmbeddedBackend
     debug: bool = False
     sketch_process: bool = True
 
     @classmethod
-    def from_settings(cls, settings: BaseSettings) -> NearDupSettings:
-        """Parse and validate the ``NEARDUP_*`` settings (and ``JOBDIR``) of a Scrapy settings object.
+    def from_settings(cls, settings: SettingsLike) -> NearDupSettings:
+        """Parse and validate the ``NEARDUP_*`` settings of a Scrapy settings object (any mapping with ``.get``).
 
         Raises:
             NearDupSettingsError: a setting has a wrong type or value (the message names it).
         """
-        enabled = _bool(settings, "NEARDUP_ENABLED", True)
+        enabled = read_bool(settings, "NEARDUP_ENABLED", True)
         if not enabled:
             # A disabled pipeline must not fail on settings it will never use.
             return cls(enabled=False)
-        num_perm = _int(settings, "NEARDUP_NUM_PERM", DEFAULT_NUM_PERM, low=1, high=MAX_NUM_PERM)
-        threshold, min_shared = _threshold_and_min_shared(settings, num_perm)
-        shingle = cast(ShingleKind, _choice(settings, "NEARDUP_SHINGLE", "word", SHINGLES))
-        shingle_size = _optional_int(settings, "NEARDUP_SHINGLE_SIZE", low=1)
-        seed = _int(settings, "NEARDUP_SEED", DEFAULT_SEED, low=0, high=MAX_SEED)
-        action = cast(Action, _choice(settings, "NEARDUP_ACTION", "drop", ACTIONS))
-        backend = cast(BackendName, _choice(settings, "NEARDUP_BACKEND", "embedded", BACKENDS))
+        params = read_sketch_params(settings)
+        action = cast(Action, read_choice(settings, "NEARDUP_ACTION", "drop", ACTIONS))
+        backend, backend_class = load_backend(settings.get("NEARDUP_BACKEND"))
         return cls(
             enabled=True,
-            text_field=_field_name(settings, "NEARDUP_TEXT_FIELD", "text"),
-            url_field=_field_name(settings, "NEARDUP_URL_FIELD", "url"),
-            threshold=threshold,
-            min_shared=min_shared,
-            num_perm=num_perm,
-            shingle=shingle,
-            shingle_size=shingle_size,
-            seed=seed,
+            text_field=read_field_name(settings, "NEARDUP_TEXT_FIELD", "text"),
+            url_field=read_field_name(settings, "NEARDUP_URL_FIELD", "url"),
+            params=params,
             action=action,
-            mark_field=_field_name(settings, "NEARDUP_MARK_FIELD", "neardup"),
+            mark_field=read_field_name(settings, "NEARDUP_MARK_FIELD", "neardup"),
             backend=backend,
-            elasticsearch=_elasticsearch(settings) if backend == "elasticsearch" else None,
-            state_dir=_state_dir(settings),
-            reset=_bool(settings, "NEARDUP_RESET", False),
-            debug=_bool(settings, "NEARDUP_DEBUG", False),
-            sketch_process=_bool(settings, "NEARDUP_WORKER", True),
+            backend_class=backend_class,
+            debug=read_bool(settings, "NEARDUP_DEBUG", False),
+            sketch_process=read_bool(settings, "NEARDUP_WORKER", True),
         )
+
+    @property
+    def num_perm(self) -> int:
+        return self.params.num_perm
+
+    @property
+    def min_shared(self) -> int:
+        return self.params.min_shared
+
+    @property
+    def threshold(self) -> float | None:
+        return self.params.threshold
+
+    @property
+    def shingle(self) -> ShingleKind:
+        return self.params.shingle
+
+    @property
+    def shingle_size(self) -> int | None:
+        return self.params.shingle_size
+
+    @property
+    def seed(self) -> int:
+        return self.params.seed
 
     def sketcher(self) -> Sketcher:
         """A :class:`~scrapy_neardup.Sketcher` with these sketch parameters."""
-        return Sketcher(
-            num_perm=self.num_perm, shingle=self.shingle, shingle_size=self.shingle_size, seed=self.seed
-        )
+        return Sketcher.from_params(self.params)
+
+    def make_backend(self, settings: SettingsLike) -> Backend:
+        """The backend ``NEARDUP_BACKEND`` names, built from ``settings`` by its ``from_settings``.
+
+        Raises:
+            NearDupSettingsError: one of the backend's own settings is wrong.
+        """
+        return self.backend_class.from_settings(settings, self.params)
 
 
-# -- parsing helpers: each names the setting and the value it rejects ----------------------------------------
+def load_backend(value: Any) -> tuple[str, type[Backend]]:
+    """``(value as given, class)`` for a ``NEARDUP_BACKEND`` value: an alias or a dotted path, loaded with
+    :func:`scrapy.utils.misc.load_object` as Scrapy loads ``HTTPCACHE_STORAGE``.
 
-
-def _raw(settings: BaseSettings, name: str) -> Any:
-    return settings.get(name)
-
-
-def _error(name: str, value: Any, expected: str) -> NearDupSettingsError:
-    return NearDupSettingsError(f"{name}={value!r} is not valid: expected {expected}")
-
-
-def _bool(settings: BaseSettings, name: str, default: bool) -> bool:
-    value = _raw(settings, name)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in _TRUE:
-            return True
-        if lowered in _FALSE:
-            return False
-    raise _error(name, value, "a boolean (True/False, 1/0, 'true'/'false', 'yes'/'no', 'on'/'off')")
-
-
-def _int(settings: BaseSettings, name: str, default: int, *, low: int, high: int | None = None) -> int:
-    number = _optional_int(settings, name, low=low, high=high)
-    return default if number is None else number
-
-
-def _optional_int(
-    settings: BaseSettings, name: str, *, low: int, high: int | None = None, expected: str | None = None
-) -> int | None:
-    value = _raw(settings, name)
+    Raises:
+        NearDupSettingsError: naming NEARDUP_BACKEND when the value is not a loadable Backend subclass.
+    """
     if value is None or value == "":
-        return None
-    if expected is None:
-        expected = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    return _checked_int(name, value, low, high, expected)
-
-
-def _checked_int(name: str, value: Any, low: int, high: int | None, expected: str) -> int:
-    # bool is an int subclass: True must not silently mean 1.
-    if isinstance(value, bool):
-        raise _error(name, value, expected)
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str):
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise _error(name, value, expected) from None
+        return "embedded", EmbeddedBackend
+    expected = (
+        "one of " + ", ".join(repr(a) for a in BACKEND_ALIASES)
+        + " or the dotted path of a scrapy_neardup.core.backend.Backend subclass"
+    )
+    if not isinstance(value, str) and not isinstance(value, type):
+        raise settings_error("NEARDUP_BACKEND", value, expected)
+    path: str | type
+    if isinstance(value, type):  # a class object in settings.py, as Scrapy allows for its own components
+        name, path = f"{value.__module__}.{value.__qualname__}", value
     else:
-        raise _error(name, value, expected)
-    if number < low or (high is not None and number > high):
-        raise _error(name, value, expected)
-    return number
+        name = value.strip()
+        if name.lower() in BACKEND_ALIASES:
+            name = name.lower()
+        path = BACKEND_ALIASES.get(name, name)
+    if isinstance(path, str) and "." not in path:
+        raise settings_error("NEARDUP_BACKEND", value, expected)
+    from scrapy.utils.misc import load_object
 
-
-def _float(settings: BaseSettings, name: str) -> float | None:
-    value = _raw(settings, name)
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise _error(name, value, "a number")
     try:
-        number = float(value)
-    except ValueError:
-        raise _error(name, value, "a number") from None
-    if not math.isfinite(number):
-        raise _error(name, value, "a finite number")
-    return number
-
-
-def _choice(settings: BaseSettings, name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = _raw(settings, name)
-    if value is None or value == "":
-        return default
-    if isinstance(value, str) and value.strip().lower() in choices:
-        return value.strip().lower()
-    raise _error(name, value, "one of " + ", ".join(repr(c) for c in choices))
-
-
-def _field_name(settings: BaseSettings, name: str, default: str) -> str:
-    value = _raw(settings, name)
-    if value is None:
-        return default
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    raise _error(name, value, "a non-empty item field name")
-
-
-def _optional_str(settings: BaseSettings, name: str) -> str | None:
-    value = _raw(settings, name)
-    if value is None:
-        return None
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise _error(name, value, "a string")
-    # Empty strings come from unset environment variables (os.environ.get("X", "")): treat them as unset.
-    return value.strip() or None
-
-
-def _threshold_and_min_shared(settings: BaseSettings, num_perm: int) -> tuple[float | None, int]:
-    threshold = _float(settings, "NEARDUP_THRESHOLD")
-    if threshold is not None and not 0 < threshold <= 1:
-        raise _error("NEARDUP_THRESHOLD", _raw(settings, "NEARDUP_THRESHOLD"), "a resemblance in (0, 1]")
-    min_shared = _optional_int(
-        settings, "NEARDUP_MIN_SHARED", low=1, high=num_perm,
-        expected=f"an integer in [1, NEARDUP_NUM_PERM={num_perm}]",
-    )
-    if min_shared is not None:
-        # An explicit t overrides the threshold; say so in the settings object rather than keep a stale value.
-        return None, min_shared
-    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
-    t = min_shared_for(threshold, num_perm)
-    if t < 1:
+        loaded = load_object(path)
+    except (ImportError, NameError, AttributeError, ValueError) as exc:
         raise NearDupSettingsError(
-            f"NEARDUP_THRESHOLD={threshold!r} is too low for NEARDUP_NUM_PERM={num_perm}: no number of "
-            "shared positions catches it reliably; raise the threshold or NEARDUP_NUM_PERM, or set "
-            "NEARDUP_MIN_SHARED"
-        )
-    return threshold, t
-
-
-def _state_dir(settings: BaseSettings) -> str | None:
-    explicit = _optional_str(settings, "NEARDUP_STATE_DIR")
-    if explicit is not None:
-        return explicit
-    from scrapy.utils.job import job_dir
-
-    jobdir = job_dir(settings)  # creates JOBDIR when it does not exist, as Scrapy's own components do
-    return str(Path(jobdir) / JOBDIR_SUBDIR) if jobdir else None
-
-
-def _elasticsearch(settings: BaseSettings) -> ElasticsearchSettings:
-    url = _optional_str(settings, "NEARDUP_ES_URL")
-    if url is None:
-        raise NearDupSettingsError(
-            "NEARDUP_BACKEND='elasticsearch' needs NEARDUP_ES_URL (e.g. 'http://127.0.0.1:9200'), got "
-            f"{_raw(settings, 'NEARDUP_ES_URL')!r}"
-        )
-    if not url.lower().startswith(("http://", "https://")):
-        raise _error("NEARDUP_ES_URL", url, "an http:// or https:// URL")
-    index = _optional_str(settings, "NEARDUP_ES_INDEX")
-    if index is None:
-        raise NearDupSettingsError(
-            "NEARDUP_BACKEND='elasticsearch' needs NEARDUP_ES_INDEX (the index of kept sketches), got "
-            f"{_raw(settings, 'NEARDUP_ES_INDEX')!r}"
-        )
-    if index != index.lower():
-        raise _error("NEARDUP_ES_INDEX", index, "a lowercase Elasticsearch index name")
-    username = _optional_str(settings, "NEARDUP_ES_USERNAME")
-    password = _optional_str(settings, "NEARDUP_ES_PASSWORD")
-    if (username is None) != (password is None):
-        missing = "NEARDUP_ES_PASSWORD" if password is None else "NEARDUP_ES_USERNAME"
-        raise NearDupSettingsError(
-            f"NEARDUP_ES_USERNAME and NEARDUP_ES_PASSWORD go together: {missing} is not set"
-        )
-    ca_certs = _optional_str(settings, "NEARDUP_ES_CA_CERTS")
-    if ca_certs is not None and not Path(ca_certs).is_file():
-        raise _error("NEARDUP_ES_CA_CERTS", ca_certs, "the path of an existing CA certificate file")
-    timeout = _float(settings, "NEARDUP_ES_TIMEOUT")
-    if timeout is not None and timeout <= 0:
-        raise _error("NEARDUP_ES_TIMEOUT", _raw(settings, "NEARDUP_ES_TIMEOUT"), "seconds > 0")
-    return ElasticsearchSettings(
-        url=url,
-        index=index,
-        api_key=_optional_str(settings, "NEARDUP_ES_API_KEY"),
-        username=username,
-        password=password,
-        ca_certs=ca_certs,
-        request_timeout=10.0 if timeout is None else timeout,
-    )
+            f"NEARDUP_BACKEND={value!r} is not valid: expected {expected} (cannot load {path}: {exc})"
+        ) from None
+    if not (isinstance(loaded, type) and issubclass(loaded, Backend)):
+        raise settings_error("NEARDUP_BACKEND", value, expected + f" ({path} is not one)")
+    return name, loaded
 
 
 __all__ = [
     "ACTIONS",
     "BACKENDS",
-    "ElasticsearchSettings",
+    "BACKEND_ALIASES",
     "NearDupSettings",
     "NearDupSettingsError",
+    "load_backend",
 ]

@@ -1,21 +1,24 @@
 """Start-up failures reported as one clear line, with a non-zero exit status.
 
 A wrong ``NEARDUP_*`` setting, or a backend that cannot be opened, must stop the crawl before any request,
-make ``scrapy crawl`` exit with status 1, and say what to fix in one line. Scrapy (2.13+, asyncio) gets the
-exit status right when a component raises at start-up, but reports the exception through asyncio's "Task
-exception was never retrieved" handler: a traceback of ~35 lines whose last line is the message. And when the
-failure happens while the spider opens, Scrapy closes a spider whose ``spider_opened`` signal never fired, so
-``CoreStats`` adds an unrelated ``AssertionError`` traceback.
+make ``scrapy crawl`` exit with status 1, and say what to fix in one line. Scrapy (2.13+) gets the exit status
+right when a component raises at start-up, but how the exception is reported depends on how the crawl runs:
+``scrapy crawl`` (asyncio) logs it through asyncio's "Task exception was never retrieved" handler, a traceback
+of ~35 lines whose last line is the message; a script's ``CrawlerProcess`` hands it to a Deferred that may
+never log it. And when the failure happens while the spider opens, Scrapy closes a spider whose
+``spider_opened`` signal never fired, so ``CoreStats`` adds an unrelated ``AssertionError`` traceback.
 
-:func:`report_startup_failure` is called just before the component raises: it installs (once) a logging filter
-that turns the record of *that* exception into one line, ``scrapy-neardup: <message>``, and moves the records
-of the signal handlers that fail as a consequence to DEBUG. The traceback itself is logged at DEBUG, so only a
-crawl run with ``-L DEBUG`` shows it.
+:func:`report_startup_failure`, called just before the component raises, therefore logs the one line itself
+(``CRITICAL: StateError: <file> is damaged ...``), and installs (once) a logging filter that turns the later
+reports of *that* exception, and of the signal handlers that fail as a consequence, into DEBUG records: only a
+crawl run at ``LOG_LEVEL = "DEBUG"`` shows their tracebacks.
 """
 
 from __future__ import annotations
 
 import logging
+
+from ..core.config import NearDupSettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -24,15 +27,8 @@ logger = logging.getLogger(__name__)
 _WATCHED = ("asyncio", "scrapy.utils.signal")
 
 
-class StartupError(Exception):
-    """The crawl cannot start: a setting is wrong or the backend cannot be opened.
-
-    Subclasses (``NearDupSettingsError``) name the setting and the value in their message.
-    """
-
-
-class _OneLine(logging.Filter):
-    """Rewrites the records a start-up failure causes; see the module docstring."""
+class _Consequences(logging.Filter):
+    """Demotes the records a reported start-up failure causes; see the module docstring."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -40,33 +36,36 @@ class _OneLine(logging.Filter):
         self.show_debug = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.failed is None:
+        if self.failed is None or record.levelno < logging.ERROR:
             return True
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is self.failed or (exc is not None and exc.__cause__ is self.failed):
-            if self.show_debug:
-                logger.debug("traceback of the start-up failure", exc_info=record.exc_info)
-            record.msg, record.args = "scrapy-neardup: %s", (str(self.failed),)
-            record.exc_info, record.exc_text, record.stack_info = None, None, None
+        ours = exc is not None and (exc is self.failed or exc.__cause__ is self.failed)
+        if not ours and record.name != "scrapy.utils.signal":
             return True
-        if record.name == "scrapy.utils.signal" and record.levelno >= logging.ERROR:
-            # A consequence of the failure (a spider closed that never opened), not news for the user.
-            if self.show_debug:
-                record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-                return True
-            return False
-        return True
+        # The failure itself (already said in one line), or a consequence of it (a spider closed that never
+        # opened): not news for the user, kept for whoever reads at DEBUG.
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return self.show_debug
 
 
-_filter = _OneLine()
+_filter = _Consequences()
+
+
+def one_line(exc: BaseException) -> str:
+    """The message; with the exception's class name unless it is a settings error (whose message names the
+    setting, which is all there is to say): ``StateError: <file> is damaged ...``."""
+    if isinstance(exc, NearDupSettingsError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def report_startup_failure(exc: BaseException, *, log_level: str | int = "DEBUG") -> None:
-    """Make the coming report of *exc* one line (see the module docstring); call it right before raising.
+    """Log *exc* as one CRITICAL line and quiet its later reports (see the module docstring); call it right
+    before raising *exc*.
 
     Args:
         exc: the exception about to be raised.
-        log_level: the crawl's ``LOG_LEVEL``; the traceback is logged (at DEBUG) only when it is DEBUG.
+        log_level: the crawl's ``LOG_LEVEL``; the tracebacks are shown (at DEBUG) only when it is DEBUG.
     """
     level = logging.getLevelName(log_level) if isinstance(log_level, str) else log_level
     _filter.failed = exc
@@ -75,3 +74,4 @@ def report_startup_failure(exc: BaseException, *, log_level: str | int = "DEBUG"
         log = logging.getLogger(name)
         if _filter not in log.filters:
             log.addFilter(_filter)
+    logger.critical("%s", one_line(exc))

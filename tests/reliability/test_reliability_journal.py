@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from reliability_kit import Ledger
 
 from scrapy_neardup import Sketcher, StateError
-from scrapy_neardup.core.backends import JOURNAL_FILE, STATE_FILE, EmbeddedBackend
+from scrapy_neardup.core.embedded import JOURNAL_FILE, STATE_FILE, EmbeddedBackend
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.theory import min_shared_for
 
@@ -265,7 +265,7 @@ def test_leftover_temporary_files_are_removed(tmp_path: Path) -> None:
 def test_full_disk_keeps_the_journal_consistent(tmp_path: Path, ledger: Ledger) -> None:
     store = opened(tmp_path)
     keep(store, PAGES[:3])
-    journal = store._journal
+    journal = store.journal._file if store.journal is not None else None  # the open file of the journal
     assert journal is not None
     size = (tmp_path / JOURNAL_FILE).stat().st_size
     real_write = journal.write
@@ -294,7 +294,7 @@ _FAULT_TALLY: dict[str, int] = {"injected": 0, "refused": 0, "recovered": 0, "re
 
 
 def record_ends(journal: bytes) -> list[int]:
-    """Where each record of an intact journal ends (read from the format: see scrapy_neardup.core.backends)."""
+    """Where each record of an intact journal ends (read from the format: see scrapy_neardup.core.journal)."""
     offset = 20 + int.from_bytes(journal[12:16], "little")
     ends = []
     while offset < len(journal):

@@ -25,7 +25,8 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
 from scrapy_neardup import NearDuplicatePipeline
-from scrapy_neardup.core.backends import Backend, EmbeddedBackend
+from scrapy_neardup.core.backend import Backend
+from scrapy_neardup.core.embedded import EmbeddedBackend
 from scrapy_neardup.core.index import Match
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.core.text import looks_binary
@@ -116,8 +117,10 @@ def make_pipeline(action: str, state_dir: str | None = None) -> RecordingPipelin
     """The pipeline as ``from_crawler`` builds it from ``get_crawler``'s crawler, with fresh stats."""
     crawler = CRAWLERS[action]
     fields = {f.name: getattr(CONFIGS[action], f.name) for f in dataclasses.fields(NearDupSettings)}
-    config = ReusedSketcherSettings(**{**fields, "state_dir": state_dir})
-    return RecordingPipeline(config, stats=MemoryStatsCollector(crawler), crawler=crawler)
+    config = ReusedSketcherSettings(**fields)
+    # The store NEARDUP_STATE_DIR=state_dir would give (EmbeddedBackend.from_settings), without a new crawler.
+    backend = EmbeddedBackend(config.num_perm, config.min_shared, _SKETCHER.tag, state_dir=state_dir)
+    return RecordingPipeline(config, stats=MemoryStatsCollector(crawler), crawler=crawler, backend=backend)
 
 
 def neardup_stats(pipeline: NearDuplicatePipeline) -> dict[str, int]:

@@ -27,7 +27,9 @@ from urllib.parse import urlsplit
 import scrapy
 from scrapy.http import Response
 
+from scrapy_neardup.core.backend import Backend, Decision
 from scrapy_neardup.core.index import Match, SketchIndex
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline
 
@@ -368,7 +370,7 @@ class NearDupTestSpider(scrapy.Spider):
 # -- a backend that awaits between check and insert ------------------------------------------------------------
 
 
-class SlowBackend:
+class SlowBackend(Backend):
     """Like the embedded backend, but awaits a short random sleep between its check and its insert, as a
     network backend does. Without the pipeline's lock, near-duplicates checked at the same time would all see
     "no match" and all be kept."""
@@ -376,6 +378,10 @@ class SlowBackend:
     def __init__(self, num_perm: int, min_shared: int, tag: str) -> None:
         self.index = SketchIndex(num_perm, min_shared, tag)
         self.rng = random.Random(3)
+
+    @classmethod
+    def from_settings(cls, settings: Any, params: SketchParams) -> SlowBackend:
+        return cls(params.num_perm, params.min_shared, params.tag)
 
     async def open(self) -> None:
         pass
@@ -401,9 +407,10 @@ class SlowBackendPipeline(NearDuplicatePipeline):
 class UnlockedSlowBackendPipeline(SlowBackendPipeline):
     """Negative control: the same backend with the pipeline's lock bypassed."""
 
-    async def _check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+    async def _decide(self, key: str, sketch: Sketch) -> Decision:
         assert self.backend is not None
-        return await self.backend.check_and_add(key, sketch)
+        (decision,) = await self.backend.check_and_add_many([(key, sketch)])
+        return decision
 
 
 # -- checks shared by the crawl tests (embedded and Elasticsearch) ----------------------------------------------

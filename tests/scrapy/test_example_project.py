@@ -161,13 +161,14 @@ def test_wrong_setting_is_one_line_without_traceback_above_debug() -> None:
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if "NEARDUP_THRESHOLD" in line]
     assert len(lines) == 1 and lines[0].endswith(
-        "scrapy-neardup: NEARDUP_THRESHOLD='2' is not valid: expected a resemblance in (0, 1]"), proc.stderr
+        "[scrapy_neardup.crawl.startup] CRITICAL: NEARDUP_THRESHOLD='2' is not valid: expected a resemblance in (0, 1]"
+    ), proc.stderr
     assert "Traceback" not in proc.stderr
     # At DEBUG (Scrapy's default level) the same line comes, and the traceback is there for whoever wants it.
     debug = _crawl("NEARDUP_THRESHOLD=2")
     assert debug.returncode == 1
-    assert "scrapy-neardup: NEARDUP_THRESHOLD='2' is not valid" in debug.stderr
-    assert "DEBUG: traceback of the start-up failure" in debug.stderr
+    assert "CRITICAL: NEARDUP_THRESHOLD='2' is not valid" in debug.stderr
+    assert "Traceback" in debug.stderr
 
 
 def test_unreachable_elasticsearch_is_one_line_and_no_unrelated_traceback() -> None:
@@ -175,7 +176,7 @@ def test_unreachable_elasticsearch_is_one_line_and_no_unrelated_traceback() -> N
                   level="INFO")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "AssertionError" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if "scrapy-neardup:" in line]
+    errors = [line for line in proc.stderr.splitlines() if "[scrapy_neardup.crawl.startup] CRITICAL: EsError: " in line]
     assert len(errors) == 1 and "cannot connect to Elasticsearch at http://127.0.0.1:1" in errors[0]
     assert "check NEARDUP_ES_URL" in errors[0]
     assert "Crawled (" not in proc.stderr

@@ -23,7 +23,7 @@ from neardup_testkit import (
     path_of,
 )
 
-from scrapy_neardup.core.backends import STATE_FILE
+from scrapy_neardup.core.embedded import STATE_FILE
 
 RunCrawl = Callable[..., CrawlResult]
 

@@ -13,7 +13,8 @@ from neardup_testkit import article_words
 from scrapy.utils.test import get_crawler
 
 from scrapy_neardup import NearDuplicatePipeline, Sketcher, StateError
-from scrapy_neardup.core.backends import STATE_FILE
+from scrapy_neardup.core.backend import Backend, BackendError
+from scrapy_neardup.core.embedded import STATE_FILE
 from scrapy_neardup.core.index import Match
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.crawl.pipeline import MarkFieldError, NearDuplicateDropped
@@ -124,12 +125,16 @@ def test_debug_setting_logs_each_drop_at_info(
     assert "kept 1, dropped 1 (1 exact)" in summary[0].getMessage()
 
 
-class FailingBackend:
+class FailingBackend(Backend):
+    @classmethod
+    def from_settings(cls, settings: Any, params: Any) -> FailingBackend:
+        return cls()
+
     async def open(self) -> None:
         pass
 
     async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
-        raise ConnectionError("store unreachable")
+        raise BackendError("store unreachable")
 
     async def close(self) -> None:
         pass

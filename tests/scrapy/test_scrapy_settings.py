@@ -10,13 +10,27 @@ from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+from es_integration.settings import ElasticsearchSettings
 from scrapy_neardup import NearDuplicatePipeline
+from scrapy_neardup.core.embedded import EmbeddedBackend
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.theory import min_shared_for
 from scrapy_neardup.crawl.settings import NearDupSettings, NearDupSettingsError
 
 
 def parse(**values: Any) -> NearDupSettings:
     return NearDupSettings.from_settings(Settings(values))
+
+
+def build(**values: Any) -> NearDuplicatePipeline:
+    """The pipeline as Scrapy builds it: the settings, then the backend's own (NEARDUP_ES_*, NEARDUP_STATE_DIR)."""
+    return NearDuplicatePipeline.from_crawler(get_crawler(settings_dict=values))
+
+
+def embedded(**values: Any) -> EmbeddedBackend:
+    backend = EmbeddedBackend.from_settings(Settings(values), SketchParams.create())
+    assert isinstance(backend, EmbeddedBackend)
+    return backend
 
 
 def test_defaults() -> None:
@@ -26,20 +40,21 @@ def test_defaults() -> None:
     assert (config.num_perm, config.threshold, config.min_shared) == (128, 0.9, min_shared_for(0.9, 128))
     assert config.min_shared == 107
     assert (config.shingle, config.shingle_size, config.seed) == ("word", None, 1)
-    assert config.state_dir is None and not config.reset and not config.debug
-    assert config.elasticsearch is None
+    assert embedded().state_dir is None and not embedded().reset and not config.debug
+    assert config.backend_class is EmbeddedBackend
     assert config.sketcher().tag == "mh2-k128-word5-s1"
 
 
 def test_command_line_strings_are_parsed() -> None:
     # `scrapy crawl -s NAME=value` always passes strings.
-    config = parse(
+    values = dict(
         NEARDUP_THRESHOLD="0.8", NEARDUP_NUM_PERM="64", NEARDUP_SHINGLE="CHAR", NEARDUP_SHINGLE_SIZE="7",
         NEARDUP_SEED="42", NEARDUP_ACTION="Mark", NEARDUP_RESET="true", NEARDUP_DEBUG="1", NEARDUP_ENABLED="yes",
     )
+    config = parse(**values)
     assert (config.threshold, config.num_perm, config.min_shared) == (0.8, 64, min_shared_for(0.8, 64))
     assert (config.shingle, config.shingle_size, config.seed, config.action) == ("char", 7, 42, "mark")
-    assert config.reset and config.debug and config.enabled
+    assert embedded(**values).reset and config.debug and config.enabled
     assert config.sketcher().tag == "mh2-k64-char7-s42"
 
 
@@ -50,28 +65,29 @@ def test_min_shared_overrides_threshold() -> None:
 
 def test_state_dir_defaults_to_jobdir_subdirectory(tmp_path: Path) -> None:
     jobdir = tmp_path / "job"
-    assert parse(JOBDIR=str(jobdir)).state_dir == str(jobdir / "neardup")
+    assert str(embedded(JOBDIR=str(jobdir)).state_dir) == str(jobdir / "neardup")
     assert jobdir.is_dir()  # created like Scrapy's own JOBDIR components do
-    assert parse(JOBDIR=str(jobdir), NEARDUP_STATE_DIR=str(tmp_path / "s")).state_dir == str(tmp_path / "s")
-    assert parse(NEARDUP_STATE_DIR=tmp_path / "p").state_dir == str(tmp_path / "p")  # PathLike accepted
+    assert str(embedded(JOBDIR=str(jobdir), NEARDUP_STATE_DIR=str(tmp_path / "s")).state_dir) == str(tmp_path / "s")
+    assert str(embedded(NEARDUP_STATE_DIR=tmp_path / "p").state_dir) == str(tmp_path / "p")  # PathLike accepted
 
 
 def test_elasticsearch_settings(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    config = parse(
+    values = dict(
         NEARDUP_BACKEND="elasticsearch", NEARDUP_ES_URL="https://127.0.0.1:9200", NEARDUP_ES_INDEX="pages",
         NEARDUP_ES_USERNAME="elastic", NEARDUP_ES_PASSWORD="s3cret", NEARDUP_ES_CA_CERTS=str(ca),
         NEARDUP_ES_TIMEOUT="2.5",
     )
-    es = config.elasticsearch
+    config = es = ElasticsearchSettings.from_settings(Settings(values))
     assert es is not None
     assert (es.url, es.index, es.username, es.password, es.ca_certs, es.request_timeout) == (
         "https://127.0.0.1:9200", "pages", "elastic", "s3cret", str(ca), 2.5)
     assert "s3cret" not in repr(config)  # secrets never reach a log line
     # Empty strings (unset environment variables in settings.py) count as unset.
-    es2 = parse(NEARDUP_BACKEND="elasticsearch", NEARDUP_ES_URL="http://127.0.0.1:9200", NEARDUP_ES_INDEX="x",
-                NEARDUP_ES_API_KEY="", NEARDUP_ES_USERNAME="", NEARDUP_ES_PASSWORD="").elasticsearch
+    es2 = ElasticsearchSettings.from_settings(Settings(dict(
+        NEARDUP_BACKEND="elasticsearch", NEARDUP_ES_URL="http://127.0.0.1:9200", NEARDUP_ES_INDEX="x",
+        NEARDUP_ES_API_KEY="", NEARDUP_ES_USERNAME="", NEARDUP_ES_PASSWORD="")))
     assert es2 is not None and (es2.api_key, es2.username, es2.password) == (None, None, None)
 
 
@@ -122,11 +138,26 @@ BAD_SETTINGS = [
 @pytest.mark.parametrize(("values", "expected"), BAD_SETTINGS, ids=[str(v) for v, _ in BAD_SETTINGS])
 def test_wrong_setting_is_named_in_the_error(values: dict[str, Any], expected: list[str]) -> None:
     with pytest.raises(NearDupSettingsError) as info:
-        parse(**values)
+        build(**values)
     message = str(info.value)
     for fragment in expected:
         assert fragment in message, f"{fragment!r} missing from {message!r}"
     assert isinstance(info.value, ValueError)
+
+
+def test_backend_is_a_dotted_path_or_an_alias() -> None:
+    """NEARDUP_BACKEND loads a Backend subclass by its path, as HTTPCACHE_STORAGE does; the aliases stay."""
+    assert parse(NEARDUP_BACKEND="scrapy_neardup.core.embedded.EmbeddedBackend").backend_class is EmbeddedBackend
+    assert parse(NEARDUP_BACKEND="Embedded").backend == "embedded"
+    from es_integration.backend import ElasticsearchBackend
+
+    config = parse(NEARDUP_BACKEND="es_integration.backend.ElasticsearchBackend")
+    assert config.backend_class is ElasticsearchBackend and parse(NEARDUP_BACKEND="elasticsearch").backend_class \
+        is ElasticsearchBackend
+    for wrong in ("nowhere.Backend", "scrapy_neardup.core.embedded.Nothing", "scrapy_neardup.core.index.SketchIndex"):
+        with pytest.raises(NearDupSettingsError) as info:
+            build(NEARDUP_BACKEND=wrong)
+        assert str(info.value).startswith(f"NEARDUP_BACKEND={wrong!r} is not valid") and "\n" not in str(info.value)
 
 
 def test_settings_error_subclasses_value_error() -> None:

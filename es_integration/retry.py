@@ -1,0 +1,58 @@
+"""The one retry policy for Elasticsearch requests, built on tenacity.
+
+A request failing with a connection error, a timeout, or HTTP 429/502/503/504 is retried up to ``retries``
+times with exponential backoff: ``backoff``, ``2 backoff``, ``4 backoff``, ... (0.1 s, 0.2 s, 0.4 s by
+default). Any other failure (wrong credentials, missing privileges, a bad request, a TLS failure) is final at
+once: retrying it would only delay the error. The synchronous jobs (``neardup es index`` etc.) use the
+client's and ``elasticsearch.helpers``' own retry options, which implement the same rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+__all__ = ["RETRY_STATUSES", "is_retryable", "retrying"]
+
+#: HTTP statuses worth retrying: too many requests, and a gateway or node briefly unavailable.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a client or transport error is transient (see the module doc)."""
+    from elastic_transport import ConnectionError as TransportConnectionError
+    from elastic_transport import ConnectionTimeout, TlsError
+    from elasticsearch import ApiError
+
+    if isinstance(exc, ApiError):
+        return exc.meta.status in RETRY_STATUSES
+    return isinstance(exc, TransportConnectionError | ConnectionTimeout) and not isinstance(exc, TlsError)
+
+
+def retrying(
+    retries: int,
+    backoff: float,
+    *,
+    on_retry: Callable[[RetryCallState], Any] | None = None,
+    when: type[BaseException] | tuple[type[BaseException], ...] | None = None,
+) -> AsyncRetrying:
+    """An ``async for attempt in retrying(...): with attempt: ...`` loop: ``1 + retries`` attempts at most,
+    sleeping ``backoff * 2**i`` before retry ``i + 1``, retrying what :func:`is_retryable` accepts (or, with
+    ``when``, exceptions of those types). ``on_retry`` runs before each sleep (e.g. to count retries). The last
+    failure is re-raised as it was."""
+    return AsyncRetrying(
+        stop=stop_after_attempt(1 + retries),
+        wait=wait_exponential(multiplier=backoff, min=backoff),
+        retry=retry_if_exception_type(when) if when is not None else retry_if_exception(is_retryable),
+        before_sleep=on_retry,
+        reraise=True,
+    )

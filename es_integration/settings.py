@@ -1,0 +1,91 @@
+"""The ``NEARDUP_ES_*`` settings of the Elasticsearch backend, parsed by the backend itself.
+
+``ElasticsearchBackend.from_settings`` calls :meth:`ElasticsearchSettings.from_settings` when the crawler is
+built, so a wrong value stops the crawl before any request with one
+:class:`~scrapy_neardup.core.config.NearDupSettingsError` line naming the setting. The readers are the core's
+(:mod:`scrapy_neardup.core.config`), shared with the Scrapy layer.
+
+====================  ========================================================================================
+NEARDUP_ES_URL        ``http(s)://host:port`` of the cluster (required).
+NEARDUP_ES_INDEX      index of kept sketches, lowercase (required; created with one primary shard when missing).
+NEARDUP_ES_API_KEY    encoded API key; or NEARDUP_ES_USERNAME and NEARDUP_ES_PASSWORD (both or neither).
+NEARDUP_ES_CA_CERTS   PEM file of the CA that signed the cluster's certificate.
+NEARDUP_ES_TIMEOUT    seconds per request (default 10).
+====================  ========================================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from scrapy_neardup.core.config import NearDupSettingsError, SettingsLike, read_float, read_str, settings_error
+
+__all__ = ["ElasticsearchSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticsearchSettings:
+    """Connection settings of the Elasticsearch backend (``NEARDUP_ES_*``).
+
+    ``password`` and ``api_key`` are kept out of ``repr`` so that they never reach a log line.
+    """
+
+    url: str
+    index: str
+    api_key: str | None = None
+    username: str | None = None
+    password: str | None = None
+    ca_certs: str | None = None
+    request_timeout: float = 10.0
+
+    def __repr__(self) -> str:
+        secrets = ", api_key=***" if self.api_key else ""
+        secrets += f", username={self.username!r}, password=***" if self.username else ""
+        return f"ElasticsearchSettings(url={self.url!r}, index={self.index!r}{secrets})"
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike) -> ElasticsearchSettings:
+        """Parse and check the ``NEARDUP_ES_*`` settings (any mapping with ``.get``).
+
+        Raises:
+            NearDupSettingsError: a setting is missing or wrong (the message names it).
+        """
+        url = read_str(settings, "NEARDUP_ES_URL")
+        if url is None:
+            raise NearDupSettingsError(
+                "NEARDUP_BACKEND='elasticsearch' needs NEARDUP_ES_URL (e.g. 'http://127.0.0.1:9200'), got "
+                f"{settings.get('NEARDUP_ES_URL')!r}"
+            )
+        if not url.lower().startswith(("http://", "https://")):
+            raise settings_error("NEARDUP_ES_URL", url, "an http:// or https:// URL")
+        index = read_str(settings, "NEARDUP_ES_INDEX")
+        if index is None:
+            raise NearDupSettingsError(
+                "NEARDUP_BACKEND='elasticsearch' needs NEARDUP_ES_INDEX (the index of kept sketches), got "
+                f"{settings.get('NEARDUP_ES_INDEX')!r}"
+            )
+        if index != index.lower():
+            raise settings_error("NEARDUP_ES_INDEX", index, "a lowercase Elasticsearch index name")
+        username = read_str(settings, "NEARDUP_ES_USERNAME")
+        password = read_str(settings, "NEARDUP_ES_PASSWORD")
+        if (username is None) != (password is None):
+            missing = "NEARDUP_ES_PASSWORD" if password is None else "NEARDUP_ES_USERNAME"
+            raise NearDupSettingsError(
+                f"NEARDUP_ES_USERNAME and NEARDUP_ES_PASSWORD go together: {missing} is not set"
+            )
+        ca_certs = read_str(settings, "NEARDUP_ES_CA_CERTS")
+        if ca_certs is not None and not Path(ca_certs).is_file():
+            raise settings_error("NEARDUP_ES_CA_CERTS", ca_certs, "the path of an existing CA certificate file")
+        timeout = read_float(settings, "NEARDUP_ES_TIMEOUT")
+        if timeout is not None and timeout <= 0:
+            raise settings_error("NEARDUP_ES_TIMEOUT", settings.get("NEARDUP_ES_TIMEOUT"), "seconds > 0")
+        return cls(
+            url=url,
+            index=index,
+            api_key=read_str(settings, "NEARDUP_ES_API_KEY"),
+            username=username,
+            password=password,
+            ca_certs=ca_certs,
+            request_timeout=10.0 if timeout is None else timeout,
+        )

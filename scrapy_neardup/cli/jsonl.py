@@ -1,0 +1,75 @@
+"""JSON lines in and out, for every ``neardup`` command that reads or writes records.
+
+:func:`open_input` opens a file (or stdin for ``-``); :func:`read_records` yields ``(line number, object)``
+and raises :class:`InputError` naming the line of the first record that is not a JSON object; blank
+lines are skipped; bytes that are not UTF-8 become U+FFFD rather than stopping the run. :func:`json_line`
+writes one record as one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
+
+__all__ = ["InputError", "json_line", "open_input", "read_records"]
+
+
+class InputError(ValueError):
+    """The input cannot be read (``cannot read PATH: reason``), or a line is not a JSON object (``line N: ...``);
+    the commands print the message as their one-line error."""
+
+
+@contextlib.contextmanager
+def open_input(path: str) -> Iterator[tuple[IO[bytes], int | None]]:
+    """``(binary handle, size in bytes or None)`` of ``path``, or of stdin for ``-``.
+
+    Raises:
+        InputError: the file cannot be opened.
+    """
+    if path == "-":
+        yield sys.stdin.buffer, None
+        return
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    with handle:
+        yield handle, os.fstat(handle.fileno()).st_size
+
+
+def read_records(
+    lines: Iterable[bytes], on_line: Callable[[int], Any] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` for each non-blank line; ``on_line(bytes read)`` after each line (progress).
+
+    Raises:
+        InputError: at the first line that is not valid JSON or not a JSON object (the records before it
+            have been yielded).
+    """
+    for number, raw in enumerate(lines, start=1):
+        if on_line is not None:
+            on_line(len(raw))
+        line = raw.decode("utf-8", errors="replace")
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise InputError(f"line {number}: expected a JSON object, got {type(record).__name__}")
+        yield number, record
+
+
+# Line and paragraph separators are legal raw inside JSON strings, but readers that split lines on them
+# (str.splitlines) would cut the record: write them escaped.
+_LINE_BREAKS = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def json_line(record: dict[str, Any]) -> str:
+    """One record as one line of JSON (non-ASCII kept, line separators escaped), newline included."""
+    return json.dumps(record, ensure_ascii=False).translate(_LINE_BREAKS) + "\n"

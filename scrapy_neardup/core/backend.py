@@ -1,0 +1,151 @@
+"""The contract between the Scrapy pipeline and a store of kept sketches: :class:`Backend`.
+
+A backend answers one question atomically: *is this sketch a near-duplicate of a page already kept? If not,
+keep it.* Two backends implement it: :class:`~scrapy_neardup.core.embedded.EmbeddedBackend` (an in-process
+:class:`~scrapy_neardup.core.index.SketchIndex`, optionally persisted to a state directory) and
+``es_integration.backend.ElasticsearchBackend`` (several crawler processes sharing one index). The pipeline
+picks one with ``NEARDUP_BACKEND`` (an alias or the dotted path of a subclass, as Scrapy's
+``HTTPCACHE_STORAGE``), builds it with :meth:`Backend.from_settings` when the crawler is built (so a wrong
+setting stops the crawl before any request), and then only calls the methods below.
+
+A new backend subclasses :class:`Backend`, implements the abstract methods, and raises :class:`BackendError`
+(or a subclass) when it cannot answer; the pipeline then passes the item through unchecked instead of
+dropping it without a kept page to name.
+
+Extension points, so that later features need no ``getattr`` past this class:
+
+* **Batches.** :meth:`Backend.check_and_add_many` decides a list of pages in order, as if each were checked
+  alone in turn; the pipeline always calls it. The default loops over :meth:`Backend.check_and_add`; a
+  network backend overrides it to decide a batch in a constant number of requests.
+* **Recrawls.** A :class:`Decision` is ``kept``, ``duplicate`` (naming the kept :class:`Match`) or
+  ``revisit`` (the key is stored already; ``changed`` tells whether its content changed, in which case the
+  backend replaced the stored sketch, or removed it when the new content near-duplicates another kept page).
+  Today's backends never answer ``revisit``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from .index import Match
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from .config import SettingsLike
+    from .params import SketchParams
+    from .sketch import Sketch
+
+Outcome = Literal["kept", "duplicate", "revisit"]
+
+
+class BackendError(Exception):
+    """A backend could not decide a page (its store is unreachable, refused the request, or could not record
+    the page). The pipeline catches this type, and only this one, to pass the item through unchecked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a backend decided for one page.
+
+    Attributes:
+        outcome: ``"kept"`` (stored under its key; later near-duplicates name it), ``"duplicate"`` (shares
+            ``>= t`` of ``k`` positions with ``match``, a kept page; nothing stored) or ``"revisit"`` (its key
+            was stored before: a refetch of a kept page, never a copy of itself).
+        match: the kept page a duplicate names (``None`` otherwise).
+        changed: for a revisit, whether the content differs from the stored version.
+    """
+
+    outcome: Outcome
+    match: Match | None = None
+    changed: bool = False
+
+    @classmethod
+    def kept(cls) -> Decision:
+        return _KEPT
+
+    @classmethod
+    def duplicate(cls, match: Match) -> Decision:
+        return cls("duplicate", match)
+
+    @classmethod
+    def revisit(cls, changed: bool) -> Decision:
+        return cls("revisit", None, changed)
+
+    @classmethod
+    def of(cls, match: Match | None) -> Decision:
+        """The decision a :meth:`Backend.check_and_add` answer stands for: kept when ``None``."""
+        return _KEPT if match is None else cls("duplicate", match)
+
+    @property
+    def is_duplicate(self) -> bool:
+        return self.outcome == "duplicate"
+
+
+_KEPT = Decision("kept")
+
+
+class Backend(ABC):
+    """A store of kept sketches, as the pipeline uses it.
+
+    Lifecycle: :meth:`from_settings` (when the crawler is built), :meth:`open` (``open_spider``), then
+    :meth:`check_and_add_many` per ready item, :meth:`close` (``close_spider``, also after a failed check,
+    never after a failed :meth:`open`), and :meth:`stats` after :meth:`open` and after :meth:`close`.
+    """
+
+    #: ``True`` when :meth:`check_and_add` never awaits: on Scrapy's single reactor thread such calls cannot
+    #: interleave, so the pipeline skips its lock and saves a trip through the event loop per item.
+    never_suspends: ClassVar[bool] = False
+
+    @classmethod
+    @abstractmethod
+    def from_settings(cls, settings: SettingsLike, params: SketchParams) -> Self:
+        """Build the backend from the crawl's settings (any mapping with ``.get``; Scrapy's ``Settings``
+        qualifies) and the validated sketch parameters (``k``, ``t``, tag).
+
+        Parses the backend's own settings; connects to nothing (that is :meth:`open`'s job).
+
+        Raises:
+            NearDupSettingsError: a setting has a wrong value (the message names it).
+        """
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect or load state; raise with a clear one-line message naming what to fix when impossible."""
+
+    @abstractmethod
+    async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        """Return the best kept match of ``sketch``; when there is none, keep it under ``key``.
+
+        Must be atomic with respect to other calls: of near-duplicates checked at the same time, exactly one
+        is kept and every other one names a kept page.
+
+        Raises:
+            BackendError: no decision could be made; the page may or may not have been stored.
+        """
+
+    async def check_and_add_many(self, pages: Sequence[tuple[str, Sketch]]) -> list[Decision]:
+        """Decide ``pages`` in order, as if each were checked alone in turn: one :class:`Decision` per page.
+
+        The default checks them one by one with :meth:`check_and_add`.
+
+        Raises:
+            BackendError: a page could not be decided; the pages before it may have been stored.
+        """
+        return [Decision.of(await self.check_and_add(key, sketch)) for key, sketch in pages]
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Persist what must survive a graceful stop and release resources."""
+
+    def stats(self) -> Mapping[str, int]:
+        """Counters for the crawl's ``neardup/*`` stats, cumulative since the backend was built: what opening
+        found (e.g. ``state_loaded``, ``journal_replayed``), retries (``backend_retries``), what closing did
+        (e.g. ``unchecked_indexed``). The pipeline adds what grew since its last read."""
+        return {}
+
+
+__all__ = ["Backend", "BackendError", "Decision", "Outcome"]

@@ -1,0 +1,168 @@
+"""Typed readers for ``NEARDUP_*`` settings, shared by the Scrapy layer and every backend.
+
+A setting may come from ``settings.py`` (a Python value) or from the command line (``-s NAME=value``, always a
+string), so numbers and booleans are accepted in both forms. ``settings`` is any mapping with ``.get``
+(Scrapy's ``Settings`` qualifies; so does a plain ``dict``), which keeps this module free of Scrapy. A wrong
+value raises :class:`NearDupSettingsError`, whose message names the setting and the value as written.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from .params import FIELDS, ParameterError, SketchParams
+from .shingles import SHINGLE_KINDS
+
+
+class SettingsLike(Protocol):
+    """What the readers need of a settings object: ``get(name)``, ``None`` when unset."""
+
+    def get(self, name: str, default: Any = None) -> Any: ...
+
+
+class NearDupSettingsError(ValueError):
+    """A ``NEARDUP_*`` setting has a wrong value; the message names the setting and the value."""
+
+
+#: The setting behind each sketch parameter (see :class:`~scrapy_neardup.core.params.SketchParams`).
+PARAM_SETTINGS: Mapping[str, str] = {name: f"NEARDUP_{name.upper()}" for name in FIELDS}
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def settings_error(name: str, value: Any, expected: str) -> NearDupSettingsError:
+    """``NAME=value is not valid: expected ...``."""
+    return NearDupSettingsError(f"{name}={value!r} is not valid: expected {expected}")
+
+
+def read_bool(settings: SettingsLike, name: str, default: bool) -> bool:
+    value = settings.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+    raise settings_error(name, value, "a boolean (True/False, 1/0, 'true'/'false', 'yes'/'no', 'on'/'off')")
+
+
+def read_int(settings: SettingsLike, name: str, expected: str = "an integer") -> int | None:
+    """An integer from an ``int`` or a string of one; ``None`` when unset or empty. Ranges are the caller's."""
+    value = settings.get(name)
+    if value is None or value == "":
+        return None
+    # bool is an int subclass: True must not silently mean 1.
+    if isinstance(value, bool):
+        raise settings_error(name, value, expected)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise settings_error(name, value, expected) from None
+    raise settings_error(name, value, expected)
+
+
+def read_float(settings: SettingsLike, name: str) -> float | None:
+    """A finite number; ``None`` when unset or empty."""
+    value = settings.get(name)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise settings_error(name, value, "a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise settings_error(name, value, "a number") from None
+    if not math.isfinite(number):
+        raise settings_error(name, value, "a finite number")
+    return number
+
+
+def read_choice(settings: SettingsLike, name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices``, case-insensitive."""
+    value = settings.get(name)
+    if value is None or value == "":
+        return default
+    if isinstance(value, str) and value.strip().lower() in choices:
+        return value.strip().lower()
+    raise settings_error(name, value, "one of " + ", ".join(repr(c) for c in choices))
+
+
+def read_str(settings: SettingsLike, name: str) -> str | None:
+    """A string (or path); empty strings, as unset environment variables give, count as unset."""
+    value = settings.get(name)
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise settings_error(name, value, "a string")
+    return value.strip() or None
+
+
+def read_field_name(settings: SettingsLike, name: str, default: str) -> str:
+    """A non-empty item field name."""
+    value = settings.get(name)
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise settings_error(name, value, "a non-empty item field name")
+
+
+def read_sketch_params(settings: SettingsLike) -> SketchParams:
+    """``NEARDUP_NUM_PERM``, ``NEARDUP_THRESHOLD`` / ``NEARDUP_MIN_SHARED``, ``NEARDUP_SHINGLE``,
+    ``NEARDUP_SHINGLE_SIZE`` and ``NEARDUP_SEED``, checked by :meth:`SketchParams.create` (one rule for every
+    entry point); an error names the setting and the value as written."""
+    names = PARAM_SETTINGS
+    values: dict[str, Any] = {
+        "num_perm": read_int(settings, names["num_perm"]),
+        "threshold": read_float(settings, names["threshold"]),
+        "min_shared": read_int(settings, names["min_shared"]),
+        "shingle": read_choice(settings, names["shingle"], "word", SHINGLE_KINDS),
+        "shingle_size": read_int(settings, names["shingle_size"]),
+        "seed": read_int(settings, names["seed"]),
+    }
+    given = {name: value for name, value in values.items() if value is not None}
+    try:
+        return SketchParams.create(**given)
+    except ParameterError as exc:
+        raise NearDupSettingsError(exc.render(names, value=settings.get(names[exc.field]))) from None
+
+
+def job_state_dir(settings: SettingsLike, subdir: str) -> str | None:
+    """``<JOBDIR>/<subdir>`` when ``JOBDIR`` is set (creating ``JOBDIR`` as Scrapy's own components do)."""
+    jobdir = read_str(settings, "JOBDIR")
+    if jobdir is None:
+        return None
+    Path(jobdir).mkdir(parents=True, exist_ok=True)
+    return str(Path(jobdir) / subdir)
+
+
+__all__ = [
+    "PARAM_SETTINGS",
+    "NearDupSettingsError",
+    "SettingsLike",
+    "job_state_dir",
+    "read_bool",
+    "read_choice",
+    "read_field_name",
+    "read_float",
+    "read_int",
+    "read_sketch_params",
+    "read_str",
+    "settings_error",
+]

@@ -1,0 +1,260 @@
+"""The embedded backend: an in-process :class:`~scrapy_neardup.core.index.SketchIndex`, optionally persisted.
+
+Crash safety of the embedded store
+----------------------------------
+With a state directory, the embedded store is two files:
+
+* ``neardup-index.bin``, the *snapshot*: the whole index, written atomically (temporary file, fsync, rename)
+  by :meth:`SketchIndex.save` when the spider closes gracefully.
+* ``neardup-journal.bin``, the *journal* (:mod:`scrapy_neardup.core.journal`, which gives the format): every
+  page kept since that snapshot, appended the moment ``check_and_add`` keeps it, so that a crawl killed with
+  ``kill -9`` (or an out-of-memory kill, or a crash) still knows, when resumed, every page it kept and passed on.
+
+Guarantees:
+
+* *kill -9.* A record is handed to the kernel (an unbuffered ``write(2)``) before ``check_and_add`` returns,
+  so before the pipeline passes the item on: every page that reached the pipeline's output is in the journal,
+  and after ``kill -9`` at most the items that were inside the pipeline at that instant are unrecorded. The
+  journal is not fsynced per record: data handed to the kernel survives the death of the process, and an fsync
+  per kept page (0.1-10 ms each) would bound a crawl to a few hundred pages a second. The snapshot and a
+  new journal's header are fsynced. An OS crash or power loss can therefore lose the records of the last
+  seconds (whatever the kernel had not written back); what it leaves is detected as below.
+* *Open.* The snapshot is loaded (if any), then the journal is replayed: records ``base + i`` at or beyond the
+  snapshot's size are added, earlier ones must already be in the snapshot (a crash between writing the
+  snapshot and starting a new journal) and are checked there. A torn last record (the one in flight when the
+  process died: incomplete, or failing a checksum with nothing but zero bytes after it, i.e. blocks allocated
+  but never written after a power loss) is ignored, logged at WARNING, and counted
+  (:attr:`EmbeddedBackend.open_stats`, which the pipeline adds to its ``neardup/*`` stats). After a replay the
+  store is compacted: a new snapshot, then an empty journal.
+* *Never silently wrong.* A damaged record *before* the end, a damaged header, a journal made with another
+  tag, ``k`` or ``t``, a journal that continues a snapshot other than the one present (missing, older, or
+  not holding the journal's earlier records) raise :class:`~scrapy_neardup.core.index.StateError` naming the
+  file, before any page is checked, and leave both files untouched. ``NEARDUP_RESET`` (``reset=True``)
+  discards both files.
+* *Close.* The snapshot is written atomically, then the journal is replaced (atomically) by an empty one whose
+  ``base`` is the snapshot's size. A crash between the two is the case handled above.
+* *One writer.* The state directory is locked (``flock``, :func:`~scrapy_neardup.core.storage.lock_directory`)
+  while open; a second process opening it gets a :class:`~scrapy_neardup.core.index.StateError`. The lock goes
+  away with the process, ``kill -9`` included.
+
+Settings (read by :meth:`EmbeddedBackend.from_settings`): ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``;
+none without ``JOBDIR``) and ``NEARDUP_RESET``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .backend import Backend
+from .config import job_state_dir, read_bool, read_str
+from .index import Match, SketchIndex, StateError
+from .journal import Journal
+from .storage import DirectoryLocked, lock_directory
+
+if TYPE_CHECKING:
+    from .config import SettingsLike
+    from .params import SketchParams
+    from .sketch import Sketch
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "neardup-index.bin"
+JOURNAL_FILE = "neardup-journal.bin"
+#: Directory under JOBDIR that holds the embedded store.
+JOBDIR_SUBDIR = "neardup"
+
+
+class EmbeddedBackend(Backend):
+    """An in-process :class:`SketchIndex`, persisted to ``state_dir`` (when one is given) as a snapshot written
+    on close plus a journal of the pages kept since (see the module doc for the guarantees).
+
+    ``check_and_add`` never awaits, so on Scrapy's single reactor thread concurrent items cannot interleave
+    between the check and the insert; its only I/O is one small unbuffered write per kept page.
+
+    Args:
+        num_perm, min_shared, tag: the index parameters (see :class:`SketchIndex`).
+        state_dir: directory for ``neardup-index.bin`` and ``neardup-journal.bin``; ``None`` keeps nothing
+            after the crawl.
+        reset: discard saved state instead of loading it.
+
+    Attributes:
+        open_stats: what opening found, for the crawl's stats: ``state_loaded`` (pages in the snapshot),
+            ``journal_replayed`` (pages recovered from the journal), ``journal_torn`` (torn records ignored:
+            at most one after ``kill -9``), ``journal_torn_bytes``. Zero counts are left out.
+    """
+
+    #: ``check_and_add`` never awaits (see the class doc): the pipeline needs no lock around it.
+    never_suspends = True
+
+    def __init__(
+        self, num_perm: int, min_shared: int, tag: str, state_dir: str | os.PathLike[str] | None = None,
+        reset: bool = False,
+    ) -> None:
+        self.num_perm = num_perm
+        self.min_shared = min_shared
+        self.tag = tag
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.state_path = self.state_dir / STATE_FILE if self.state_dir is not None else None
+        self.journal_path = self.state_dir / JOURNAL_FILE if self.state_dir is not None else None
+        self.reset = reset
+        self.index = SketchIndex(num_perm, min_shared, tag)
+        self.open_stats: dict[str, int] = {}
+        self.journal: Journal | None = None
+        if self.state_path is not None and self.journal_path is not None:
+            self.journal = Journal(self.journal_path, num_perm, min_shared, tag, snapshot=self.state_path)
+        self._lock_fd: int | None = None
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike, params: SketchParams) -> EmbeddedBackend:
+        """``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``, creating ``JOBDIR`` as Scrapy does; none
+        without ``JOBDIR``) and ``NEARDUP_RESET``."""
+        state_dir = read_str(settings, "NEARDUP_STATE_DIR") or job_state_dir(settings, JOBDIR_SUBDIR)
+        reset = read_bool(settings, "NEARDUP_RESET", False)
+        return cls(params.num_perm, params.min_shared, params.tag, state_dir=state_dir, reset=reset)
+
+    def stats(self) -> Mapping[str, int]:
+        return dict(self.open_stats)
+
+    async def open(self) -> None:
+        self.load()
+
+    def load(self) -> None:
+        """Lock the state directory, load the snapshot, replay the journal and open it for appending.
+
+        Nothing is written when this raises: damaged state is left as it was found.
+
+        Raises:
+            StateError: the state is damaged, made with other parameters, or in use by another process.
+        """
+        if self.state_dir is None:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock()
+        try:
+            self._remove_temporary_files()
+            if self.reset:
+                self._discard()
+            else:
+                self._recover()
+            self._open_journal()
+        except BaseException:
+            self._release()
+            raise
+
+    async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        match = self.index.check_and_add(key, sketch)
+        if match is None and self.journal is not None and self.journal.is_open:
+            self.journal.append(key, sketch)
+        return match
+
+    async def close(self) -> None:
+        self.save()
+
+    def save(self) -> None:
+        """Write the snapshot atomically, start an empty journal, release the state directory.
+
+        A no-op without a state directory, or when the backend is not open.
+        """
+        if self.state_path is None or self.journal is None or not self.journal.is_open:
+            return
+        try:
+            self._checkpoint()
+            logger.info("saved %d kept sketches to %s", len(self.index), self.state_path)
+        finally:
+            self._release()
+
+    # -- opening ---------------------------------------------------------------------------------------------
+
+    def _remove_temporary_files(self) -> None:
+        """Temporary files of a save interrupted by a crash (never renamed into place, so never used)."""
+        assert self.state_dir is not None
+        for name in (STATE_FILE, JOURNAL_FILE):
+            for tmp in self.state_dir.glob(f"{name}.*.tmp"):
+                logger.debug("removing %s, left by an interrupted save", tmp)
+                tmp.unlink(missing_ok=True)
+
+    def _discard(self) -> None:
+        for path in (self.state_path, self.journal_path):
+            assert path is not None
+            if path.exists():
+                logger.info("discarding near-duplicate state %s (reset)", path)
+                path.unlink()
+
+    def _recover(self) -> None:
+        """Snapshot plus journal into ``self.index``; compacts them when the journal held anything new."""
+        assert self.state_path is not None and self.journal_path is not None and self.journal is not None
+        index = SketchIndex(self.num_perm, self.min_shared, self.tag)
+        if self.state_path.exists():
+            try:
+                index = SketchIndex.load(self.state_path, self.num_perm, self.min_shared, self.tag)
+            except StateError as exc:
+                if "reset" in str(exc):
+                    raise
+                raise StateError(f"{exc}; use another state directory or reset it (NEARDUP_RESET=True)") from exc
+            logger.info("loaded %d kept sketches from %s", len(index), self.state_path)
+            self._count("state_loaded", len(index))
+        if not self.journal_path.exists():
+            self.index = index
+            return
+        replay = self.journal.replay(index)
+        # Only now, with the whole journal read and checked, does the recovered index replace the empty one.
+        self.index = index
+        if replay.torn:
+            self._count("journal_torn", 1)
+            self._count("journal_torn_bytes", replay.torn)
+            logger.warning(
+                "near-duplicate journal %s ends with a torn record (%d bytes: the page in flight when the "
+                "process died); ignored", self.journal_path, replay.torn,
+            )
+        if replay.replayed:
+            self._count("journal_replayed", replay.replayed)
+            logger.info("replayed %d kept sketches from %s", replay.replayed, self.journal_path)
+            # Compact now, so that a crash later in this run replays only this run's pages.
+            self.index.save(self.state_path)
+        if replay.replayed or replay.torn or replay.base + replay.records != len(index):
+            # A new journal continuing the current snapshot: new records must follow intact ones only, and
+            # a journal that stopped short of the snapshot cannot be continued.
+            self.journal.write_new(len(self.index))
+
+    def _open_journal(self) -> None:
+        """Open the journal for appending, creating it (with an fsynced header) when there is none."""
+        assert self.journal is not None
+        if not self.journal.path.exists():
+            self.journal.write_new(len(self.index))
+        self.journal.open_for_append()
+
+    def _checkpoint(self) -> None:
+        """Snapshot first, then an empty journal: a crash in between leaves a journal the snapshot covers."""
+        assert self.state_path is not None and self.journal is not None
+        self.index.save(self.state_path)
+        self.journal.write_new(len(self.index))
+
+    # -- the lock --------------------------------------------------------------------------------------------
+
+    def _lock(self) -> None:
+        assert self.state_dir is not None
+        try:
+            self._lock_fd = lock_directory(self.state_dir)
+        except DirectoryLocked as exc:
+            raise StateError(
+                f"near-duplicate state directory {self.state_dir} is in use by another crawl; two crawls "
+                "cannot share one (give each its own JOBDIR or NEARDUP_STATE_DIR)"
+            ) from exc
+
+    def _release(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    def _count(self, name: str, value: int) -> None:
+        if value:
+            self.open_stats[name] = self.open_stats.get(name, 0) + value
+
+
+__all__ = ["JOBDIR_SUBDIR", "JOURNAL_FILE", "STATE_FILE", "EmbeddedBackend", "StateError"]

@@ -1,0 +1,280 @@
+"""The journal of the embedded store: every page kept since the last snapshot, one record per page.
+
+The embedded store (:mod:`scrapy_neardup.core.embedded`) appends a record the moment ``check_and_add`` keeps a
+page, so that a crawl killed with ``kill -9`` (or an out-of-memory kill, or a crash) still knows, when resumed,
+every page it kept and passed on.
+
+Journal format (all integers little-endian)::
+
+    header   b"NDUPJRNL" | u32 format (1) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON
+             {"tag": ..., "num_perm": k, "min_shared": t, "base": B}
+    record   u32 size | u32 crc32(size) | u32 crc32(payload) | payload: size bytes
+             payload = u64 fingerprint | k x u32 signature | key (UTF-8, lone surrogates kept)
+
+``base`` is the number of pages in the snapshot the journal continues: record ``i`` is the index's page
+``base + i``. A record costs one ``write(2)`` of ``12 + 8 + 4k + len(key)`` bytes (about 600 bytes for k = 128).
+
+A record is handed to the kernel (an unbuffered ``write(2)``) before :meth:`Journal.append` returns; it is not
+fsynced (see :mod:`scrapy_neardup.core.embedded` for why). A new journal's header is written atomically and
+fsynced. A torn last record (the one in flight when the process died: incomplete, or failing a checksum with
+nothing but zero bytes after it, i.e. blocks allocated but never written after a power loss) is reported by
+:meth:`Journal.replay` and ignored; a damaged record *before* the end, a damaged header, a journal made with
+other parameters, or one continuing another snapshot raise :class:`~scrapy_neardup.core.index.StateError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from .backend import BackendError
+from .index import SketchIndex, StateError
+from .sketch import Sketch
+from .storage import write_atomically
+
+logger = logging.getLogger(__name__)
+
+JOURNAL_MAGIC = b"NDUPJRNL"
+JOURNAL_FORMAT = 1
+
+_HEADER = struct.Struct("<8sIII")  # magic, format, params length, crc32(params)
+_RECORD = struct.Struct("<III")  # payload size, crc32(size), crc32(payload)
+_SIZE = struct.Struct("<I")
+_FINGERPRINT = struct.Struct("<Q")
+
+
+class JournalWriteError(StateError, BackendError):
+    """A record could not be appended (e.g. a full disk): the page is kept for this run but would be forgotten
+    after a crash. A :class:`BackendError`, so the pipeline passes the item through unchecked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """What :meth:`Journal.replay` found: the ``base`` in the header, the intact ``records`` read, how many
+    were ``replayed`` (added to the index), and the bytes of a ``torn`` tail (0: none)."""
+
+    base: int
+    records: int
+    replayed: int
+    torn: int
+
+
+class Journal:
+    """One journal file (see the module doc for the format).
+
+    Args:
+        path: the journal file.
+        num_perm, min_shared, tag: the store's parameters; a journal made with others is refused.
+        snapshot: the snapshot file the journal continues, for error messages.
+    """
+
+    def __init__(self, path: Path, num_perm: int, min_shared: int, tag: str, snapshot: Path) -> None:
+        self.path = path
+        self.num_perm = num_perm
+        self.min_shared = min_shared
+        self.tag = tag
+        self.snapshot = snapshot
+        self._file: IO[bytes] | None = None
+        self._end = 0
+
+    @property
+    def is_open(self) -> bool:
+        return self._file is not None
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def replay(self, index: SketchIndex) -> Replay:
+        """Add the journal's records that ``index`` (the snapshot) lacks.
+
+        Records ``base + i`` at or beyond the snapshot's size are added; earlier ones must already be in the
+        snapshot (a crash between writing the snapshot and starting a new journal) and are checked there.
+
+        Raises:
+            StateError: the journal is damaged before its end, made with other parameters, or continues
+                another snapshot.
+        """
+        path = self.path
+        snapshot_size = len(index)
+        try:
+            with open(path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size < _HEADER.size:
+                    raise StateError(
+                        f"near-duplicate journal {path} is damaged: {size} bytes, shorter than its header"
+                    )
+                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    base, offset = self._parse_header(data)
+                    if base > snapshot_size:
+                        found = f"a snapshot of {snapshot_size} sketches" if snapshot_size else "no snapshot"
+                        raise StateError(
+                            f"near-duplicate journal {path} continues a snapshot of {base} sketches, but "
+                            f"{self.snapshot.parent} holds {found}: the snapshot was replaced or deleted; use "
+                            "another state directory or reset it (NEARDUP_RESET=True)"
+                        )
+                    records = replayed = 0
+                    while offset < size:
+                        record, length = self._parse_record(data, offset, records)
+                        if record is None:
+                            return Replay(base, records, replayed, size - offset)
+                        seq, (key, sketch) = base + records, record
+                        if seq >= snapshot_size:
+                            index.add(key, sketch)
+                            replayed += 1
+                        elif not any(m.key == key for m in index.query(sketch)):
+                            # Written before the snapshot that should now hold it (a crash between saving the
+                            # snapshot and starting a new journal): it must be there, or the snapshot is not
+                            # the one this journal continues.
+                            raise StateError(
+                                f"near-duplicate journal {path} does not belong to the snapshot "
+                                f"{self.snapshot}: its page {seq} ({key!r}) is not in the snapshot; use "
+                                "another state directory or reset it (NEARDUP_RESET=True)"
+                            )
+                        records += 1
+                        offset += length
+                    return Replay(base, records, replayed, 0)
+        except OSError as exc:
+            raise StateError(f"near-duplicate journal {path} is unreadable: {exc}") from exc
+
+    def _parse_header(self, data: mmap.mmap) -> tuple[int, int]:
+        """``(base, offset of the first record)``."""
+        path = self.path
+        magic, version, length, crc = _HEADER.unpack_from(data)
+        if magic != JOURNAL_MAGIC:
+            raise StateError(f"{path} is not a scrapy-neardup journal (or its header is damaged)")
+        if version != JOURNAL_FORMAT:
+            raise StateError(f"{path} is a journal of format {version}; this version reads format {JOURNAL_FORMAT}")
+        raw = data[_HEADER.size : _HEADER.size + length]
+        if len(raw) != length or zlib.crc32(raw) != crc:
+            raise StateError(f"near-duplicate journal {path} is damaged: header checksum mismatch")
+        try:
+            params = json.loads(raw)
+            saved = (params["tag"], params["num_perm"], params["min_shared"])
+            base = params["base"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"near-duplicate journal {path} is damaged: unreadable header ({exc})") from exc
+        if saved != (self.tag, self.num_perm, self.min_shared):
+            raise StateError(
+                f"{path} was made with tag={saved[0]} num_perm={saved[1]} min_shared={saved[2]}, but this run uses "
+                f"tag={self.tag} num_perm={self.num_perm} min_shared={self.min_shared}; use another state "
+                "directory or reset it (NEARDUP_RESET=True)"
+            )
+        if not isinstance(base, int) or base < 0:
+            raise StateError(f"near-duplicate journal {path} is damaged: base {base!r}")
+        return base, _HEADER.size + length
+
+    def _parse_record(self, data: mmap.mmap, offset: int, number: int) -> tuple[tuple[str, Sketch] | None, int]:
+        """The record at ``offset`` and its length; ``(None, 0)`` when the rest of the file is a torn tail.
+
+        A torn tail is what a write cut short leaves: a last record that is incomplete, or that fails a check
+        where nothing but zero bytes follows (blocks allocated but never written, after a power loss). A
+        record failing a check with data after it is damage.
+        """
+        end = len(data)
+        if end - offset < _RECORD.size:
+            return None, 0
+        size, size_crc, crc = _RECORD.unpack_from(data, offset)
+        min_size = _FINGERPRINT.size + 4 * self.num_perm
+        if size_crc != zlib.crc32(data[offset : offset + _SIZE.size]) or size < min_size:
+            if _zero_tail(data) < offset + _RECORD.size:  # the header itself runs into unwritten blocks
+                return None, 0
+            raise self._damaged(offset, number, "record header checksum mismatch")
+        stop = offset + _RECORD.size + size
+        if stop > end:
+            return None, 0
+        payload = data[offset + _RECORD.size : stop]
+        if zlib.crc32(payload) != crc:
+            if _zero_tail(data) <= stop:  # nothing but unwritten blocks after it: the last record
+                return None, 0
+            raise self._damaged(offset, number, "record checksum mismatch")
+        (fingerprint,) = _FINGERPRINT.unpack_from(payload)
+        signature = np.frombuffer(payload, dtype="<u4", count=self.num_perm, offset=_FINGERPRINT.size)
+        key = payload[min_size:].decode("utf-8", errors="surrogatepass")
+        # The shingle count is not journaled: only non-empty sketches are kept, and the index needs no more.
+        sketch = Sketch(signature.astype(np.uint32), fingerprint, self.tag, num_shingles=1)
+        return (key, sketch), stop - offset
+
+    def _damaged(self, offset: int, number: int, what: str) -> StateError:
+        return StateError(
+            f"near-duplicate journal {self.path} is damaged at byte {offset} (record {number}, not the "
+            f"last one): {what}; use another state directory or reset it (NEARDUP_RESET=True)"
+        )
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def open_for_append(self) -> None:
+        """Open the journal for appending (the file must exist: see :meth:`write_new`)."""
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
+        self._end = self._file.seek(0, os.SEEK_END)
+
+    def write_new(self, base: int) -> None:
+        """Atomically replace the journal by an empty one continuing a snapshot of ``base`` pages."""
+        params = json.dumps(
+            {"tag": self.tag, "num_perm": self.num_perm, "min_shared": self.min_shared, "base": base}
+        ).encode()
+        header = _HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT, len(params), zlib.crc32(params)) + params
+        write_atomically(self.path, header)
+
+    def append(self, key: str, sketch: Sketch) -> None:
+        """One record, handed to the kernel before returning (not fsynced: see the module doc).
+
+        Raises:
+            JournalWriteError: the write failed; a partial record is cut off, so later records still follow
+                intact ones.
+        """
+        journal = self._file
+        assert journal is not None
+        payload = b"".join((
+            _FINGERPRINT.pack(sketch.fingerprint),
+            np.asarray(sketch.signature, dtype="<u4").tobytes(),
+            key.encode("utf-8", errors="surrogatepass"),
+        ))
+        size = _SIZE.pack(len(payload))
+        record = b"".join((size, _SIZE.pack(zlib.crc32(size)), _SIZE.pack(zlib.crc32(payload)), payload))
+        try:
+            written = 0
+            while written < len(record):  # a regular file writes everything, short of a full disk
+                count = journal.write(record[written:])
+                if not count:
+                    raise OSError(errno.EIO, "the write made no progress")
+                written += count
+        except OSError as exc:
+            try:
+                os.ftruncate(journal.fileno(), self._end)
+            except OSError:
+                logger.exception("could not cut a partial record off %s", self.path)
+            raise JournalWriteError(
+                f"could not append to the near-duplicate journal {self.path}: {exc}; {key!r} is kept "
+                "for this run but would be forgotten after a crash"
+            ) from exc
+        self._end += len(record)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _zero_tail(data: mmap.mmap) -> int:
+    """Where the run of zero bytes that ends ``data`` starts (``len(data)`` when it ends otherwise)."""
+    chunk = 1 << 20
+    end = len(data)
+    while end > 0:
+        start = max(0, end - chunk)
+        piece = data[start:end].rstrip(b"\0")
+        if piece:
+            return start + len(piece)
+        end = start
+    return 0
+
+
+__all__ = ["JOURNAL_FORMAT", "JOURNAL_MAGIC", "Journal", "JournalWriteError", "Replay"]

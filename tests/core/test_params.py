@@ -1,0 +1,56 @@
+"""One parameter object, validated once; one backend protocol with a batch call and a decision type."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from scrapy_neardup import Sketcher
+from scrapy_neardup.core.backend import Backend, Decision
+from scrapy_neardup.core.embedded import EmbeddedBackend
+from scrapy_neardup.core.params import ParameterError, SketchParams
+
+
+def test_defaults_and_derived_t() -> None:
+    params = SketchParams.create()
+    assert (params.num_perm, params.min_shared, params.threshold, params.width, params.seed) == (128, 107, 0.9, 5, 1)
+    assert params.tag == Sketcher().tag == "mh2-k128-word5-s1"
+    assert SketchParams.create(threshold=0.5, min_shared=100).threshold is None  # explicit t wins
+    assert Sketcher.from_params(SketchParams.create(shingle="char", shingle_size=4, seed=7)).tag == "mh2-k128-char4-s7"
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"num_perm": 0}, "num_perm"), ({"num_perm": 1025}, "num_perm"), ({"num_perm": True}, "num_perm"),
+        ({"min_shared": 0}, "min_shared"), ({"num_perm": 16, "min_shared": 17}, "min_shared"),
+        ({"threshold": 0}, "threshold"), ({"threshold": 1.01}, "threshold"), ({"threshold": 0.01}, "threshold"),
+        ({"shingle": "sentence"}, "shingle"), ({"shingle_size": 0}, "shingle_size"),
+        ({"seed": -1}, "seed"), ({"seed": 2**64}, "seed"),
+    ],
+)
+def test_each_wrong_value_names_its_field_under_every_entry_points_names(values: dict, field: str) -> None:
+    with pytest.raises(ParameterError) as info:
+        SketchParams.create(**values)
+    error = info.value
+    assert error.field == field and str(error).startswith(f"{field}=")
+    settings_names = {name: f"NEARDUP_{name.upper()}" for name in ("num_perm", "min_shared", "threshold", "shingle",
+                                                                     "shingle_size", "seed")}
+    assert error.render(settings_names).startswith(f"NEARDUP_{field.upper()}=")
+    assert "{" not in error.render(settings_names)
+    # The Sketcher applies the same rule to the parameters it takes.
+    if field in ("num_perm", "shingle", "shingle_size", "seed"):
+        with pytest.raises(ParameterError, match=field):
+            Sketcher(**values)
+
+
+def test_default_batch_call_loops_over_check_and_add() -> None:
+    sketcher = Sketcher()
+    a, b, c = sketcher.sketch_many(["one two three four five six seven"] * 2 + ["eight nine ten eleven twelve x"])
+    store = EmbeddedBackend(128, 107, sketcher.tag)
+    assert isinstance(store, Backend) and store.never_suspends
+    decisions = asyncio.run(store.check_and_add_many([("a", a), ("b", b), ("c", c)]))
+    assert [d.outcome for d in decisions] == ["kept", "duplicate", "kept"]
+    assert decisions[1].match is not None and decisions[1].match.key == "a" and decisions[1].is_duplicate
+    assert Decision.of(None) == Decision.kept() and Decision.revisit(changed=True).changed

@@ -1,0 +1,40 @@
+"""The Scrapy add-on: ``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}`` alone enables the pipeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from neardup_testkit import check_kinds_outcome, kinds_site
+from scrapy.settings import Settings
+from scrapy.utils.misc import load_object
+
+import scrapy_neardup
+from scrapy_neardup.crawl.addon import PIPELINE_PRIORITY, NearDuplicateAddon
+from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline
+
+ADDON = "scrapy_neardup.NearDuplicateAddon"
+
+
+def test_addon_alone_drops_near_duplicates_in_a_real_crawl(run_crawl: Any, serve_kinds_site: Any) -> None:
+    site = kinds_site()
+    server = serve_kinds_site(site)
+    # No ITEM_PIPELINES entry: the add-on is the only thing that enables the pipeline.
+    result = run_crawl(settings={"ITEM_PIPELINES": {}, "ADDONS": {ADDON: 0}}, spider={"start_url": server.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    check_kinds_outcome(result, site, server)
+    assert result.stat("neardup/dropped") == len(result.dropped) > 0
+    assert "Enabled addons:" in result.log and "NearDuplicateAddon" in result.log
+
+
+def test_addon_keeps_a_users_own_pipeline_entry() -> None:
+    assert load_object(ADDON) is NearDuplicateAddon is scrapy_neardup.NearDuplicateAddon
+    fresh = Settings({"ITEM_PIPELINES": {"scrapy.pipelines.files.FilesPipeline": 800}})
+    NearDuplicateAddon().update_settings(fresh)
+    assert fresh.getdict("ITEM_PIPELINES") == {"scrapy.pipelines.files.FilesPipeline": 800, NearDuplicatePipeline: 300}
+    assert PIPELINE_PRIORITY == 300
+    # Listed already (under any import path): its priority stands and it is not added twice.
+    for listed in ("scrapy_neardup.NearDuplicatePipeline", "scrapy_neardup.crawl.pipeline.NearDuplicatePipeline",
+                   NearDuplicatePipeline):
+        own = Settings({"ITEM_PIPELINES": {listed: 120}})
+        NearDuplicateAddon().update_settings(own)
+        assert own.getdict("ITEM_PIPELINES") == {listed: 120}
