@@ -21,6 +21,7 @@ from .core.sketch import IncompatibleSketches, Sketch, Sketcher, jaccard
 from .core.theory import choose_parameters, curve, flag_probability, min_shared_for
 
 if TYPE_CHECKING:
+    from .crawl.addon import NearDuplicateAddon
     from .crawl.pipeline import NearDuplicatePipeline
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "DedupeStats",
     "IncompatibleSketches",
     "Match",
+    "NearDuplicateAddon",
     "NearDuplicatePipeline",
     "Sketch",
     "SketchIndex",
@@ -51,4 +53,8 @@ def __getattr__(name: str) -> Any:
         from .crawl.pipeline import NearDuplicatePipeline
 
         return NearDuplicatePipeline
+    if name == "NearDuplicateAddon":
+        from .crawl.addon import NearDuplicateAddon
+
+        return NearDuplicateAddon
     raise AttributeError(f"module 'scrapy_neardup' has no attribute {name!r}")
