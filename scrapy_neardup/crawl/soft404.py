@@ -44,6 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 from scrapy import Request
 from scrapy.exceptions import DropItem, NotConfigured
 from scrapy.http import TextResponse
+from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
@@ -135,7 +136,7 @@ class Soft404Middleware:
     # -- requests: start the probes --------------------------------------------------------------------------
 
     def process_request(self, request: Request, spider: Any = None) -> None:
-        if request.meta.get(PROBE_META):
+        if _internal(request):
             return
         host = host_of(request.url)
         if host is None:
@@ -200,7 +201,8 @@ class Soft404Middleware:
     # -- responses: hold them until the host's probes answered, then judge them ------------------------------
 
     async def process_response(self, request: Request, response: Response, spider: Any = None) -> Response:
-        if request.meta.get(PROBE_META):
+        if _internal(request):
+            # Never hold robots.txt: the host's probes themselves wait for it (RobotsTxtMiddleware).
             return response
         host = host_of(response.url)
         if host is None:
@@ -232,6 +234,11 @@ class Soft404Middleware:
     def _inc(self, name: str, count: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value("neardup/" + name, count)
+
+
+def _internal(request: Request) -> bool:
+    """A probe, or a download no spider callback will see (robots.txt, media pipelines: ``NO_CALLBACK``)."""
+    return bool(request.meta.get(PROBE_META)) or request.callback is NO_CALLBACK
 
 
 def _call_later(delay: float, func: Any) -> Any:

@@ -76,13 +76,17 @@ def hosts() -> Iterator[Hosts]:
     fallbacks = {"fallback": Page(html_page("Page not found", NOT_FOUND.split(), nav=NAV)),
                  "section_fallbacks": {"/news/": Page(html_page("Story not found", STORY_NOT_FOUND.split(), nav=NAV))}}
     partial_pages = {f"/copies/{i}.html": _article(i, "Partner reprints") for i in range(PARTIAL_COPIES)}
-    partial_pages |= {f"/own/{i}.html": Page(html_page(f"Own {i}", article_words(5000 + i))) for i in range(PARTIAL_OWN)}
+    partial_pages |= {f"/own/{i}.html": Page(html_page(f"Own {i}", article_words(5000 + i)))
+                      for i in range(PARTIAL_OWN)}
     partial_pages["/"] = Page(html_page("Partner home", article_words(4999, 80), links=list(partial_pages)))
     distinct_pages = {f"/p/{i}.html": Page(html_page(f"Distinct {i}", article_words(6000 + i)))
                       for i in range(DISTINCT_PAGES)}
     distinct_pages["/"] = Page(html_page("Distinct home", article_words(5999, 80), links=list(distinct_pages)))
+    # Probes obey robots.txt: this host forbids them (and answers 404 anyway).
+    robots = {"/robots.txt": Page("User-agent: *\nDisallow: /neardup-probe-\nDisallow: /p/neardup-probe-\n",
+                                  content_type="text/plain")}
     partial = SiteServer(partial_pages, host="127.0.0.3").start()
-    distinct = SiteServer(distinct_pages, host="127.0.0.4").start()
+    distinct = SiteServer(distinct_pages | robots, host="127.0.0.4").start()
     # Mirror and original link to the other hosts' home pages; the crawl starts at the original, seen first.
     mirror_pages = _site("Mirror hosted by Example Mirror Network", soft_404_paths=soft_404, links=[])
     mirror = SiteServer(mirror_pages, host="127.0.0.2", **fallbacks).start()  # type: ignore[arg-type]
@@ -93,7 +97,7 @@ def hosts() -> Iterator[Hosts]:
     for i in range(PARTIAL_COPIES):
         contents[i].add(f"{partial.url}/copies/{i}.html")  # mirror_pages starts with /news/0.html ...
     contents += [{partial.url + p} for p in partial_pages if not p.startswith("/copies/")]
-    contents += [{distinct.url + p} for p in distinct_pages]
+    contents += [{distinct.url + p} for p in distinct_pages if p != "/robots.txt"]
     found = Hosts(original, mirror, partial, distinct, soft_404, contents)
     yield found
     for server in found.servers:
@@ -105,7 +109,11 @@ def crawl_settings(tmp_path: Path, **extra: Any) -> dict[str, Any]:
         "ADDONS": ADDON, "NEARDUP_MIRROR_MIN_PAGES": MIN_PAGES, "NEARDUP_STATE_DIR": str(tmp_path / "state"),
         # Two requests at a time per host, a few ms apart: the pipeline keeps pace with the downloads, so the
         # mirror is recognized while most of its pages are still to be fetched (as on a real, slower site).
-        "CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0.01, "LOG_LEVEL": "DEBUG", **extra,
+        # Breadth-first (as the example project crawls): the original's articles, one link from the start,
+        # are reached before the mirror's, two links away.
+        "DEPTH_PRIORITY": 1, "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0.01, "LOG_LEVEL": "DEBUG", "ROBOTSTXT_OBEY": True,
+        **extra,
     }
 
 
@@ -121,14 +129,17 @@ def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
     probe_items = [u for u in [*kept, *drops] if "neardup-probe-" in u]
     assert probe_items == []
     probes = {s.url: [p for p in s.requests if "neardup-probe-" in p] for s in hosts.servers}
-    for server in hosts.servers:
+    # Forbidden by robots.txt: never sent, counted as failed; no page waited for the full timeout.
+    assert probes[hosts.distinct.url] == [] and result.stat("neardup/soft404_probes_failed") == 2
+    assert result.stat("neardup/soft404_wait_timeouts") == 0
+    for server in hosts.servers[:3]:
         # One probe for "/", one per first path segment a page was fetched under, three at most.
         segments = {p.split("/")[1] for p in server.requests if p.count("/") >= 2 and "neardup-probe-" not in p}
         assert len(probes[server.url]) == min(3, 1 + len(segments)), (server.url, probes, segments)
-    assert result.stat("neardup/soft404_probes") == sum(len(p) for p in probes.values())
+    assert result.stat("neardup/soft404_probes") == sum(len(p) for p in probes.values()) + 2
     with_template = len(probes[hosts.original.url]) + len(probes[hosts.mirror.url])
     assert result.stat("neardup/soft404_templates") == with_template  # every probe of original and mirror
-    assert result.stat("neardup/soft404_probes_404") == len(probes[hosts.partial.url]) + len(probes[hosts.distinct.url])
+    assert result.stat("neardup/soft404_probes_404") == len(probes[hosts.partial.url])
 
     # No soft 404 kept; every one fetched was dropped as such (both URL patterns), without naming a kept page.
     soft_404_urls = {s.url + p for s in (hosts.original, hosts.mirror) for p in hosts.soft_404_paths}
@@ -143,21 +154,21 @@ def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
     for content in hosts.contents:
         assert len(content & kept) == 1, content
     assert len(kept) == len(hosts.contents)
-    assert set(hosts.partial.requests) - {"/robots.txt"} >= set(hosts.partial.pages)
+    assert set(hosts.partial.requests) >= set(hosts.partial.pages)
     for url, drop in drops.items():
         if drop["reason"] == "NearDuplicateDropped":
             assert drop["duplicate_of"] in kept, url
 
     # The mirror: recognized, one INFO line, its remaining requests skipped before download.
     skipped = result.stat("neardup/mirror_requests_skipped")
-    fetched = [p for p in hosts.mirror.requests if "neardup-probe-" not in p]
+    fetched = [p for p in hosts.mirror.requests if "neardup-probe-" not in p and p != "/robots.txt"]
     line = re.search(rf"INFO: host {hosts.mirror.url}:?\d* mirrors host {hosts.original.url}:?\d*: (\d+) of (\d+) "
                      r"pages are copies; skipping its requests", result.log)
     assert line is not None, result.log[-3000:]
     copies, checked = int(line.group(1)), int(line.group(2))
     assert checked >= MIN_PAGES and copies >= 0.9 * checked
     assert result.log.count("pages are copies; skipping its requests") == 1  # the partial mirror is not skipped
-    assert skipped > 0
+    assert skipped >= len(hosts.mirror.pages) // 2, skipped  # most of the mirror was never downloaded
     assert len(fetched) + skipped == len(hosts.mirror.pages) + len(hosts.soft_404_paths)
     assert result.stat("neardup/mirror_hosts") == 1
 
