@@ -19,6 +19,10 @@ SPIDER_MODULES = ["neardup_demo.spiders"]
 NEWSPIDER_MODULE = "neardup_demo.spiders"
 
 ROBOTSTXT_OBEY = True
+# Polite crawling, as Scrapy's project template suggests: one request at a time per host, a short pause
+# between them. It also lets the crawl notice the mirror host while most of its pages are still unfetched.
+CONCURRENT_REQUESTS_PER_DOMAIN = 1
+DOWNLOAD_DELAY = 0.05
 FEED_EXPORT_ENCODING = "utf-8"
 
 # First seen is kept. Crawling breadth-first reaches the pages linked from the home page (the canonical
