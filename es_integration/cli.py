@@ -308,12 +308,14 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _index_job(args: argparse.Namespace, client: Any) -> int:
     from es_integration.indexing import index_records
+    from es_integration.mapping import require_tag
     from es_integration.names import validate_field_name
     from scrapy_neardup.cli.jsonl import open_input
 
     validate_field_name(args.id_field)
     validate_field_name(args.text_field)
     sketcher = _job_sketcher(args)
+    require_tag(client, args.index, sketcher.tag)  # one kind of sketch per index: never overwrite silently
     with open_input(args.input) as (lines, _size), _progress(args, "index") as bar:
         stats = index_records(
             client, args.index, _json_records(lines), sketcher, id_field=args.id_field,
@@ -387,6 +389,9 @@ def _add_groups(commands: Any) -> None:
                    help="representative: first indexed (default), shortest URL, or highest --value-field")
     p.add_argument("--url-field", default="url", help="URL field for --keep shortest-url (default: url)")
     p.add_argument("--value-field", help="numeric field for --keep highest")
+    p.add_argument("--ignore-other-tags", action="store_true",
+                   help="group the documents sketched with these parameters even when the index also holds "
+                   "documents sketched with others (refused by default, naming both tags)")
     _connection_options(p)
     _sketch_options(p, threshold=True)
     p.set_defaults(func=cmd_groups)
@@ -402,6 +407,7 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
 
     from es_integration.client import EsError
     from es_integration.groups import KeepRule, assign_groups, find_groups
+    from es_integration.mapping import require_tag
 
     if args.keep == "highest" and not args.value_field:
         raise EsError("--keep highest needs --value-field")
@@ -409,6 +415,8 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
     keep = KeepRule(args.keep, field)
     sketcher = _job_sketcher(args)
     t = _job_min_shared(args)
+    if not args.ignore_other_tags:
+        require_tag(client, args.index, sketcher.tag)  # documents with other tags would be ignored silently
     with _progress(args, "groups") as bar:
         report = find_groups(
             client, args.index, sketcher.tag, t, keep=keep, progress=bar.update,

@@ -53,7 +53,6 @@ from .mapping import (
     F_TAG,
     KEPT,
     ROOT,
-    require_tag,
     signatures_from_token_lists,
 )
 from .names import validate_field_name, validate_index_name
@@ -181,8 +180,8 @@ def find_groups(
     """Broder's clustering of the documents of ``index`` sketched with ``tag`` (see the module doc).
 
     Args:
-        tag: the sketch parameter tag (``Sketcher.tag``); it names ``k`` (``"mh2-k128-..."``). An index
-            holding other tags is refused (:class:`~es_integration.mapping.TagMismatch`).
+        tag: the sketch parameter tag (``Sketcher.tag``); it names ``k`` (``"mh2-k128-..."``). Documents
+            with other tags are ignored (``neardup es groups`` refuses such an index instead, naming both tags).
         min_shared: ``t``: documents sharing ``>= t`` of their ``k`` positions are linked; a pair of pages at
             resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``.
         keep: the representative rule (default: first indexed).
@@ -192,7 +191,6 @@ def find_groups(
         total: called once with the number of documents to sweep.
     """
     validate_index_name(index)
-    require_tag(client, index, tag)
     keep = keep or KeepRule()
     num_perm = num_perm_of(tag)
     started = time.perf_counter()

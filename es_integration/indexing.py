@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_neardup.core.sketch import Sketcher
 
-from .mapping import F_TAG, KEPT, ROOT, ensure_index, require_tag, sketch_fields
+from .mapping import F_TAG, KEPT, ROOT, ensure_index, sketch_fields
 from .names import validate_field_name, validate_index_name
 from .sweep import point_in_time, sweep
 
@@ -198,8 +198,6 @@ def index_records(
     validate_index_name(index)
     validate_field_name(id_field)
     validate_field_name(text_field)
-    if sketcher is not None:
-        require_tag(client, index, sketcher.tag)
     if create_index:
         ensure_index(client, index)
     stats = IndexStats()

@@ -6,7 +6,10 @@
 The demo site (``demo_site/``, static HTML) is a small newspaper with five articles and, for some of them, a
 mirror (another header and navigation), a printer-friendly version, a lightly edited copy, and a copy
 syndicated by a partner with a copyright notice; unknown URLs get a "page not found" template with status 200
-(soft 404s). The crawl uses this project's settings (``neardup_demo/settings.py``), so environment variables
+(soft 404s), and unknown URLs under ``/news/`` a "story not found" one. The whole site is also served on a
+second port, a mirror host linked from the About page: once enough of its pages proved to be copies, its
+remaining requests are skipped, and the report says how many. The crawl uses this project's settings
+(``neardup_demo/settings.py``), so environment variables
 such as ``NEARDUP_BACKEND=elasticsearch NEARDUP_ES_URL=...`` or ``NEARDUP_ACTION=mark`` apply.
 
 Options: ``--serve`` only serves the site (until Ctrl-C) so that you can run ``scrapy crawl demo`` yourself;
@@ -16,8 +19,10 @@ Options: ``--serve`` only serves the site (until Ctrl-C) so that you can run ``s
 from __future__ import annotations
 
 import argparse
+import logging
 import mimetypes
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -29,6 +34,8 @@ from urllib.parse import unquote, urlsplit
 PROJECT_DIR = Path(__file__).resolve().parent
 SITE_DIR = PROJECT_DIR / "demo_site"
 SOFT_404_PAGE = "404.html"
+#: Placeholder in the site's links, replaced by the mirror host's ``127.0.0.1:port`` when served.
+MIRROR_PLACEHOLDER = b"MIRROR-HOST"
 SPIDER = "demo"
 
 
@@ -36,8 +43,11 @@ SPIDER = "demo"
 
 
 class DemoSiteHandler(BaseHTTPRequestHandler):
-    """Static files from ``demo_site/``; any unknown path gets the "page not found" page with status 200,
-    as misconfigured sites do (a soft 404)."""
+    """Static files from ``demo_site/``; any unknown path gets the "page not found" page of its section
+    (``<section>/404.html``, else ``/404.html``) with status 200, as misconfigured sites do (a soft 404)."""
+
+    #: ``127.0.0.1:port`` of the mirror host, put in place of MIRROR_PLACEHOLDER in the pages.
+    mirror_host = b""
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         self._respond(send_body=True)
@@ -47,7 +57,7 @@ class DemoSiteHandler(BaseHTTPRequestHandler):
 
     def _respond(self, send_body: bool) -> None:
         path = self._resolve(unquote(urlsplit(self.path).path))
-        data = path.read_bytes()
+        data = path.read_bytes().replace(MIRROR_PLACEHOLDER, self.mirror_host)
         content_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         if content_type.startswith("text/"):
             content_type += "; charset=utf-8"
@@ -67,7 +77,8 @@ class DemoSiteHandler(BaseHTTPRequestHandler):
         # Refuse anything outside the site directory (../ tricks) as well as unknown paths.
         if SITE_DIR.resolve() in candidate.parents and candidate.is_file():
             return candidate
-        return SITE_DIR / SOFT_404_PAGE
+        section = SITE_DIR / relative.split("/")[0] / SOFT_404_PAGE
+        return section if "/" in relative and section.is_file() else SITE_DIR / SOFT_404_PAGE
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet: the report is the output
@@ -85,6 +96,14 @@ def start_site(port: int = 0) -> ThreadingHTTPServer:
     return server
 
 
+def start_sites(port: int = 0) -> tuple[ThreadingHTTPServer, ThreadingHTTPServer]:
+    """The site and its mirror host: the same files on a second port of 127.0.0.1 (another host to a crawler,
+    which tells hosts by scheme, name and port), linked from the site's About page."""
+    site, mirror = start_site(port), start_site(0)
+    DemoSiteHandler.mirror_host = f"127.0.0.1:{mirror.server_port}".encode()
+    return site, mirror
+
+
 def site_url(server: ThreadingHTTPServer) -> str:
     return f"http://127.0.0.1:{server.server_port}/"
 
@@ -99,8 +118,18 @@ class CrawlReport:
     kept: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    mirrors: list[str] = field(default_factory=list)  # the mirror-host decisions, as logged
     failed: bool = False
     errors: list[str] = field(default_factory=list)
+
+
+class _Collect(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
 
 
 def crawl(start_url: str) -> CrawlReport:
@@ -126,16 +155,22 @@ def crawl(start_url: str) -> CrawlReport:
 
     def dropped(item: Any, exception: BaseException, **kwargs: Any) -> None:
         match = getattr(exception, "match", None)
+        soft404 = getattr(exception, "soft404", None)  # Soft404Dropped: no kept page, the probe it matches
         report.dropped.append({
             **dict(item),
             "duplicate_of": match.key if match else None,
-            "resemblance": match.resemblance if match else None,
+            "resemblance": match.resemblance if match else soft404.resemblance if soft404 else None,
             "exact": match.exact if match else False,
+            "soft404": soft404.probe_url if soft404 else None,
             "reason": str(exception),
         })
 
     crawler.signals.connect(scraped, signal=signals.item_scraped, weak=False)
     crawler.signals.connect(dropped, signal=signals.item_dropped, weak=False)
+    # The mirror decision is logged at INFO; the demo logs errors only, so collect that one logger's lines.
+    mirrors_log = logging.getLogger("scrapy_neardup.crawl.mirrors")
+    mirrors_log.setLevel(logging.INFO)
+    mirrors_log.addHandler(_Collect(report.mirrors))
     # Keep the crawl's outcome: a start-up failure (a wrong setting, an unreachable backend) is reported by
     # this script, in order, instead of being logged by Twisted whenever the failed Deferred is collected.
     outcome = process.crawl(crawler, start_url=start_url)
@@ -157,23 +192,37 @@ def render(report: CrawlReport, start_url: str) -> str:
     def short(url: str | None) -> str:
         return url[len(base):] or "/" if url and url.startswith(base) else str(url)
 
-    marked = [item for item in report.kept if item.get("neardup")]
+    def short_probe(url: str) -> str:  # the probe's random name is long; its section is what matters
+        return re.sub(r"neardup-probe-[0-9a-f]+", "neardup-probe-...", short(url))
+
+    marked = [item for item in report.kept if item.get("neardup") and "duplicate_of" in item["neardup"]]
+    soft404s = [(d["url"], d["soft404"], d["resemblance"]) for d in report.dropped if d.get("soft404")]
+    soft404s += [(m["url"], m["neardup"]["soft404"], m["neardup"]["resemblance"])
+                 for m in report.kept if m.get("neardup") and "soft404" in m["neardup"]]
+    dropped = [d for d in report.dropped if not d.get("soft404")]
     kept = [item for item in report.kept if not item.get("neardup")]
     lines = [f"Crawled the demo site at {start_url}", ""]
     lines.append(f"KEPT {len(kept)} pages:")
     for item in sorted(kept, key=lambda i: i["url"]):
         lines.append(f"  {short(item['url']):52} {item.get('title', '')}")
     duplicates = [
-        (d["url"], d["duplicate_of"], d["resemblance"], d["exact"]) for d in report.dropped
+        (d["url"], d["duplicate_of"], d["resemblance"], d["exact"]) for d in dropped
     ] + [
         (m["url"], m["neardup"]["duplicate_of"], m["neardup"]["resemblance"], m["neardup"]["exact"])
         for m in marked
     ]
-    verb = "MARKED" if marked and not report.dropped else "DROPPED"
+    verb = "MARKED" if marked and not dropped else "DROPPED"
     lines += ["", f"{verb} {len(duplicates)} near-duplicates (page -> the kept page it duplicates):"]
     for url, original, resemblance, exact in sorted(duplicates, key=lambda d: (str(d[1]), d[0])):
         note = "  (exact copy of the text)" if exact else ""
         lines.append(f"  {short(url):52} -> {short(original):42} resemblance {resemblance:.3f}{note}")
+    lines += ["", f"SOFT 404s {verb} {len(soft404s)} (page -> the probe URL whose \"not found\" answer it matches):"]
+    for url, probe, resemblance in sorted(soft404s):
+        lines.append(f"  {short(url):52} -> {short_probe(probe):42} resemblance {resemblance:.3f}")
+    skipped = int(report.stats.get("neardup/mirror_requests_skipped", 0))
+    requests = int(report.stats.get("downloader/request_count", 0))
+    lines += ["", f"MIRROR HOSTS: {skipped} requests saved, {requests} downloaded:"]
+    lines += [f"  {line}" for line in report.mirrors]
     lines += ["", "STATS:"]
     for name in sorted(report.stats):
         if name.startswith(("neardup/", "item_", "downloader/request_count", "finish_reason")):
@@ -186,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", action="store_true", help="only serve the demo site, until Ctrl-C")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free port)")
     args = parser.parse_args(argv)
-    server = start_site(args.port)
+    server, mirror = start_sites(args.port)
     url = site_url(server)
     try:
         if args.serve:
@@ -197,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        server.shutdown()
-        server.server_close()
+        for running in (server, mirror):
+            running.shutdown()
+            running.server_close()
     if report.failed or not (report.kept or report.dropped):
         print("The demo crawl failed:", *(report.errors or ["see the log above"]), sep="\n  ", file=sys.stderr)
         return 1

@@ -1,7 +1,8 @@
 """Settings of the scrapy-neardup example project.
 
-Only ITEM_PIPELINES is needed to enable near-duplicate filtering; every NEARDUP_* setting below shows its
-default and may be left out. Any of them can be overridden per run on the command line, e.g.
+Only ADDONS is needed to enable near-duplicate filtering, soft-404 probing and mirror-host skipping; every
+NEARDUP_* setting below shows its default (except NEARDUP_MIRROR_MIN_PAGES, lowered for this small site) and may
+be left out. Any of them can be overridden per run on the command line, e.g.
 ``scrapy crawl demo -a start_url=http://127.0.0.1:8000/ -s NEARDUP_ACTION=mark -O pages.jsonl``.
 
 Pointing the same project at Elasticsearch (several crawler processes sharing one store of kept pages):
@@ -18,6 +19,10 @@ SPIDER_MODULES = ["neardup_demo.spiders"]
 NEWSPIDER_MODULE = "neardup_demo.spiders"
 
 ROBOTSTXT_OBEY = True
+# Polite crawling, as Scrapy's project template suggests: one request at a time per host, a short pause
+# between them. It also lets the crawl notice the mirror host while most of its pages are still unfetched.
+CONCURRENT_REQUESTS_PER_DOMAIN = 1
+DOWNLOAD_DELAY = 0.05
 FEED_EXPORT_ENCODING = "utf-8"
 
 # First seen is kept. Crawling breadth-first reaches the pages linked from the home page (the canonical
@@ -28,7 +33,8 @@ SCHEDULER_MEMORY_QUEUE = "scrapy.squeues.FifoMemoryQueue"
 
 # -- near-duplicate filtering ---------------------------------------------------------------------------------
 
-ITEM_PIPELINES = {"scrapy_neardup.NearDuplicatePipeline": 300}
+# The add-on enables the pipeline (ITEM_PIPELINES, 300) and the soft-404 and mirror-host downloader middlewares.
+ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}
 
 # Set to False to switch the pipeline off without removing it.
 NEARDUP_ENABLED = True
@@ -75,6 +81,21 @@ NEARDUP_ES_API_KEY = os.environ.get("NEARDUP_ES_API_KEY")
 NEARDUP_ES_USERNAME = os.environ.get("NEARDUP_ES_USERNAME")
 NEARDUP_ES_PASSWORD = os.environ.get("NEARDUP_ES_PASSWORD")
 NEARDUP_ES_CA_CERTS = os.environ.get("NEARDUP_ES_CA_CERTS")          # path of the cluster's CA certificate
+
+# Soft 404s: each host is asked once for a URL that cannot exist (and once per first path segment, /news/...,
+# up to NEARDUP_SOFT404_PROBES_PER_HOST probes); a page that near-duplicates what it answered with status 200 is
+# dropped as Soft404Dropped, none of them kept. A page waits at most NEARDUP_SOFT404_TIMEOUT seconds for them.
+NEARDUP_SOFT404_ENABLED = True
+NEARDUP_SOFT404_PROBES_PER_HOST = 3
+NEARDUP_SOFT404_TIMEOUT = 30
+
+# Mirror hosts: once a host has NEARDUP_MIRROR_MIN_PAGES checked pages and NEARDUP_MIRROR_SHARE of them have a
+# near-duplicate on a host seen before it, its remaining requests are skipped before download. The price: its
+# pages not fetched yet that exist nowhere else are not crawled (at most about 1 - share of them); a share of
+# 1.0 skips only perfect mirrors. The default of 20 pages is lowered here because the demo site is tiny.
+NEARDUP_MIRRORS_ENABLED = True
+NEARDUP_MIRROR_MIN_PAGES = 5
+NEARDUP_MIRROR_SHARE = 0.9
 
 # Log every drop at INFO (like DUPEFILTER_DEBUG); by default drops are logged at DEBUG and a summary line is
 # logged at INFO when the spider closes.

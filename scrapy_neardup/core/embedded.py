@@ -68,6 +68,14 @@ JOURNAL_FILE = "neardup-journal.bin"
 JOBDIR_SUBDIR = "neardup"
 
 
+def state_settings(settings: SettingsLike) -> tuple[str | None, bool]:
+    """Where the embedded state lives and whether to discard it: ``NEARDUP_STATE_DIR`` (default
+    ``<JOBDIR>/neardup``; none without ``JOBDIR``) and ``NEARDUP_RESET``. Everything saved with the embedded
+    store (the index, its journal, the mirror table) follows these two settings."""
+    state_dir = read_str(settings, "NEARDUP_STATE_DIR") or job_state_dir(settings, JOBDIR_SUBDIR)
+    return state_dir, read_bool(settings, "NEARDUP_RESET", False)
+
+
 class EmbeddedBackend(Backend):
     """An in-process :class:`SketchIndex`, persisted to ``state_dir`` (when one is given) as a snapshot written
     on close plus a journal of the pages kept since (see the module doc for the guarantees).
@@ -112,8 +120,7 @@ class EmbeddedBackend(Backend):
     def from_settings(cls, settings: SettingsLike, params: SketchParams) -> EmbeddedBackend:
         """``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``, creating ``JOBDIR`` as Scrapy does; none
         without ``JOBDIR``) and ``NEARDUP_RESET``."""
-        state_dir = read_str(settings, "NEARDUP_STATE_DIR") or job_state_dir(settings, JOBDIR_SUBDIR)
-        reset = read_bool(settings, "NEARDUP_RESET", False)
+        state_dir, reset = state_settings(settings)
         return cls(params.num_perm, params.min_shared, params.tag, state_dir=state_dir, reset=reset)
 
     def stats(self) -> Mapping[str, int]:

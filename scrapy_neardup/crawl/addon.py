@@ -5,10 +5,12 @@
     ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
 
 It adds :class:`~scrapy_neardup.crawl.pipeline.NearDuplicatePipeline` to ``ITEM_PIPELINES`` at priority
-:data:`PIPELINE_PRIORITY` (300), unless the project lists the pipeline already (by class or by any import path
-of it), whose own priority then stands. The ``NEARDUP_*`` settings work as with ``ITEM_PIPELINES``, which keeps
-working on its own. Further components (middlewares) are enabled here as they are added, so a project's
-one line stays the same.
+:data:`PIPELINE_PRIORITY` (300), the mirror-host middleware (60) and the soft-404 middleware (70) to
+``DOWNLOADER_MIDDLEWARES`` — both before ``RobotsTxtMiddleware`` (100), so that a skipped mirror's robots.txt is
+not fetched, and the soft-404 middleware sees the final response of a page (after redirects). A component the
+project lists already (by class or by any import path of it) keeps its own priority. The ``NEARDUP_*``
+settings work as with ``ITEM_PIPELINES``, which keeps working on its own; switch the middlewares off with
+``NEARDUP_SOFT404_ENABLED`` / ``NEARDUP_MIRRORS_ENABLED`` = False.
 """
 
 from __future__ import annotations
@@ -21,16 +23,24 @@ if TYPE_CHECKING:
 #: Where the pipeline runs among the project's item pipelines: after ones that fill the text field (lower
 #: numbers), before ones that store items (export, databases; usually higher).
 PIPELINE_PRIORITY = 300
+MIRRORS_PRIORITY = 60
+SOFT404_PRIORITY = 70
 
 
 class NearDuplicateAddon:
-    """Enables the near-duplicate pipeline (see the module doc)."""
+    """Enables the near-duplicate pipeline and the soft-404 and mirror-host middlewares (see the module doc)."""
 
     def update_settings(self, settings: BaseSettings) -> None:
-        """Add the pipeline to ``ITEM_PIPELINES`` when the project does not list it already."""
+        """Add each component unless the project lists it already."""
+        from .mirrors import MirrorHostsMiddleware
         from .pipeline import NearDuplicatePipeline
+        from .soft404 import Soft404Middleware
 
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", NearDuplicatePipeline, PIPELINE_PRIORITY)
+        settings.setdefault_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY
+        )
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", Soft404Middleware, SOFT404_PRIORITY)
 
 
 __all__ = ["PIPELINE_PRIORITY", "NearDuplicateAddon"]

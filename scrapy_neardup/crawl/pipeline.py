@@ -45,8 +45,10 @@ from ..core.backend import Backend, BackendError, Decision
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.index import Match
 from ..core.text import looks_binary
+from .hooks import CrawlHooks, crawl_hooks
 from .settings import NearDupSettings, NearDupSettingsError
 from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
+from .soft404 import Soft404Dropped
 from .startup import report_startup_failure
 
 if TYPE_CHECKING:
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from twisted.internet.interfaces import IReactorCore
 
     from ..core.sketch import Content, Sketch
+    from ..core.soft404 import Soft404Match
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +132,8 @@ class NearDuplicatePipeline:
         self._sketch_worker: SketchWorker | None = None
         self._worker_given_up = False
         self._log_level: str | int = "DEBUG"  # the crawl's LOG_LEVEL: whether start-up failures show a traceback
+        # Soft-404 verdicts in, checked pages out (scrapy_neardup.crawl.soft404 and .mirrors, when enabled).
+        self.hooks: CrawlHooks | None = crawl_hooks(crawler) if crawler is not None else None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> NearDuplicatePipeline:
@@ -218,6 +223,8 @@ class NearDuplicatePipeline:
             f"Near-duplicates: checked {c('checked', 0)} items, kept {c('kept', 0)}, {verdict} "
             f"({c('exact_duplicates', 0)} exact), passed through {skipped} without usable text"
         )
+        if c("soft404", 0):
+            line += f", {c('soft404')} soft 404s {'marked' if self.config.action == 'mark' else 'dropped'}"
         if c("backend_errors", 0):
             line += f", {c('backend_errors')} backend errors (items passed through)"
         if c("unchecked_indexed", 0) or c("unchecked_unindexed", 0):
@@ -234,6 +241,10 @@ class NearDuplicatePipeline:
         adapter = ItemAdapter(item)
         if self.config.action == "mark":
             self._check_mark_field(item)
+        if self.hooks is not None:
+            soft404 = self.hooks.soft404(str(adapter.get(self.config.url_field)))
+            if soft404 is not None:
+                return self._soft404(item, adapter, soft404)
         content = adapter.get(self.config.text_field)
         worker = self._worker()
         reason = skip_reason(content, check_binary=worker is None)  # else the worker tells binary from text
@@ -260,6 +271,8 @@ class NearDuplicatePipeline:
             # marked unchecked (when it can hold the mark field) so that a later pass can cover it.
             self._backend_failed(key)
             return self._unchecked(item, adapter)
+        if self.hooks is not None:
+            self.hooks.page_checked(key, None if decision.match is None else decision.match.key)
         if decision.match is None:  # kept (today's backends answer no revisits)
             self._inc("kept")
             return item
@@ -345,6 +358,19 @@ class NearDuplicatePipeline:
             return item
         self._inc("dropped")
         raise NearDuplicateDropped(key, match)
+
+    def _soft404(self, item: Any, adapter: ItemAdapter, soft404: Soft404Match) -> Any:
+        """A page that near-duplicates its host's soft-404 template: dropped or marked, never kept."""
+        url = str(adapter.get(self.config.url_field))
+        level = logging.INFO if self.config.debug else logging.DEBUG
+        logger.log(level, "%s soft 404 %s (like %s, resemblance %.3f)",
+                   "Marked" if self.config.action == "mark" else "Dropped", url, soft404.probe_url,
+                   soft404.resemblance)
+        self._inc("soft404")
+        if self.config.action == "mark":
+            adapter[self.config.mark_field] = {"soft404": soft404.probe_url, "resemblance": soft404.resemblance}
+            return item
+        raise Soft404Dropped(url, soft404)
 
     def _key(self, adapter: ItemAdapter, sketch: Sketch) -> str:
         url = adapter.get(self.config.url_field)

@@ -140,7 +140,8 @@ def test_keep_rules(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
 
 
 def _es_args(es_url: str, index: str) -> list[str]:
-    return ["--es-url", es_url, "--index", index]
+    # The fixture's index holds one document with other sketch parameters on purpose.
+    return ["--es-url", es_url, "--index", index, "--ignore-other-tags"]
 
 
 def test_cli_json_and_assign(

@@ -51,19 +51,25 @@ class _Server(ThreadingHTTPServer):
 
 
 class SiteServer:
-    """Serves ``pages`` (path -> :class:`Page`) on 127.0.0.1 at a free port; other paths get ``fallback``."""
+    """Serves ``pages`` (path -> :class:`Page`) on ``host`` (default 127.0.0.1) at a free port; other paths get
+    ``fallback``, or ``section_fallbacks[prefix]`` for paths under ``prefix`` (e.g. ``"/news/"``)."""
 
-    def __init__(self, pages: dict[str, Page], fallback: Page | None = None) -> None:
+    def __init__(
+        self, pages: dict[str, Page], fallback: Page | None = None, *, host: str = "127.0.0.1",
+        section_fallbacks: dict[str, Page] | None = None,
+    ) -> None:
         self.pages = pages
         self.fallback = fallback or Page("<html><body><h1>404</h1></body></html>", status=404)
+        self.section_fallbacks = section_fallbacks or {}
+        self.host = host
         self.requests: list[str] = []
-        self._server = _Server(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server((host, 0), self._handler_class())
         # A short poll interval: shutdown() waits for it, once per test.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}"
+        return f"http://{self.host}:{self._server.server_port}"
 
     def start(self) -> SiteServer:
         self._thread.start()
@@ -74,6 +80,12 @@ class SiteServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
+    def fallback_for(self, path: str) -> Page:
+        for prefix, page in self.section_fallbacks.items():
+            if path.startswith(prefix):
+                return page
+        return self.fallback
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         site = self
 
@@ -81,7 +93,7 @@ class SiteServer:
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 path = urlsplit(self.path).path
                 site.requests.append(path)
-                page = site.pages.get(path, site.fallback)
+                page = site.pages.get(path) or site.fallback_for(path)
                 data = page.body.encode("utf-8")
                 self.send_response(page.status)
                 self.send_header("Content-Type", page.content_type)

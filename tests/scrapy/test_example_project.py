@@ -44,7 +44,7 @@ DISTINCT = sorted(set(PAGES) - set(COPIES))
 
 def links_to_missing_pages() -> set[str]:
     """URLs linked from the site that have no file: the server answers them with the soft 404 page."""
-    hrefs = {h for f in PAGES.values() for h in re.findall(r'href="([^"]+)"', f.read_text())}
+    hrefs = {h for f in PAGES.values() for h in re.findall(r'href="(/[^"]*)"', f.read_text())}  # not the mirror
     return {h for h in hrefs if h not in PAGES and not (SITE / h.lstrip("/") / "index.html").exists()}
 
 
@@ -62,6 +62,11 @@ def test_site_has_every_kind_of_copy() -> None:
 
     assert {kind(p) for p in COPIES} == {"print", "mirror", "partners", "edited"}
     assert len(ORIGINALS) >= 5 and len(SOFT_404) >= 3
+    # Soft 404s on more than one URL pattern: /news/ has its own "story not found" template.
+    assert any(p.startswith("/news/") for p in SOFT_404) and any(not p.startswith("/news/") for p in SOFT_404)
+    assert (SITE / "news" / "404.html").read_text() != (SITE / "404.html").read_text()
+    # The mirror host is linked from the site.
+    assert "http://MIRROR-HOST/" in (SITE / "about.html").read_text()
 
 
 def test_edited_copies_resemble_their_originals_at_least_0_9() -> None:
@@ -111,10 +116,32 @@ def report_section(report: str, title: str) -> list[str]:
 
 def test_demo_keeps_every_distinct_page(demo_report: str) -> None:
     kept = [line.split()[0] for line in report_section(demo_report, "KEPT")]
-    kept_404 = [p for p in kept if p in SOFT_404]
-    assert len(kept_404) == 1, kept  # the first "page not found" page; its clones are dropped
-    assert sorted(set(kept) - set(kept_404)) == DISTINCT
-    assert len(kept) == len(set(kept))
+    assert sorted(kept) == DISTINCT  # no soft 404 kept, nothing from the mirror host (all copies)
+
+
+def test_demo_drops_every_soft_404(demo_report: str) -> None:
+    pattern = re.compile(r"^\s+(\S+)\s+->\s+(\S+)\s+resemblance (\d\.\d{3})")
+    soft = {m.group(1): m.group(2) for line in report_section(demo_report, "SOFT 404s DROPPED")
+            if (m := pattern.match(line))}
+    on_site = {url: probe for url, probe in soft.items() if url.startswith("/")}
+    assert set(on_site) == SOFT_404
+    for url, probe in on_site.items():  # each matches its section's template
+        assert probe == ("/news/neardup-probe-..." if url.startswith("/news/") else "/neardup-probe-..."), url
+    stats = dict(line.split()[:2] for line in report_section(demo_report, "STATS"))
+    assert int(stats["neardup/soft404"]) == len(soft) == int(stats["item_dropped_reasons_count/Soft404Dropped"])
+    assert int(stats["neardup/soft404_probes"]) >= 2 and "neardup/soft404_wait_timeouts" not in stats
+
+
+def test_demo_skips_the_mirror_host(demo_report: str) -> None:
+    title = next(line for line in demo_report.splitlines() if line.startswith("MIRROR HOSTS"))
+    saved = int(re.fullmatch(r"MIRROR HOSTS: (\d+) requests saved, \d+ downloaded:", title).group(1))  # type: ignore[union-attr]
+    assert saved > 0
+    (line,) = report_section(demo_report, "MIRROR HOSTS")
+    m = re.fullmatch(r"\s+host (\S+) mirrors host (\S+): (\d+) of (\d+) pages are copies; skipping its requests", line)
+    assert m is not None, line
+    start = demo_report.splitlines()[0].split(" at ")[1].rstrip("/")
+    assert m.group(2) == start and m.group(1) != start
+    assert int(m.group(3)) >= 0.9 * int(m.group(4)) >= 0.9 * 5
 
 
 def test_demo_drops_every_copy_naming_its_original(demo_report: str) -> None:
@@ -125,14 +152,15 @@ def test_demo_drops_every_copy_naming_its_original(demo_report: str) -> None:
         assert copy in drops, f"{copy} was not dropped:\n{demo_report}"
         assert drops[copy][0] == original
         assert 107 / 128 <= drops[copy][1] < 1.0
-    kept_404 = next(line.split()[0] for line in report_section(demo_report, "KEPT") if line.split()[0] in SOFT_404)
-    for url in SOFT_404 - {kept_404}:
-        assert drops[url] == (kept_404, 1.0)
-    assert set(drops) == set(COPIES) | (SOFT_404 - {kept_404})
+    # The rest are pages of the mirror host (full URLs), each naming the kept page of the site it copies.
+    mirror_drops = {url: d for url, d in drops.items() if not url.startswith("/")}
+    assert set(drops) == set(COPIES) | set(mirror_drops)
+    for url, (original, _) in mirror_drops.items():
+        path = "/" + url.split("/", 3)[3]
+        assert original == COPIES.get(path, path), url
     stats = dict(line.split()[:2] for line in report_section(demo_report, "STATS"))
     assert int(stats["neardup/dropped"]) == len(drops) == int(stats["item_dropped_reasons_count/NearDuplicateDropped"])
     assert int(stats["neardup/checked"]) == len(drops) + len(report_section(demo_report, "KEPT"))
-    assert int(stats["neardup/exact_duplicates"]) == len(SOFT_404) - 1
 
 
 def test_scrapy_crawl_with_a_wrong_setting_fails_with_a_clear_message() -> None:

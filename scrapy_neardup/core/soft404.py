@@ -1,0 +1,80 @@
+"""Soft-404 templates: what a host answers, with status 200, for a path that cannot exist. No frameworks here;
+the Scrapy layer probes hosts and feeds this (:mod:`scrapy_neardup.crawl.soft404`).
+
+A probe asks for ``/<random>`` and, where a host's pages live under several first path segments, for
+``/<segment>/<random>`` (a few per host at most): sites often answer unknown URLs of one section with that
+section's own "not found" page. A probe answered 200 gives a template: its sketch. A page whose sketch agrees
+with one of its host's templates in at least ``t`` of ``k`` positions (the near-duplicate rule of the whole
+package: ``P(flag) = P[Binomial(k, r) >= t]`` for resemblance ``r``) is a soft 404.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from .sketch import Sketch
+
+#: Start of the last path segment of every probe URL (easy to spot in server logs).
+PROBE_MARKER = "neardup-probe-"
+
+
+def first_segment(url: str) -> str | None:
+    """The first path segment of ``url`` when pages live under it (``/news/a.html`` -> ``"news"``); ``None``
+    for pages at the root (``/about.html``, ``/``)."""
+    path = urlsplit(url).path
+    parts = path.split("/")
+    # ["", "news", "a.html"]: a segment with something below it is a directory.
+    if len(parts) >= 3 and parts[1]:
+        return parts[1]
+    return None
+
+
+def probe_path(segment: str | None) -> str:
+    """A path that cannot exist: 128 random bits, under ``segment`` when one is given."""
+    name = PROBE_MARKER + secrets.token_hex(16)
+    return f"/{segment}/{name}" if segment else f"/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Soft404Match:
+    """A page near-duplicates the soft-404 template answered for ``probe_url``."""
+
+    probe_url: str
+    shared: int
+    num_perm: int
+
+    @property
+    def resemblance(self) -> float:
+        return self.shared / self.num_perm
+
+
+class Soft404Templates:
+    """The soft-404 templates of each host.
+
+    Args:
+        min_shared: ``t``, positions a page must share with a template to be a soft 404 (the pipeline's ``t``).
+    """
+
+    def __init__(self, min_shared: int) -> None:
+        self.min_shared = min_shared
+        self._templates: dict[str, list[tuple[str, Sketch]]] = {}
+
+    def add(self, host: str, probe_url: str, sketch: Sketch) -> None:
+        self._templates.setdefault(host, []).append((probe_url, sketch))
+
+    def has_templates(self, host: str) -> bool:
+        return host in self._templates
+
+    def match(self, host: str, sketch: Sketch) -> Soft404Match | None:
+        """The template of ``host`` that ``sketch`` shares most positions with, if at least ``t``."""
+        best: Soft404Match | None = None
+        for probe_url, template in self._templates.get(host, ()):
+            shared = template.shared_positions(sketch)
+            if shared >= self.min_shared and (best is None or shared > best.shared):
+                best = Soft404Match(probe_url, shared, sketch.num_perm)
+        return best
+
+
+__all__ = ["PROBE_MARKER", "Soft404Match", "Soft404Templates", "first_segment", "probe_path"]

@@ -1,0 +1,51 @@
+"""The small hook through which the pipeline and the host middlewares of one crawl talk.
+
+The pipeline asks whether a page was found to be a soft 404 (:mod:`scrapy_neardup.crawl.soft404` fills that in
+before the response reaches the spider) and reports each checked page, kept or naming the kept page it
+duplicates (:mod:`scrapy_neardup.crawl.mirrors` counts them per host pair). One :class:`CrawlHooks` per crawler;
+a middleware that is not enabled simply never registers, and the hook then answers "nothing to do".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+from weakref import WeakKeyDictionary
+
+if TYPE_CHECKING:
+    from ..core.soft404 import Soft404Match
+
+
+class CheckedObserver(Protocol):
+    def page_checked(self, key: str, duplicate_of: str | None) -> None: ...
+
+
+class CrawlHooks:
+    """Per-crawler meeting point of the pipeline and the host middlewares."""
+
+    def __init__(self) -> None:
+        #: page URL -> the template it near-duplicates, for pages found to be soft 404s.
+        self.soft404_pages: dict[str, Soft404Match] = {}
+        self.observers: list[CheckedObserver] = []
+
+    def soft404(self, url: str) -> Soft404Match | None:
+        """The soft-404 template that the page at ``url`` near-duplicates, if any."""
+        return self.soft404_pages.get(url) if self.soft404_pages else None
+
+    def page_checked(self, key: str, duplicate_of: str | None) -> None:
+        """The pipeline checked page ``key``: kept (``None``) or a near-duplicate of ``duplicate_of``."""
+        for observer in self.observers:
+            observer.page_checked(key, duplicate_of)
+
+
+_HOOKS: WeakKeyDictionary[Any, CrawlHooks] = WeakKeyDictionary()
+
+
+def crawl_hooks(crawler: Any) -> CrawlHooks:
+    """The :class:`CrawlHooks` of ``crawler`` (made on first use)."""
+    hooks = _HOOKS.get(crawler)
+    if hooks is None:
+        hooks = _HOOKS[crawler] = CrawlHooks()
+    return hooks
+
+
+__all__ = ["CheckedObserver", "CrawlHooks", "crawl_hooks"]

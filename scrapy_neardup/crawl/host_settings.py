@@ -1,0 +1,75 @@
+"""Settings of soft-404 probing and mirror-host skipping, validated once at start-up.
+
+=================================  ===========================================================================
+Setting                            Meaning
+=================================  ===========================================================================
+NEARDUP_SOFT404_ENABLED            bool, default True: probe each host for its soft-404 template and drop
+                                   pages that near-duplicate it (:mod:`scrapy_neardup.crawl.soft404`).
+NEARDUP_SOFT404_PROBES_PER_HOST    int >= 1, default 3: probes per host (``/<random>`` first, then one per
+                                   first path segment met, until this many).
+NEARDUP_SOFT404_TIMEOUT            seconds > 0, default 30: how long a page of a host waits for the host's
+                                   probes; after it, the page is handed on unchecked for soft 404s.
+NEARDUP_MIRRORS_ENABLED            bool, default True: skip the requests of a host that mirrors another
+                                   (:mod:`scrapy_neardup.crawl.mirrors`).
+NEARDUP_MIRROR_MIN_PAGES           int >= 1, default 20: checked pages a host needs before it can be a mirror.
+NEARDUP_MIRROR_SHARE               share in (0, 1], default 0.9: of those, the share with a near-duplicate on
+                                   the other host (1.0: only perfect mirrors are skipped).
+=================================  ===========================================================================
+
+A wrong value raises :class:`~scrapy_neardup.crawl.settings.NearDupSettingsError` from the middleware's
+``from_crawler``: Scrapy aborts the crawl before the first request with one line naming the setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..core.config import SettingsLike, read_bool, read_float, read_int, settings_error
+from ..core.mirrors import DEFAULT_MIN_PAGES, DEFAULT_SHARE
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+
+@dataclass(frozen=True, slots=True)
+class HostSettings:
+    """The validated soft-404 and mirror settings (see the module doc)."""
+
+    soft404: bool = True
+    probes_per_host: int = 3
+    probe_timeout: float = 30.0
+    mirrors: bool = True
+    mirror_min_pages: int = DEFAULT_MIN_PAGES
+    mirror_share: float = DEFAULT_SHARE
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike | BaseSettings) -> HostSettings:
+        """Parse and validate; raises ``NearDupSettingsError`` naming the setting and the value."""
+        timeout = read_float(settings, "NEARDUP_SOFT404_TIMEOUT")
+        if timeout is not None and timeout <= 0:
+            raise settings_error("NEARDUP_SOFT404_TIMEOUT", settings.get("NEARDUP_SOFT404_TIMEOUT"), "seconds > 0")
+        share = read_float(settings, "NEARDUP_MIRROR_SHARE")
+        if share is not None and not 0 < share <= 1:
+            raise settings_error("NEARDUP_MIRROR_SHARE", settings.get("NEARDUP_MIRROR_SHARE"), "a share in (0, 1]")
+        return cls(
+            soft404=read_bool(settings, "NEARDUP_SOFT404_ENABLED", True),
+            probes_per_host=_ranged_int(settings, "NEARDUP_SOFT404_PROBES_PER_HOST", 3, low=1, high=100),
+            probe_timeout=30.0 if timeout is None else timeout,
+            mirrors=read_bool(settings, "NEARDUP_MIRRORS_ENABLED", True),
+            mirror_min_pages=_ranged_int(settings, "NEARDUP_MIRROR_MIN_PAGES", DEFAULT_MIN_PAGES, low=1),
+            mirror_share=DEFAULT_SHARE if share is None else share,
+        )
+
+
+def _ranged_int(settings: SettingsLike, name: str, default: int, *, low: int, high: int | None = None) -> int:
+    expected = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
+    value = read_int(settings, name, expected)
+    if value is None:
+        return default
+    if value < low or (high is not None and value > high):
+        raise settings_error(name, settings.get(name), expected)
+    return value
+
+
+__all__ = ["HostSettings"]

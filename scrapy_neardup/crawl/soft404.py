@@ -1,0 +1,254 @@
+"""Soft-404 probing: learn what each host answers for a URL that cannot exist, and drop pages that look like it.
+
+Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}``) or by hand::
+
+    DOWNLOADER_MIDDLEWARES = {"scrapy_neardup.crawl.soft404.Soft404Middleware": 70}
+
+How it works
+------------
+* **Probes.** When a host (scheme, host, port) is first met, the middleware downloads ``/neardup-probe-<128
+  random bits>`` from it; when a page under a first path segment not probed yet is requested
+  (``/news/...``), it also probes ``/news/neardup-probe-...``, up to ``NEARDUP_SOFT404_PROBES_PER_HOST``
+  probes per host. Probes are downloaded with :meth:`ExecutionEngine.download_async` (as Scrapy's own
+  ``RobotsTxtMiddleware`` fetches robots.txt): they pass through every downloader middleware (robots.txt,
+  user agent, retries, stats) and through the host's download slot (``DOWNLOAD_DELAY``, concurrency), but not
+  through the scheduler or the spider middlewares: the spider never sees them, so they never become items and
+  a 404 raises no ``HttpError``. They are not redirected (``dont_redirect``): a host that redirects unknown
+  URLs to a real page gets no template, since that page may be one to keep. Counted in
+  ``neardup/soft404_probes``.
+* **Templates.** A probe answered 200 with text gives the host a template: the probe page's sketch (the
+  pipeline's :class:`~scrapy_neardup.core.sketch.Sketcher`). 404 or 410 marks the host clean
+  (probes so answered: ``neardup/soft404_probes_404``); any other answer or a failure leaves it without template
+  (``neardup/soft404_probes_failed``).
+* **Waiting.** A page's response is held in this middleware's ``process_response`` until every probe started
+  for its host has answered (at most ``NEARDUP_SOFT404_TIMEOUT`` seconds), so the verdict is known before the
+  spider turns the page into items. Holding the response, rather than making the pipeline wait, keeps the
+  pipeline's lookup synchronous; it costs nothing per host but the first round trip, since the probe is sent
+  when the host's first request is, and it cannot deadlock: probes bypass the scheduler and the engine's
+  concurrency limit. The page's full response text is sketched and compared with the host's templates (only
+  on hosts that have one): both sides of the comparison are sketched the same way, whatever text the spider
+  puts in its items.
+* **Verdict.** A page sharing at least ``t`` of ``k`` positions with a template is a soft 404 (the pipeline's
+  ``t``). The pipeline then drops its item (matched by the item's URL field) as :class:`Soft404Dropped`
+  (``neardup/soft404``), or marks it in mark mode; none of them is kept, and none enters the store of kept
+  pages. A host's root page ``/`` is never a soft 404 (it exists by definition).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit, urlunsplit
+
+from scrapy import Request
+from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.http import TextResponse
+from scrapy.http.request import NO_CALLBACK
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import Deferred
+
+from ..core.mirrors import host_of
+from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_path
+from .hooks import crawl_hooks
+from .host_settings import HostSettings
+from .settings import NearDupSettings
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+#: Request meta key that marks a probe (the middleware lets its own probes through untouched).
+PROBE_META = "neardup_soft404_probe"
+_TIMED_OUT = object()
+
+
+class Soft404Dropped(DropItem):
+    """An item dropped because its page near-duplicates its host's soft-404 template.
+
+    No kept page is named: the template is what the host answers for a URL that cannot exist
+    (``match.probe_url``), and no soft 404 is kept. Counted as ``item_dropped_reasons_count/Soft404Dropped``.
+    """
+
+    def __init__(self, url: str, match: Soft404Match) -> None:
+        super().__init__(
+            f"soft 404: near-duplicate of the not-found page answered for {match.probe_url} "
+            f"(resemblance {match.resemblance:.3f})", log_level="DEBUG",
+        )
+        self.url = url
+        self.soft404 = match
+
+
+@dataclass
+class _HostProbes:
+    """The probes of one host: which prefixes were probed, how many are still out, who waits for them."""
+
+    started: set[str | None] = field(default_factory=set)
+    pending: int = 0
+    waiters: list[Deferred[Any]] = field(default_factory=list)
+
+    def wait(self) -> Deferred[Any]:
+        waiter: Deferred[Any] = Deferred()
+        if self.pending == 0:
+            waiter.callback(None)
+        else:
+            self.waiters.append(waiter)
+        return waiter
+
+    def finished(self) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            waiters, self.waiters = self.waiters, []
+            for waiter in waiters:
+                if not waiter.called:
+                    waiter.callback(None)
+
+
+class Soft404Middleware:
+    """Downloader middleware: probes hosts and finds the pages that near-duplicate their soft-404 template.
+
+    See the module doc. Place it before ``RobotsTxtMiddleware`` (100) and after ``RedirectMiddleware`` (600) in
+    response order, i.e. at a number below 100: it then sees the final response of every page.
+    """
+
+    def __init__(self, crawler: Crawler, config: NearDupSettings, hosts: HostSettings) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.sketcher = config.sketcher()
+        self.max_probes = hosts.probes_per_host
+        self.timeout = hosts.probe_timeout
+        self.templates = Soft404Templates(config.min_shared)
+        self.hooks = crawl_hooks(crawler)
+        self._hosts: dict[str, _HostProbes] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Soft404Middleware:
+        config = NearDupSettings.from_settings(crawler.settings)
+        hosts = HostSettings.from_settings(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured("NEARDUP_ENABLED is False")
+        if not hosts.soft404:
+            raise NotConfigured("NEARDUP_SOFT404_ENABLED is False")
+        return cls(crawler, config, hosts)
+
+    # -- requests: start the probes --------------------------------------------------------------------------
+
+    def process_request(self, request: Request, spider: Any = None) -> None:
+        if _internal(request):
+            return
+        host = host_of(request.url)
+        if host is None:
+            return
+        probes = self._hosts.get(host)
+        if probes is None:
+            probes = self._hosts[host] = _HostProbes()
+        for segment in (None, first_segment(request.url)):
+            if segment not in probes.started and len(probes.started) < self.max_probes:
+                probes.started.add(segment)
+                probes.pending += 1
+                self._start_probe(host, request.url, segment, probes)
+
+    def _start_probe(self, host: str, page_url: str, segment: str | None, probes: _HostProbes) -> None:
+        parts = urlsplit(page_url)
+        url = urlunsplit((parts.scheme, parts.netloc, probe_path(segment), "", ""))
+        probe = Request(
+            url, dont_filter=True, priority=1_000,
+            meta={PROBE_META: True, "dont_redirect": True, "handle_httpstatus_all": True, "dont_cache": True},
+        )
+        self._inc("soft404_probes")
+        from scrapy.utils.defer import deferred_from_coro
+
+        deferred_from_coro(self._probe(host, probe, probes))
+
+    async def _probe(self, host: str, probe: Request, probes: _HostProbes) -> None:
+        try:
+            response = await self._download(probe)
+        except Exception as exc:  # robots.txt forbids it (IgnoreRequest), connection refused, timeout...
+            self._inc("soft404_probes_failed")
+            logger.debug("soft-404 probe %s failed: %r", probe.url, exc)
+        else:
+            self._learn(host, probe.url, response)
+        finally:
+            probes.finished()
+
+    async def _download(self, request: Request) -> Response:
+        engine = self.crawler.engine
+        assert engine is not None
+        download_async = getattr(engine, "download_async", None)
+        if download_async is not None:  # Scrapy >= 2.14
+            response: Response = await download_async(request)
+            return response
+        return await maybe_deferred_to_future(engine.download(request))  # pragma: no cover - Scrapy 2.13
+
+    def _learn(self, host: str, url: str, response: Response) -> None:
+        if response.status in (404, 410):
+            self._inc("soft404_probes_404")
+            logger.debug("soft-404 probe %s: %d, the host answers unknown URLs correctly", url, response.status)
+            return
+        if response.status != 200 or not isinstance(response, TextResponse):
+            self._inc("soft404_probes_failed")
+            logger.debug("soft-404 probe %s answered %d; no template", url, response.status)
+            return
+        sketch = self.sketcher.sketch(response.text)
+        if sketch.empty:
+            return
+        self.templates.add(host, url, sketch)
+        self._inc("soft404_templates")
+        logger.info("host %s answers unknown URLs with status 200 (soft 404); probe %s is its template", host, url)
+
+    # -- responses: hold them until the host's probes answered, then judge them ------------------------------
+
+    async def process_response(self, request: Request, response: Response, spider: Any = None) -> Response:
+        if _internal(request):
+            # Never hold robots.txt: the host's probes themselves wait for it (RobotsTxtMiddleware).
+            return response
+        host = host_of(response.url)
+        if host is None:
+            return response
+        probes = self._hosts.get(host)
+        if probes is not None and probes.pending:
+            await self._wait(probes)
+        if self.templates.has_templates(host) and response.status == 200 and isinstance(response, TextResponse):
+            if urlsplit(response.url).path in ("", "/"):
+                return response
+            match = self.templates.match(host, self.sketcher.sketch(response.text))
+            if match is not None:
+                self.hooks.soft404_pages[response.url] = match
+        return response
+
+    async def _wait(self, probes: _HostProbes) -> None:
+        waiter = probes.wait()
+        def time_out() -> None:
+            if not waiter.called:
+                waiter.callback(_TIMED_OUT)
+
+        timer = _call_later(self.timeout, time_out)
+        result = await maybe_deferred_to_future(waiter)
+        if result is _TIMED_OUT:
+            self._inc("soft404_wait_timeouts")
+        else:
+            timer.cancel()
+
+    def _inc(self, name: str, count: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value("neardup/" + name, count)
+
+
+def _internal(request: Request) -> bool:
+    """A probe, or a download no spider callback will see (robots.txt, media pipelines: ``NO_CALLBACK``)."""
+    return bool(request.meta.get(PROBE_META)) or request.callback is NO_CALLBACK
+
+
+def _call_later(delay: float, func: Any) -> Any:
+    try:
+        from scrapy.utils.asyncio import call_later  # Scrapy >= 2.14: asyncio or Twisted, whichever runs
+    except ImportError:  # pragma: no cover - Scrapy 2.13
+        from twisted.internet import reactor
+
+        return cast(Any, reactor).callLater(delay, func)
+    return call_later(delay, func)
+
+
+__all__ = ["PROBE_META", "Soft404Dropped", "Soft404Middleware"]

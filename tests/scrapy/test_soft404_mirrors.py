@@ -1,0 +1,220 @@
+"""Soft-404 probing and mirror hosts in real crawls over four loopback hosts (each crawl in its own process).
+
+* original (127.0.0.1): a home page, articles under ``/news/``, links to URLs that do not exist under
+  ``/old/`` and ``/news/``; unknown URLs answer 200 with a "page not found" template, and unknown URLs under
+  ``/news/`` with a second, "story not found", template (soft 404s on two URL patterns).
+* mirror (127.0.0.2): every page of the original under another navigation bar, same soft-404s.
+* partial (127.0.0.3): half of its articles copy the original's, half are its own; answers 404 correctly.
+* distinct (127.0.0.4): a site of its own; answers 404 correctly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from neardup_testkit import (
+    NAV,
+    CrawlResult,
+    Page,
+    SiteServer,
+    article_words,
+    html_page,
+    path_of,
+)
+
+from scrapy_neardup.core.mirrors import MIRRORS_FILE, MirrorTable, host_of
+
+RunCrawl = Callable[..., CrawlResult]
+ADDON = {"scrapy_neardup.NearDuplicateAddon": 300}
+ARTICLES = 40
+PARTIAL_COPIES = 8
+PARTIAL_OWN = 8
+DISTINCT_PAGES = 6
+MIN_PAGES = 10
+
+NOT_FOUND = ("Page not found. Sorry, we could not find the page you asked for. It may have moved, or the link you "
+             "followed may be out of date. Try the home page or the search box, or contact the web team.")
+STORY_NOT_FOUND = ("Story not found. This story is no longer available in our newsroom archive: stories are removed "
+                   "after a year, or when a correction replaces them. Browse the latest headlines instead.")
+
+
+@dataclass
+class Hosts:
+    original: SiteServer
+    mirror: SiteServer
+    partial: SiteServer
+    distinct: SiteServer
+    soft_404_paths: list[str] = field(default_factory=list)
+    # Each set holds the URLs of one content (an article and its copies): exactly one of them must be kept.
+    contents: list[set[str]] = field(default_factory=list)
+
+    @property
+    def servers(self) -> list[SiteServer]:
+        return [self.original, self.mirror, self.partial, self.distinct]
+
+
+def _article(i: int, nav: str) -> Page:
+    return Page(html_page(f"Article {i}", article_words(3000 + i), nav=nav))
+
+
+def _site(nav: str, *, soft_404_paths: list[str], links: list[str]) -> dict[str, Page]:
+    pages = {f"/news/{i}.html": _article(i, nav) for i in range(ARTICLES)}
+    pages["/"] = Page(html_page("Home", article_words(2999, 80), nav=nav, links=[*pages, *soft_404_paths, *links]))
+    return pages
+
+
+@pytest.fixture
+def hosts() -> Iterator[Hosts]:
+    soft_404 = ["/old/story-1.html", "/old/story-2.html", "/news/missing-1.html", "/news/missing-2.html",
+                "/gone.html"]
+    fallbacks = {"fallback": Page(html_page("Page not found", NOT_FOUND.split(), nav=NAV)),
+                 "section_fallbacks": {"/news/": Page(html_page("Story not found", STORY_NOT_FOUND.split(), nav=NAV))}}
+    partial_pages = {f"/copies/{i}.html": _article(i, "Partner reprints") for i in range(PARTIAL_COPIES)}
+    partial_pages |= {f"/own/{i}.html": Page(html_page(f"Own {i}", article_words(5000 + i)))
+                      for i in range(PARTIAL_OWN)}
+    partial_pages["/"] = Page(html_page("Partner home", article_words(4999, 80), links=list(partial_pages)))
+    distinct_pages = {f"/p/{i}.html": Page(html_page(f"Distinct {i}", article_words(6000 + i)))
+                      for i in range(DISTINCT_PAGES)}
+    distinct_pages["/"] = Page(html_page("Distinct home", article_words(5999, 80), links=list(distinct_pages)))
+    # Probes obey robots.txt: this host forbids them (and answers 404 anyway).
+    robots = {"/robots.txt": Page("User-agent: *\nDisallow: /neardup-probe-\nDisallow: /p/neardup-probe-\n",
+                                  content_type="text/plain")}
+    partial = SiteServer(partial_pages, host="127.0.0.3").start()
+    distinct = SiteServer(distinct_pages | robots, host="127.0.0.4").start()
+    # Mirror and original link to the other hosts' home pages; the crawl starts at the original, seen first.
+    mirror_pages = _site("Mirror hosted by Example Mirror Network", soft_404_paths=soft_404, links=[])
+    mirror = SiteServer(mirror_pages, host="127.0.0.2", **fallbacks).start()  # type: ignore[arg-type]
+    original_pages = _site(NAV, soft_404_paths=soft_404,
+                           links=[mirror.url + "/", partial.url + "/", distinct.url + "/"])
+    original = SiteServer(original_pages, host="127.0.0.1", **fallbacks).start()  # type: ignore[arg-type]
+    contents = [{original.url + p, mirror.url + p} for p in mirror_pages]
+    for i in range(PARTIAL_COPIES):
+        contents[i].add(f"{partial.url}/copies/{i}.html")  # mirror_pages starts with /news/0.html ...
+    contents += [{partial.url + p} for p in partial_pages if not p.startswith("/copies/")]
+    contents += [{distinct.url + p} for p in distinct_pages if p != "/robots.txt"]
+    found = Hosts(original, mirror, partial, distinct, soft_404, contents)
+    yield found
+    for server in found.servers:
+        server.stop()
+
+
+def crawl_settings(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "ADDONS": ADDON, "NEARDUP_MIRROR_MIN_PAGES": MIN_PAGES, "NEARDUP_STATE_DIR": str(tmp_path / "state"),
+        # Two requests at a time per host, a few ms apart: the pipeline keeps pace with the downloads, so the
+        # mirror is recognized while most of its pages are still to be fetched (as on a real, slower site).
+        # Breadth-first (as the example project crawls): the original's articles, one link from the start,
+        # are reached before the mirror's, two links away.
+        "DEPTH_PRIORITY": 1, "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0.01, "LOG_LEVEL": "DEBUG", "ROBOTSTXT_OBEY": True,
+        **extra,
+    }
+
+
+def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
+    hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path
+) -> None:
+    result = run_crawl(settings=crawl_settings(tmp_path), spider={"start_url": hosts.original.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    kept = set(result.kept_urls)
+    drops = result.drops_by_url()
+
+    # Probes never become items, and every host was probed (the original under "/", /news/ and /old/).
+    probe_items = [u for u in [*kept, *drops] if "neardup-probe-" in u]
+    assert probe_items == []
+    probes = {s.url: [p for p in s.requests if "neardup-probe-" in p] for s in hosts.servers}
+    # Forbidden by robots.txt: never sent, counted as failed; no page waited for the full timeout.
+    assert probes[hosts.distinct.url] == [] and result.stat("neardup/soft404_probes_failed") == 2
+    assert result.stat("neardup/soft404_wait_timeouts") == 0
+    for server in hosts.servers[:3]:
+        # One probe for "/", one per first path segment a page was fetched under, three at most.
+        segments = {p.split("/")[1] for p in server.requests if p.count("/") >= 2 and "neardup-probe-" not in p}
+        assert len(probes[server.url]) == min(3, 1 + len(segments)), (server.url, probes, segments)
+    assert result.stat("neardup/soft404_probes") == sum(len(p) for p in probes.values()) + 2
+    with_template = len(probes[hosts.original.url]) + len(probes[hosts.mirror.url])
+    assert result.stat("neardup/soft404_templates") == with_template  # every probe of original and mirror
+    assert result.stat("neardup/soft404_probes_404") == len(probes[hosts.partial.url])
+
+    # No soft 404 kept; every one fetched was dropped as such (both URL patterns), without naming a kept page.
+    soft_404_urls = {s.url + p for s in (hosts.original, hosts.mirror) for p in hosts.soft_404_paths}
+    assert not kept & soft_404_urls
+    fetched_404s = {hosts.original.url + p for p in hosts.soft_404_paths}
+    fetched_404s |= {hosts.mirror.url + p for p in hosts.soft_404_paths if p in hosts.mirror.requests}
+    assert {u for u, d in drops.items() if d["reason"] == "Soft404Dropped"} == fetched_404s
+    assert result.stat("neardup/soft404") == len(fetched_404s)
+    assert result.stat("item_dropped_reasons_count/Soft404Dropped") == len(fetched_404s)
+
+    # No distinct page lost; the partial mirror crawled to the end; copies dropped naming a kept page.
+    for content in hosts.contents:
+        assert len(content & kept) == 1, content
+    assert len(kept) == len(hosts.contents)
+    assert set(hosts.partial.requests) >= set(hosts.partial.pages)
+    for url, drop in drops.items():
+        if drop["reason"] == "NearDuplicateDropped":
+            assert drop["duplicate_of"] in kept, url
+
+    # The mirror: recognized, one INFO line, its remaining requests skipped before download.
+    skipped = result.stat("neardup/mirror_requests_skipped")
+    fetched = [p for p in hosts.mirror.requests if "neardup-probe-" not in p and p != "/robots.txt"]
+    line = re.search(rf"INFO: host {hosts.mirror.url}:?\d* mirrors host {hosts.original.url}:?\d*: (\d+) of (\d+) "
+                     r"pages are copies; skipping its requests", result.log)
+    assert line is not None, result.log[-3000:]
+    copies, checked = int(line.group(1)), int(line.group(2))
+    assert checked >= MIN_PAGES and copies >= 0.9 * checked
+    assert result.log.count("pages are copies; skipping its requests") == 1  # the partial mirror is not skipped
+    assert skipped >= len(hosts.mirror.pages) // 2, skipped  # most of the mirror was never downloaded
+    assert len(fetched) + skipped == len(hosts.mirror.pages) + len(hosts.soft_404_paths)
+    assert result.stat("neardup/mirror_hosts") == 1
+
+    # Saved next to the index, loadable, and it names the same decision.
+    table = MirrorTable(MIN_PAGES)
+    decisions = table.load(tmp_path / "state")
+    assert [(d.mirror, d.original) for d in decisions] == [(host_of(hosts.mirror.url), host_of(hosts.original.url))]
+    assert json.loads((tmp_path / "state" / MIRRORS_FILE).read_text())["format"] == 1
+
+
+def test_each_feature_switches_off(hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path) -> None:
+    """The negative control: without the two features, soft 404s are kept once and the mirror is crawled to
+    the end, so the assertions of the test above can fail."""
+    result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_SOFT404_ENABLED=False,
+                                               NEARDUP_MIRRORS_ENABLED="false"),
+                       spider={"start_url": hosts.original.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    assert not [p for s in hosts.servers for p in s.requests if "neardup-probe-" in p]
+    assert result.stat("neardup/mirror_requests_skipped") == 0 and result.stat("neardup/soft404") == 0
+    assert set(hosts.mirror.requests) - {"/robots.txt"} == set(hosts.mirror.pages) | set(hosts.soft_404_paths)
+    kept_404 = {path_of(u) for u in result.kept_urls} & set(hosts.soft_404_paths)
+    assert len(kept_404) == 2  # one per template: the soft 404s are kept as pages
+
+
+def test_mark_mode_marks_soft_404s(hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path) -> None:
+    result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_ACTION="mark", NEARDUP_MIRRORS_ENABLED=False),
+                       spider={"start_url": hosts.original.url + "/", "item_type": "item"})
+    assert result.returncode == 0, result.log[-3000:]
+    by_url = {item["url"]: item for item in result.scraped}
+    soft_404_urls = {s.url + p for s in (hosts.original, hosts.mirror) for p in hosts.soft_404_paths}
+    assert soft_404_urls <= set(by_url)  # mirrors not skipped here: every soft 404 was fetched and marked
+    for url in soft_404_urls:
+        assert "neardup-probe-" in by_url[url]["neardup"]["soft404"]
+    assert result.stat("neardup/soft404") == len(soft_404_urls)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("NEARDUP_MIRROR_SHARE", "1.5", "NEARDUP_MIRROR_SHARE='1.5' is not valid: expected a share in (0, 1]"),
+    ("NEARDUP_MIRROR_MIN_PAGES", "0", "NEARDUP_MIRROR_MIN_PAGES='0' is not valid: expected an integer >= 1"),
+    ("NEARDUP_SOFT404_ENABLED", "maybe", "NEARDUP_SOFT404_ENABLED='maybe' is not valid: expected a boolean"),
+    ("NEARDUP_SOFT404_TIMEOUT", "-1", "NEARDUP_SOFT404_TIMEOUT='-1' is not valid: expected seconds > 0"),
+])
+def test_wrong_setting_stops_the_crawl_at_start(
+    name: str, value: str, message: str, hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path
+) -> None:
+    result = run_crawl(settings=crawl_settings(tmp_path, **{name: value}), spider={"start_url": hosts.original.url})
+    assert result.returncode == 1
+    assert message in result.log
+    assert hosts.original.requests == []
