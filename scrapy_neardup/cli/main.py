@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_sketch_options(
     parser: argparse.ArgumentParser, *, with_threshold: bool = True, title: str = "sketch parameters"
 ) -> None:
-    """The sketch options (``--num-perm``, ``--shingle``, ``--shingle-size``, ``--seed``, and optionally
+    """The sketch options (``--num-perm``, ``--shingle``, ``--shingle-size``, ``--seed``, ``--content``, and optionally
     ``--threshold`` / ``--min-shared``), shared by every command that sketches."""
     group = parser.add_argument_group(title)
     group.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
@@ -76,6 +76,9 @@ def add_sketch_options(
     group.add_argument("--shingle-size", type=int, default=None, metavar="W",
                        help="units per shingle (default 5 words or 9 characters)")
     group.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"hash seed (default {DEFAULT_SEED})")
+    group.add_argument("--content", choices=("body", "main"), default="body",
+                       help="HTML: all visible text (default) or the main content only (no nav, header, footer, "
+                            "aside; <main>, else <article>, else <body>)")
     if with_threshold:
         _add_threshold_options(group)
 
@@ -96,7 +99,8 @@ def sketcher_from_args(args: argparse.Namespace) -> Sketcher:
         raise ValueError(f"argument --shingle-size: must be >= 1, got {args.shingle_size}")
     if not 0 <= args.seed < 1 << 64:
         raise ValueError(f"argument --seed: must be in [0, 2**64), got {args.seed}")
-    return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed)
+    return Sketcher(num_perm=args.num_perm, shingle=args.shingle, shingle_size=args.shingle_size, seed=args.seed,
+                    content=args.content)
 
 
 def check_num_perm(num_perm: int) -> None:

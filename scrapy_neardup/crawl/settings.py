@@ -19,6 +19,7 @@ NEARDUP_NUM_PERM      ``k``, signature positions (default 128).
 NEARDUP_SHINGLE       ``"word"`` (default) or ``"char"``.
 NEARDUP_SHINGLE_SIZE  units per shingle (default 5 words / 9 characters).
 NEARDUP_SEED          hash seed (default 1).
+NEARDUP_CONTENT       ``"body"`` (default: all visible text of HTML) or ``"main"`` (main content only).
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
 NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode.
 NEARDUP_BACKEND       ``"embedded"`` (default) or ``"elasticsearch"``.
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from ..core.minhash import MAX_NUM_PERM
 from ..core.shingles import ShingleKind
 from ..core.sketch import DEFAULT_NUM_PERM, DEFAULT_SEED, Sketcher
+from ..core.text import CONTENT_MODES, ContentMode
 from ..core.theory import DEFAULT_THRESHOLD, min_shared_for
 
 if TYPE_CHECKING:
@@ -102,7 +104,7 @@ class NearDupSettings:
             ``P(flag) = P[Binomial(k, r) >= t]``; by default ``t`` is the largest value that still flags
             ``r = threshold`` with probability >= 0.99 (``t = 107`` for ``k = 128, r* = 0.9``).
         num_perm: ``k``, signature positions.
-        shingle, shingle_size, seed: sketch parameters (see :class:`~scrapy_neardup.Sketcher`).
+        shingle, shingle_size, seed, content: sketch parameters (see :class:`~scrapy_neardup.Sketcher`).
         action: ``"drop"`` raises :class:`~scrapy_neardup.crawl.pipeline.NearDuplicateDropped`; ``"mark"`` keeps the
             item and fills ``mark_field``.
         mark_field: item field that receives ``{"duplicate_of": url, "resemblance": r, "exact": bool}``.
@@ -124,6 +126,7 @@ class NearDupSettings:
     shingle: ShingleKind = "word"
     shingle_size: int | None = None
     seed: int = DEFAULT_SEED
+    content: ContentMode = "body"
     action: Action = "drop"
     mark_field: str = "neardup"
     backend: BackendName = "embedded"
@@ -161,6 +164,7 @@ class NearDupSettings:
             shingle=shingle,
             shingle_size=shingle_size,
             seed=seed,
+            content=cast(ContentMode, _choice(settings, "NEARDUP_CONTENT", "body", CONTENT_MODES)),
             action=action,
             mark_field=_field_name(settings, "NEARDUP_MARK_FIELD", "neardup"),
             backend=backend,
@@ -174,7 +178,8 @@ class NearDupSettings:
     def sketcher(self) -> Sketcher:
         """A :class:`~scrapy_neardup.Sketcher` with these sketch parameters."""
         return Sketcher(
-            num_perm=self.num_perm, shingle=self.shingle, shingle_size=self.shingle_size, seed=self.seed
+            num_perm=self.num_perm, shingle=self.shingle, shingle_size=self.shingle_size, seed=self.seed,
+            content=self.content,
         )
 
 

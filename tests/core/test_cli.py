@@ -117,6 +117,7 @@ def test_unparsable_line_stops_with_its_number(tmp_path: Path, capsys: pytest.Ca
         (["--shingle-size", "0"], "--shingle-size"),
         (["--threshold", "0.9", "--min-shared", "100"], "--min-shared"),
         (["--shingle", "sentence"], "--shingle"),
+        (["--content", "article"], "--content"),
         (["--threshold", "high"], "--threshold"),
     ],
 )
@@ -172,3 +173,16 @@ def test_help(command: list[str]) -> None:
     result = subprocess.run(["neardup", *command, "--help"], capture_output=True, text=True)
     assert result.returncode == 0
     assert "usage: neardup" in result.stdout
+
+
+def test_compare_content_main_ignores_the_site_template(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    template = "<header>" + " ".join(f"menu{i}" for i in range(300)) + "</header>"
+    a, b = tmp_path / "a.html", tmp_path / "b.html"
+    a.write_text(f"<html><body>{template}<main>{ARTICLE}</main><footer>page one</footer></body></html>")
+    b.write_text(f"<html><body>{template}<main>{ARTICLE}</main><footer>page two of the site</footer></body></html>")
+    results = {}
+    for content in ("body", "main"):
+        code, out, _ = _run(["compare", str(a), str(b), "--json", "--content", content], capsys)
+        assert code == 0
+        results[content] = json.loads(out)
+    assert results["main"]["jaccard"] == 1.0 > results["body"]["jaccard"]
