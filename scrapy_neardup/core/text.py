@@ -154,6 +154,9 @@ def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray]:
 
 
 _HASH_MULTIPLIER, _NO_NESTING_TABLE, _FORMATTING_TABLE = _hash_tables()
+_HASH_SHIFT = np.uint64(64 - _HASH_BITS)
+_LOWER_BITS = np.uint64(0x2020202020202020)
+_ONE = np.uint64(1)
 _LT = 0x3C
 # Bytes of a tag name, and ASCII lower-casing as a table.
 _NAME_BYTE = np.array([chr(b).isascii() and (chr(b).isalnum() or chr(b) == "-") for b in range(256)], dtype=bool)
@@ -274,33 +277,39 @@ def _tree_hazard(raw: np.ndarray, tags: np.ndarray) -> bool:
     """
     if tags.size <= _SAFE_TAGS:
         return False
-    # The 8 bytes after each "<" (after "</" for end tags) as one little-endian uint64: one gather.
     padded = np.concatenate([raw, np.zeros(_SCAN + 2, dtype=np.uint8)])
     closing = padded[tags + 1] == 0x2F
-    starts = tags + 1 + closing
-    # A uint64 view starting at every byte (unaligned, overlapping): one gather of 8 bytes per tag.
+    # The 8 bytes after each "<" (after "</" for end tags) as one little-endian uint64, through a uint64 view
+    # starting at every byte (unaligned, overlapping): one gather per tag.
     at_every_byte = np.ndarray((padded.size - _SCAN + 1,), dtype="<u8", buffer=padded, strides=(1,))
-    window = at_every_byte[starts].view(np.uint8).reshape(-1, _SCAN)
-    in_name = np.logical_and.accumulate(_NAME_BYTE[window], axis=1)
-    is_tag = in_name[:, 0] & (window[:, 0] > 0x40)  # a name starts with a letter
-    keys = (_LOWER[window] * in_name).view("<u8").ravel()
-    slots = (keys * _HASH_MULTIPLIER) >> np.uint64(64 - _HASH_BITS)
+    words = at_every_byte[tags + 1 + closing]
+    window = words.view(np.uint8).reshape(-1, _SCAN)
+    # Bit tricks on the uint64s: the lowest set bit of "not a name byte" marks where the name ends; the bits
+    # below it keep the name. OR-ing 0x20 lower-cases letters and leaves digits and "-" alone.
+    stop = (~_NAME_BYTE[window]).view("<u8").ravel()
+    keys = (words | _LOWER_BITS) & ((stop & (~stop + _ONE)) - _ONE)
+    is_tag = window[:, 0] > 0x40  # a name starts with a letter...
+    is_tag &= _NAME_BYTE[window[:, 0]]  # ... and "<@", "<[" are no tags
+    slots = (keys * _HASH_MULTIPLIER) >> _HASH_SHIFT
     nesting = is_tag & (_NO_NESTING_TABLE[slots] != keys)
     if _walk_max(nesting, closing) > MAX_NESTING:
         return True
     formatting = is_tag & (_FORMATTING_TABLE[slots] == keys)
-    return _walk_max(formatting, closing) * int(is_tag.sum()) > MAX_REOPENED
+    return _walk_max(formatting, closing) * tags.size > MAX_REOPENED
 
 
 def _walk_max(counted: np.ndarray, closing: np.ndarray) -> int:
-    """Maximum of the walk +1 at each counted start tag, -1 at each counted end tag, reflected at 0."""
-    steps = counted.astype(np.int64)
-    steps[closing] *= -1
-    walk = np.cumsum(steps)
-    if walk.size == 0:
+    """An upper bound of the walk +1 at each counted start tag, -1 at each counted end tag, reflected at 0.
+
+    The reflected walk is ``S_t - min(0, min_{s <= t} S_s)`` for the plain walk ``S``; ``max(S) - min(0, min(S))``
+    bounds it from above without a running minimum (a cautious bound: stray end tags late in a page raise it).
+    """
+    if not counted.any():
         return 0
-    # Reflection at 0: subtract the lowest point reached so far (when negative).
-    return int((walk - np.minimum(np.minimum.accumulate(walk), 0)).max())
+    steps = counted.astype(np.int32)
+    steps -= (counted & closing).astype(np.int32) * 2
+    walk = np.cumsum(steps)
+    return int(walk.max()) - min(0, int(walk.min()))
 
 
 def _strip_tags(html: str) -> str:
