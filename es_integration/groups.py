@@ -180,7 +180,7 @@ def find_groups(
     """Broder's clustering of the documents of ``index`` sketched with ``tag`` (see the module doc).
 
     Args:
-        tag: the sketch parameter tag (``Sketcher.tag``); it names ``k`` (``"mh2-k128-..."``). Documents
+        tag: the sketch parameter tag (``Sketcher.tag``); it names ``k`` (``"mh3-k128-..."``). Documents
             with other tags are ignored (``neardup es groups`` refuses such an index instead, naming both tags).
         min_shared: ``t``: documents sharing ``>= t`` of their ``k`` positions are linked; a pair of pages at
             resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``.
@@ -219,7 +219,7 @@ def find_groups(
 
 
 def num_perm_of(tag: str) -> int:
-    """``k`` from a sketch parameter tag such as ``"mh2-k128-word5-s1"``."""
+    """``k`` from a sketch parameter tag such as ``"mh3-k128-word5-s1"``."""
     for part in tag.split("-"):
         if part[:1] == "k" and part[1:].isdigit():
             return int(part[1:])

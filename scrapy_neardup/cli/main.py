@@ -17,6 +17,7 @@ from .. import __version__
 from ..core.dedupe import Deduper
 from ..core.params import DEFAULT_NUM_PERM, DEFAULT_SEED, ParameterError, SketchParams
 from ..core.sketch import Sketcher
+from ..core.text import CONTENT_MODES
 from ..core.theory import (
     DEFAULT_LOW,
     DEFAULT_THRESHOLD,
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_sketch_options(
     parser: argparse.ArgumentParser, *, with_threshold: bool = True, title: str = "sketch parameters"
 ) -> None:
-    """The sketch options (``--num-perm``, ``--shingle``, ``--shingle-size``, ``--seed``, and optionally
+    """The sketch options (``--num-perm``, ``--shingle``, ``--shingle-size``, ``--seed``, ``--content``, and optionally
     ``--threshold`` / ``--min-shared``), shared by every command that sketches."""
     group = parser.add_argument_group(title)
     group.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
@@ -87,6 +88,9 @@ def add_sketch_options(
     group.add_argument("--shingle-size", type=int, default=None, metavar="W",
                        help="units per shingle (default 5 words or 9 characters)")
     group.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"hash seed (default {DEFAULT_SEED})")
+    group.add_argument("--content", choices=CONTENT_MODES, default="body",
+                       help="HTML: all visible text (default) or the main content only (no nav, header, footer, "
+                            "aside; <main>, else <article>, else <body>)")
     if with_threshold:
         _add_threshold_options(group)
 
@@ -103,7 +107,7 @@ def _add_threshold_options(group: Any) -> None:
 #: The option behind each sketch parameter, for error messages.
 OPTION_NAMES = {
     "num_perm": "--num-perm", "min_shared": "--min-shared", "threshold": "--threshold", "shingle": "--shingle",
-    "shingle_size": "--shingle-size", "seed": "--seed",
+    "shingle_size": "--shingle-size", "seed": "--seed", "content": "--content",
 }
 
 
@@ -119,7 +123,7 @@ def params_from_args(args: argparse.Namespace) -> SketchParams:
         return SketchParams.create(
             num_perm=args.num_perm, threshold=given.get("threshold"), min_shared=given.get("min_shared"),
             shingle=given.get("shingle", "word"), shingle_size=given.get("shingle_size"),
-            seed=given.get("seed", DEFAULT_SEED),
+            seed=given.get("seed", DEFAULT_SEED), content=given.get("content", "body"),
         )
     except ParameterError as exc:
         raise ValueError(exc.render(OPTION_NAMES)) from None

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from .params import FIELDS, ParameterError, SketchParams
 from .shingles import SHINGLE_KINDS
+from .text import CONTENT_MODES
 
 
 class SettingsLike(Protocol):
@@ -125,8 +126,8 @@ def read_field_name(settings: SettingsLike, name: str, default: str) -> str:
 
 def read_sketch_params(settings: SettingsLike) -> SketchParams:
     """``NEARDUP_NUM_PERM``, ``NEARDUP_THRESHOLD`` / ``NEARDUP_MIN_SHARED``, ``NEARDUP_SHINGLE``,
-    ``NEARDUP_SHINGLE_SIZE`` and ``NEARDUP_SEED``, checked by :meth:`SketchParams.create` (one rule for every
-    entry point); an error names the setting and the value as written."""
+    ``NEARDUP_SHINGLE_SIZE``, ``NEARDUP_SEED`` and ``NEARDUP_CONTENT``, checked by :meth:`SketchParams.create`
+    (one rule for every entry point); an error names the setting and the value as written."""
     names = PARAM_SETTINGS
     values: dict[str, Any] = {
         "num_perm": read_int(settings, names["num_perm"]),
@@ -135,6 +136,7 @@ def read_sketch_params(settings: SettingsLike) -> SketchParams:
         "shingle": read_choice(settings, names["shingle"], "word", SHINGLE_KINDS),
         "shingle_size": read_int(settings, names["shingle_size"]),
         "seed": read_int(settings, names["seed"]),
+        "content": read_choice(settings, names["content"], "body", CONTENT_MODES),
     }
     given = {name: value for name, value in values.items() if value is not None}
     try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .shingles import SHINGLE_KINDS, ShingleKind
+from .text import CONTENT_MODES, ContentMode
 from .theory import DEFAULT_THRESHOLD, min_shared_for
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a
@@ -27,7 +28,7 @@ DEFAULT_WIDTH: dict[str, int] = {"word": 5, "char": 9}
 SEED_LIMIT = 1 << 64
 
 #: The fields, under the names the Python API uses.
-FIELDS = ("num_perm", "min_shared", "threshold", "shingle", "shingle_size", "seed")
+FIELDS = ("num_perm", "min_shared", "threshold", "shingle", "shingle_size", "seed", "content")
 _CORE_NAMES = {name: name for name in FIELDS}
 
 
@@ -98,6 +99,15 @@ def check_seed(seed: Any) -> int:
     return int(seed)
 
 
+def check_content(content: Any) -> ContentMode:
+    """What of an HTML page is sketched: ``"body"`` (all visible text) or ``"main"`` (main content only)."""
+    if content not in CONTENT_MODES:
+        raise ParameterError(
+            "content", content, "is not valid: expected one of " + ", ".join(repr(c) for c in CONTENT_MODES)
+        )
+    return content
+
+
 def _is_int(value: Any) -> bool:
     # bool is an int subclass: True must not silently mean 1.
     return isinstance(value, int) and not isinstance(value, bool)
@@ -118,6 +128,7 @@ class SketchParams:
         shingle: ``"word"`` or ``"char"``.
         shingle_size: units per shingle as given; ``None`` for the kind's default (:attr:`width`).
         seed: hash seed.
+        content: what of an HTML page is sketched, ``"body"`` or ``"main"`` (part of the tag).
     """
 
     num_perm: int = DEFAULT_NUM_PERM
@@ -126,6 +137,7 @@ class SketchParams:
     shingle: ShingleKind = "word"
     shingle_size: int | None = None
     seed: int = DEFAULT_SEED
+    content: ContentMode = "body"
 
     @classmethod
     def create(
@@ -137,6 +149,7 @@ class SketchParams:
         shingle: ShingleKind = "word",
         shingle_size: int | None = None,
         seed: int = DEFAULT_SEED,
+        content: ContentMode = "body",
     ) -> SketchParams:
         """Check every value and derive ``t``: ``min_shared`` when given (it overrides ``threshold``), else
         :func:`~scrapy_neardup.core.theory.min_shared_for` of ``threshold`` (default 0.9).
@@ -147,10 +160,11 @@ class SketchParams:
         k = check_num_perm(num_perm)
         check_shingling(shingle, shingle_size)
         seed = check_seed(seed)
+        content = check_content(content)
         if threshold is not None:
             threshold = check_threshold(threshold)
         if min_shared is not None:
-            return cls(k, check_min_shared(min_shared, k), None, shingle, shingle_size, seed)
+            return cls(k, check_min_shared(min_shared, k), None, shingle, shingle_size, seed, content)
         threshold = DEFAULT_THRESHOLD if threshold is None else threshold
         t = min_shared_for(threshold, k)
         if t < 1:
@@ -159,7 +173,7 @@ class SketchParams:
                 f"is too low for {{num_perm}}={k}: no number of shared positions catches it reliably; raise the "
                 "threshold or {num_perm}, or set {min_shared}",
             )
-        return cls(k, t, threshold, shingle, shingle_size, seed)
+        return cls(k, t, threshold, shingle, shingle_size, seed, content)
 
     @property
     def width(self) -> int:
@@ -171,7 +185,7 @@ class SketchParams:
         """The tag sketches made with these parameters carry (:func:`~scrapy_neardup.core.sketch.make_tag`)."""
         from .sketch import make_tag
 
-        return make_tag(self.num_perm, self.shingle, self.width, self.seed)
+        return make_tag(self.num_perm, self.shingle, self.width, self.seed, self.content)
 
 
 __all__ = [
@@ -184,6 +198,7 @@ __all__ = [
     "SketchParams",
     "check_min_shared",
     "check_num_perm",
+    "check_content",
     "check_seed",
     "check_shingling",
     "check_threshold",

@@ -18,15 +18,17 @@ from .params import (
     DEFAULT_NUM_PERM,
     DEFAULT_SEED,
     SketchParams,
+    check_content,
     check_num_perm,
     check_seed,
     check_shingling,
 )
 from .shingles import ShingleKind, shingle_hashes
-from .text import DEFAULT_MAX_CHARS, clean_text
+from .text import DEFAULT_MAX_CHARS, ContentMode, clean_text
 
-#: Version of the hash scheme (normalization, shingle hashing, MinHash); part of every tag.
-SCHEME_VERSION = 2
+#: Version of the hash scheme (HTML extraction, normalization, shingle hashing, MinHash); part of every tag.
+#: 3: HTML text extracted by lexbor, every element boundary a word separator (2: lxml, block elements only).
+SCHEME_VERSION = 3
 
 __all__ = [
     "DEFAULT_NUM_PERM",  # re-exported: the default k belongs with the Sketcher's other defaults for readers
@@ -58,7 +60,7 @@ class Sketch:
         signature: ``uint32[k]``; position ``i`` of two sketches agrees with probability ``r``, their
             resemblance (Jaccard similarity of shingle sets).
         fingerprint: unsigned 64-bit MurmurHash3 of the normalized text: equal for exact duplicates.
-        tag: parameter tag, e.g. ``"mh2-k128-word5-s1"``; only sketches with equal tags are comparable.
+        tag: parameter tag, e.g. ``"mh3-k128-word5-s1"``; only sketches with equal tags are comparable.
         num_shingles: distinct-or-not shingles seen (0 means the text was empty after normalization).
         truncated: the content was longer than the sketcher's cap and only its head was sketched.
     """
@@ -109,9 +111,12 @@ def check_compatible(a: Sketch, b: Sketch) -> None:
         )
 
 
-def make_tag(num_perm: int, shingle: str, width: int, seed: int) -> str:
-    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``."""
-    return f"mh{SCHEME_VERSION}-k{num_perm}-{shingle}{width}-s{seed}"
+def make_tag(num_perm: int, shingle: str, width: int, seed: int, content: ContentMode = "body") -> str:
+    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``, plus ``-main`` for main-content
+    sketches (``content="main"``): they never compare with whole-page ones. The default adds nothing, so
+    default tags read as before."""
+    suffix = "" if content == "body" else f"-{content}"
+    return f"mh{SCHEME_VERSION}-k{num_perm}-{shingle}{width}-s{seed}{suffix}"
 
 
 class Sketcher:
@@ -126,6 +131,9 @@ class Sketcher:
         shingle_size: units per shingle; default 5 words or 9 characters.
         seed: hash seed. Sketches agree across processes and machines for the same seed, and only then.
         max_chars: content longer than this is truncated before processing (``Sketch.truncated``).
+        content: ``"body"`` (default): all the visible text of an HTML page; ``"main"``: its main content only
+            (nav, header, footer and aside dropped; ``<main>``, else ``<article>``, else ``<body>``: see
+            :func:`scrapy_neardup.core.text.html_to_text`). Part of the tag. Plain text is used whole either way.
 
     >>> s = Sketcher()
     >>> a = s.sketch("the quick brown fox jumps over the lazy dog")
@@ -140,11 +148,13 @@ class Sketcher:
         shingle_size: int | None = None,
         seed: int = DEFAULT_SEED,
         max_chars: int = DEFAULT_MAX_CHARS,
+        content: ContentMode = "body",
     ) -> None:
         # One set of rules for every entry point (see scrapy_neardup.core.params): ParameterError names the field.
         num_perm = check_num_perm(num_perm)
         width = check_shingling(shingle, shingle_size)
         seed = check_seed(seed)
+        content = check_content(content)
         if max_chars < 1:
             raise ValueError(f"max_chars must be positive, got {max_chars}")
         self.num_perm = num_perm
@@ -152,13 +162,14 @@ class Sketcher:
         self.shingle_size = width
         self.seed = seed
         self.max_chars = max_chars
-        self.tag = make_tag(num_perm, shingle, width, seed)
+        self.content: ContentMode = content
+        self.tag = make_tag(num_perm, shingle, width, seed, content)
         self._hasher = OnePermutationHasher(num_perm, seed)
 
     @classmethod
     def from_params(cls, params: SketchParams, max_chars: int = DEFAULT_MAX_CHARS) -> Sketcher:
         """The sketcher for validated :class:`~scrapy_neardup.core.params.SketchParams`."""
-        return cls(params.num_perm, params.shingle, params.shingle_size, params.seed, max_chars)
+        return cls(params.num_perm, params.shingle, params.shingle_size, params.seed, max_chars, params.content)
 
     def __repr__(self) -> str:
         return f"Sketcher({self.tag!r})"
@@ -169,7 +180,7 @@ class Sketcher:
 
     def sketch_many(self, contents: Iterable[Content], is_html: bool | None = None) -> list[Sketch]:
         """Sketch many pages at once: the fast path (shingling and MinHash vectorized over the batch)."""
-        cleaned = [clean_text(c, is_html, self.max_chars) for c in contents]
+        cleaned = [clean_text(c, is_html, self.max_chars, self.content) for c in contents]
         texts = [c.utf8 for c in cleaned]
         sketches: list[Sketch] = []
         for lo, hi in _batches(texts):
@@ -193,7 +204,7 @@ class Sketcher:
 
     def shingle_set(self, content: Content, is_html: bool | None = None) -> np.ndarray:
         """The distinct shingle hashes of a page (sorted uint64): the set that MinHash samples."""
-        text = clean_text(content, is_html, self.max_chars).utf8
+        text = clean_text(content, is_html, self.max_chars, self.content).utf8
         hashes, _ = shingle_hashes([text], self.shingle, self.shingle_size)
         return np.unique(hashes)
 

@@ -12,6 +12,12 @@ used, bytes are decoded only as far as those characters go, HTML is cut before i
 the pipeline and the ``neardup`` command). So a 50 MB page costs what 8 MB cost: at most about 2.5 s and
 250 MB beyond the page itself (tests/reliability measures it, hostile pages included). Binary data
 (:func:`looks_binary`) is recognized so that callers can skip it instead of sketching garbage.
+
+HTML is parsed by lexbor (selectolax's ``LexborHTMLParser``), an HTML5 parser in C. HTML5 tree building is
+quadratic on some hostile markup (thousands of unclosed nested blocks; unclosed formatting elements with distinct
+attributes, which are re-opened in every later paragraph), so a vectorized scan of the tags
+(:func:`_tree_hazard`) sends such pages to a parser-free tag stripper instead (:func:`_strip_tags`), whose text
+is the same but for markup subtleties.
 """
 
 from __future__ import annotations
@@ -23,17 +29,29 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from selectolax.lexbor import LexborHTMLParser
 
 logger = logging.getLogger(__name__)
 
 #: Default cap on the characters of raw content looked at; a longer page is truncated and flagged.
 DEFAULT_MAX_CHARS = 8_000_000
-#: HTML is also cut before its ``max_chars // CHARS_PER_TAG``-th tag (500,000 tags under the default cap). Parsing
-#: costs about 3 us and 400 bytes per element, so 8 MB of nothing but ``<p>`` would otherwise take 6 s and
-#: 800 MB; real pages have one tag per 30-100 characters and meet the character cap first.
+#: HTML is also cut before its ``max_chars // CHARS_PER_TAG``-th tag (500,000 tags under the default cap): bounded
+#: parse time and memory per page; real pages have one tag per 30-100 characters and meet the character cap first.
 CHARS_PER_TAG = 16
+#: What part of an HTML page is sketched: ``"body"`` (all visible text, the title included) or ``"main"`` (the
+#: main content: see :func:`html_to_text`).
+ContentMode = Literal["body", "main"]
+CONTENT_MODES: tuple[ContentMode, ...] = ("body", "main")
+#: Pages whose tags could nest deeper than this go to the tag stripper: each block start tag checks the stack of
+#: open elements, so the parse costs up to (tags x depth) steps; 512 is the depth Blink caps its DOM at.
+MAX_NESTING = 512
+#: ... and pages where (unclosed formatting elements) x (tags) exceeds this: the parser re-opens every unclosed
+#: formatting element (``<b>``, ``<font>``...) in each later block, so ``<p><b id=1>x<p><b id=2>x...`` builds
+#: n^2 / 2 elements (8,000 repeats: 24 s and gigabytes).
+MAX_REOPENED = 1_000_000
 #: Characters sampled at the head of content to tell text from binary data (see :func:`looks_binary`).
 BINARY_SAMPLE = 8192
 #: Content is binary when more than this share of the sample is control characters, lone surrogates or
@@ -85,13 +103,64 @@ _HTML_SNIFF = re.compile(
     r"<\s*(?:!doctype\s+html|html|head|body|div|p|span|a\s|table|br|script|style|title|meta|h[1-6])\b",
     re.IGNORECASE,
 )
-_DROPPED_TAGS = ("script", "style", "noscript", "template", "svg", "math", "iframe", "object")
-# Elements after which text continues as a new block: a separator keeps words from gluing together.
-_BLOCK_TAGS = (
-    "address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt", "fieldset", "figcaption",
-    "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav",
-    "ol", "p", "pre", "section", "table", "td", "th", "title", "tr", "ul",
+# Elements whose content is not page text (template content is kept out of the tree by the parser itself).
+_DROPPED = "script,style,noscript,template,svg,math,iframe,object"
+# Boilerplate dropped in "main" mode: the elements and their ARIA landmark equivalents.
+_BOILERPLATE = (
+    "nav,header,footer,aside,[role=navigation],[role=banner],[role=contentinfo],[role=complementary]"
 )
+# Where "main" mode looks for the main content, in order of preference.
+_MAIN_CANDIDATES = ("main,[role=main]", "article")
+# For _tree_hazard: tag names packed little-endian into a uint64 (up to 8 lower-case bytes, zero-padded).
+_SCAN = 8
+
+
+def _name_key(name: str) -> int:
+    return int.from_bytes(name.encode("ascii").ljust(_SCAN, b"\0"), "little")
+
+
+# Elements whose start tag never deepens the tree: void elements, and those closed by their next sibling (names
+# of 8 letters cannot be told from longer ones in 8 bytes, so they count as nesting: a cautious mistake).
+_NO_NESTING = (
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
+    "keygen", "p", "li", "dt", "dd", "option", "tr", "td", "th", "tbody", "thead", "tfoot", "caption", "rb", "rt",
+    "rp", "rtc", "html", "head", "body", "a", "nobr",
+)
+# Formatting elements re-opened by the parser when a block closes them (``a`` and ``nobr`` close their own kind).
+_FORMATTING = ("b", "big", "code", "em", "font", "i", "s", "small", "strike", "strong", "tt", "u")
+# Pages with at most this many "<" cannot be slow to parse (at most 32,768 steps of depth, 1,024 re-opened
+# elements): the scan is skipped.
+_SAFE_TAGS = 128
+_HASH_BITS = 10
+
+
+def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray]:
+    """A multiplicative hash of name keys into 2**_HASH_BITS slots with no collision among the names above, and
+    the tables of the names' keys by slot (0 elsewhere: no tag name has key 0)."""
+    names = _NO_NESTING + _FORMATTING
+    keys = np.array([_name_key(n) for n in names], dtype=np.uint64)
+    multiplier = 0x9E3779B97F4A7C15  # the golden-ratio constant, then odd neighbours until injective
+    while True:
+        slots = (keys * np.uint64(multiplier)) >> np.uint64(64 - _HASH_BITS)
+        if np.unique(slots).size == keys.size:
+            break
+        multiplier += 2
+    tables = []
+    for group in (_NO_NESTING, _FORMATTING):
+        table = np.zeros(1 << _HASH_BITS, dtype=np.uint64)
+        table[slots[[names.index(n) for n in group]]] = keys[[names.index(n) for n in group]]
+        tables.append(table)
+    return np.uint64(multiplier), tables[0], tables[1]
+
+
+_HASH_MULTIPLIER, _NO_NESTING_TABLE, _FORMATTING_TABLE = _hash_tables()
+_HASH_SHIFT = np.uint64(64 - _HASH_BITS)
+_LOWER_BITS = np.uint64(0x2020202020202020)
+_ONE = np.uint64(1)
+_LT = 0x3C
+# Bytes of a tag name, and ASCII lower-casing as a table.
+_NAME_BYTE = np.array([chr(b).isascii() and (chr(b).isalnum() or chr(b) == "-") for b in range(256)], dtype=bool)
+_LOWER = np.array([b + 32 if 65 <= b <= 90 else b for b in range(256)], dtype=np.uint8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,34 +207,109 @@ def looks_like_html(text: str) -> bool:
     return "<" in head and _HTML_SNIFF.search(head) is not None
 
 
-def html_to_text(html: str) -> str:
-    """Visible text of an HTML document: scripts, styles and other non-text elements removed.
+def html_to_text(html: str, mode: ContentMode = "body") -> str:
+    """Visible text of an HTML document: scripts, styles, templates, noscript, SVG, MathML, iframes and objects
+    removed, comments too.
 
-    Block-level elements are separated by whitespace so that ``<p>a</p><p>b</p>`` gives two words.
+    Every element boundary separates words (block elements, ``<br>``, and inline ones alike), so
+    ``<p>a</p><p>b</p>`` gives two words; so does ``<b>a</b>b`` (the price of extracting text in C: words split by
+    inline markup are rare, and split alike in every copy of a page).
+
+    Args:
+        html: the document.
+        mode: ``"body"``: all of the text, ``<title>`` included. ``"main"``: the main content: first ``nav``,
+            ``header``, ``footer`` and ``aside`` elements (and the elements with the ARIA roles ``navigation``,
+            ``banner``, ``contentinfo``, ``complementary``) are removed wherever they are; then the text is that
+            of the ``<main>`` elements (or ``role="main"``; the outermost ones, in document order) if they hold
+            any, else that of the outermost ``<article>`` elements if they hold any, else that of ``<body>``.
+            The title and the rest of ``<head>`` are not used.
     """
-    import lxml.etree
-    import lxml.html
+    data = html.encode("utf-8", "surrogatepass")  # lexbor reads lone surrogates as invalid bytes: U+FFFD
+    raw = np.frombuffer(data, dtype=np.uint8)
+    return _markup_to_text(data, raw, np.flatnonzero(raw == _LT), mode)
 
-    # lxml refuses strings with an XML encoding declaration and chokes on NUL and lone surrogates.
-    cleaned = scrub_unicode(html)
-    if not cleaned.strip():
-        return ""
-    # huge_tree: past libxml2's default limits (elements nested 256 deep, a text node of 10 MB) the parser
-    # ends the document early without raising, and the rest of the page would be lost: two pages sharing only
-    # their head would then be taken for duplicates. With it, the limit is 2048 levels, checked below.
-    parser = lxml.html.HTMLParser(huge_tree=True)
-    try:
-        root = lxml.html.document_fromstring(cleaned, parser=parser)
-    except (lxml.etree.ParserError, ValueError):
-        logger.debug("unparsable HTML; using it as plain text")
-        return re.sub(r"<[^>]*>", " ", cleaned)
-    if any(error.type_name == "ERR_RESOURCE_LIMIT" for error in parser.error_log):
-        logger.debug("HTML beyond the parser's limits (elements nested over 2048 deep): tags stripped instead")
-        return _strip_tags(cleaned)
-    lxml.etree.strip_elements(root, *_DROPPED_TAGS, lxml.etree.Comment, with_tail=False)
-    for element in root.iter(*_BLOCK_TAGS):
-        element.tail = "\n" + (element.tail or "")
-    return str(root.text_content())
+
+def _markup_to_text(data: bytes, raw: np.ndarray, tags: np.ndarray, mode: ContentMode) -> str:
+    """:func:`html_to_text` of UTF-8 ``data`` (``raw``: its bytes as an array; ``tags``: where its ``<`` are)."""
+    if _tree_hazard(raw, tags):
+        logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
+        return _strip_tags(scrub_unicode(data.decode("utf-8", "replace")))
+    tree = LexborHTMLParser(data)
+    dropped = _DROPPED if mode == "body" else f"{_DROPPED},{_BOILERPLATE}"
+    for node in tree.css(dropped):
+        node.decompose()
+    if mode == "body":
+        return tree.text(separator=" ")
+    for selector in _MAIN_CANDIDATES:
+        nodes = _outermost(tree.css(selector))
+        text = " ".join(node.text(separator=" ") for node in nodes)
+        if text and not text.isspace():
+            return text
+    root = tree.body or tree.root
+    return "" if root is None else root.text(separator=" ")
+
+
+def _outermost(nodes: list) -> list:
+    """``nodes`` without those inside another of them (nested ``<article>`` elements are read once)."""
+    if len(nodes) < 2:
+        return nodes
+    ids = {node.mem_id for node in nodes}
+    out = []
+    for node in nodes:
+        parent = node.parent
+        while parent is not None and parent.mem_id not in ids:
+            parent = parent.parent
+        if parent is None:
+            out.append(node)
+    return out
+
+
+def _tree_hazard(raw: np.ndarray, tags: np.ndarray) -> bool:
+    """Whether parsing the HTML bytes ``raw`` (``<`` at ``tags``) could take more than linear time (see
+    :data:`MAX_NESTING`, :data:`MAX_REOPENED`).
+
+    A vectorized scan of the tags, without parsing: every ``<name`` whose element can hold others (not void, not
+    closed by its next sibling) counts +1 and every ``</name`` -1, in a walk kept at or above 0 (stray end tags
+    cannot hide later start tags); its maximum bounds the depth of the tree. The same walk over formatting
+    elements alone bounds how many the parser can re-open at once. Names are compared exactly (a made-up
+    ``<brx>`` nests like any unknown element); ``<`` inside scripts and comments counts as a tag too: at worst a
+    page takes the slower tag stripper.
+    """
+    if tags.size <= _SAFE_TAGS:
+        return False
+    padded = np.concatenate([raw, np.zeros(_SCAN + 2, dtype=np.uint8)])
+    closing = padded[tags + 1] == 0x2F
+    # The 8 bytes after each "<" (after "</" for end tags) as one little-endian uint64, through a uint64 view
+    # starting at every byte (unaligned, overlapping): one gather per tag.
+    at_every_byte = np.ndarray((padded.size - _SCAN + 1,), dtype="<u8", buffer=padded, strides=(1,))
+    words = at_every_byte[tags + 1 + closing]
+    window = words.view(np.uint8).reshape(-1, _SCAN)
+    # Bit tricks on the uint64s: the lowest set bit of "not a name byte" marks where the name ends; the bits
+    # below it keep the name. OR-ing 0x20 lower-cases letters and leaves digits and "-" alone.
+    stop = (~_NAME_BYTE[window]).view("<u8").ravel()
+    keys = (words | _LOWER_BITS) & ((stop & (~stop + _ONE)) - _ONE)
+    is_tag = window[:, 0] > 0x40  # a name starts with a letter...
+    is_tag &= _NAME_BYTE[window[:, 0]]  # ... and "<@", "<[" are no tags
+    slots = (keys * _HASH_MULTIPLIER) >> _HASH_SHIFT
+    nesting = is_tag & (_NO_NESTING_TABLE[slots] != keys)
+    if _walk_max(nesting, closing) > MAX_NESTING:
+        return True
+    formatting = is_tag & (_FORMATTING_TABLE[slots] == keys)
+    return _walk_max(formatting, closing) * tags.size > MAX_REOPENED
+
+
+def _walk_max(counted: np.ndarray, closing: np.ndarray) -> int:
+    """An upper bound of the walk +1 at each counted start tag, -1 at each counted end tag, reflected at 0.
+
+    The reflected walk is ``S_t - min(0, min_{s <= t} S_s)`` for the plain walk ``S``; ``max(S) - min(0, min(S))``
+    bounds it from above without a running minimum (a cautious bound: stray end tags late in a page raise it).
+    """
+    if not counted.any():
+        return 0
+    steps = counted.astype(np.int32)
+    steps -= (counted & closing).astype(np.int32) * 2
+    walk = np.cumsum(steps)
+    return int(walk.max()) - min(0, int(walk.min()))
 
 
 def _strip_tags(html: str) -> str:
@@ -387,6 +531,7 @@ def clean_text(
     content: str | bytes | bytearray | memoryview,
     is_html: bool | None = None,
     max_chars: int = DEFAULT_MAX_CHARS,
+    mode: ContentMode = "body",
 ) -> CleanText:
     """Raw page content to normalized text.
 
@@ -396,14 +541,15 @@ def clean_text(
         max_chars: only the first ``max_chars`` characters of the content are used (bounded time and memory
             on hostile pages); HTML is also cut at ``max_chars // CHARS_PER_TAG`` tags and the normalized text
             at ``max_chars`` characters. ``CleanText.truncated`` tells when a cap applied.
+        mode: the part of an HTML page used (:func:`html_to_text`); plain text is used whole.
     """
     raw, truncated = _head(content, max_chars)
     if is_html is None:
         is_html = looks_like_html(raw)
     if is_html:
-        raw, cut = _cap_tags(raw, max(1, max_chars // CHARS_PER_TAG))
+        data, tags, cut = _cap_tags(raw.encode("utf-8", "surrogatepass"), max(1, max_chars // CHARS_PER_TAG))
         truncated |= cut
-        raw = html_to_text(raw)
+        raw = _markup_to_text(data, np.frombuffer(data, dtype=np.uint8), tags, mode)
     utf8, cut = _normalize_utf8(raw, max_chars)
     return CleanText(utf8, truncated or cut)
 
@@ -430,20 +576,14 @@ def _head(content: str | bytes | bytearray | memoryview, max_chars: int) -> tupl
     return raw, truncated
 
 
-def _cap_tags(html: str, max_tags: int) -> tuple[str, bool]:
-    """``html`` cut before its ``max_tags + 1``-th ``<`` (bounded parse time and memory), and whether it was.
+def _cap_tags(data: bytes, max_tags: int) -> tuple[bytes, np.ndarray, bool]:
+    """UTF-8 ``data`` cut before its ``max_tags + 1``-th ``<`` (bounded parse time and memory), where the ``<``
+    of the result are, and whether it was cut.
 
-    Counting ``<`` also counts a literal ``<`` in text: a few more cuts on pathological pages, never fewer.
+    Counting ``<`` also counts a literal ``<`` in text: a few more cuts on pathological pages, never fewer. ``<``
+    is ASCII, so the cut never splits a character.
     """
-    if html.count("<") <= max_tags:
-        return html, False
-    block, seen = 1 << 16, 0
-    for start in range(0, len(html), block):
-        found = html.count("<", start, start + block)
-        if seen + found > max_tags:
-            at = start - 1
-            for _ in range(max_tags - seen + 1):
-                at = html.find("<", at + 1)
-            return html[:at], True
-        seen += found
-    return html, False  # not reached: the count above says there are more
+    tags = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _LT)
+    if tags.size <= max_tags:
+        return data, tags, False
+    return data[: tags[max_tags]], tags[:max_tags], True

@@ -22,6 +22,7 @@ NEARDUP_NUM_PERM      ``k``, signature positions (default 128).
 NEARDUP_SHINGLE       ``"word"`` (default) or ``"char"``.
 NEARDUP_SHINGLE_SIZE  units per shingle (default 5 words / 9 characters).
 NEARDUP_SEED          hash seed (default 1).
+NEARDUP_CONTENT       ``"body"`` (default: all visible text of HTML) or ``"main"`` (main content only).
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
 NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode.
 NEARDUP_BACKEND       ``"embedded"`` (default), ``"elasticsearch"``, or the dotted path of a

@@ -76,6 +76,7 @@ def sketcher_parameters(sketcher: Sketcher) -> dict[str, Any]:
         "shingle_size": sketcher.shingle_size,
         "seed": sketcher.seed,
         "max_chars": sketcher.max_chars,
+        "content": sketcher.content,
     }
 
 

@@ -117,6 +117,7 @@ def test_unparsable_line_stops_with_its_number(tmp_path: Path, capsys: pytest.Ca
         (["--shingle-size", "0"], "--shingle-size"),
         (["--threshold", "0.9", "--min-shared", "100"], "--min-shared"),
         (["--shingle", "sentence"], "--shingle"),
+        (["--content", "article"], "--content"),
         (["--threshold", "high"], "--threshold"),
     ],
 )
@@ -188,3 +189,16 @@ def test_curve_text_says_what_the_threshold_means(capsys: pytest.CaptureFixture[
     assert main(["curve", "--threshold", "0.9"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("t = 107 of k = 128: flags r >= 0.90 in 99% of cases, r = 0.83 in 50%")
+
+
+def test_compare_content_main_ignores_the_site_template(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    template = "<header>" + " ".join(f"menu{i}" for i in range(300)) + "</header>"
+    a, b = tmp_path / "a.html", tmp_path / "b.html"
+    a.write_text(f"<html><body>{template}<main>{ARTICLE}</main><footer>page one</footer></body></html>")
+    b.write_text(f"<html><body>{template}<main>{ARTICLE}</main><footer>page two of the site</footer></body></html>")
+    results = {}
+    for content in ("body", "main"):
+        code, out, _ = _run(["compare", str(a), str(b), "--json", "--content", content], capsys)
+        assert code == 0
+        results[content] = json.loads(out)
+    assert results["main"]["jaccard"] == 1.0 > results["body"]["jaccard"]

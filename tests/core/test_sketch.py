@@ -20,7 +20,7 @@ def test_sketch_shape_and_tag() -> None:
     sketch = Sketcher(num_perm=64, seed=7).sketch(TEXT)
     assert sketch.signature.shape == (64,)
     assert sketch.signature.dtype == np.uint32
-    assert sketch.tag == "mh2-k64-word5-s7"
+    assert sketch.tag == "mh3-k64-word5-s7"
     assert 0 <= sketch.fingerprint < 2**64
     assert sketch.num_shingles == len(TEXT.split()) - 5 + 1
 
@@ -149,3 +149,13 @@ def test_estimate_is_unbiased(shared: int, only_a: int, only_b: int, offset: int
     # Standard error of the mean of 40 estimates, each with variance <= r(1-r)/128 (plus slack for OPH).
     tolerance = 4 * np.sqrt(max(exact * (1 - exact), 0.01) / 128 / seeds) + 0.01
     assert abs(mean - exact) <= tolerance
+
+
+def test_main_content_sketches_carry_their_own_tag() -> None:
+    body, main = Sketcher(), Sketcher(content="main")
+    assert body.tag == "mh3-k128-word5-s1" and main.tag == "mh3-k128-word5-s1-main"
+    page = "<body><nav>home news sport weather</nav><main>" + "the story itself goes here " * 20 + "</main></body>"
+    with pytest.raises(IncompatibleSketches):
+        body.sketch(page).resemblance(main.sketch(page))
+    with pytest.raises(ValueError, match="content='article' is not valid: expected one of 'body', 'main'"):
+        Sketcher(content="article")  # type: ignore[arg-type]

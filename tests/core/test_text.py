@@ -56,3 +56,33 @@ def test_clean_text_caps_and_flags_long_content() -> None:
 def test_broken_html_does_not_raise() -> None:
     for html in ["<html><body><p>unclosed <b>bold", "<html>\x00<body>nul</body></html>", "<html></html>", "<p>"]:
         assert isinstance(clean_text(html, is_html=True).text, str)
+
+
+PAGE = """<html><head><title>Site - Story</title></head><body>
+<header><a href="/">Site</a> <nav><a href="/news">News</a> <a href="/sport">Sport</a></nav></header>
+<div role="navigation">Breadcrumbs here</div>
+<main><h1>The story</h1><p>First para<b>graph</b>.</p><aside>Related links</aside><p>Second.</p></main>
+<footer>Copyright the site</footer></body></html>"""
+
+
+def test_block_elements_separate_words_and_markup_never_glues_them() -> None:
+    assert normalize(html_to_text("a</p><p>b")) == "a b"
+    assert normalize(html_to_text("<ul><li>one</li><li>two</li></ul><table><tr><td>x</td><td>y</td></tr></table>")) == (
+        "one two x y"
+    )
+    # Every element boundary separates, inline ones too (documented): extraction stays in C.
+    assert normalize(html_to_text("<p>First para<b>graph</b></p>")) == "first para graph"
+
+
+def test_content_modes() -> None:
+    assert normalize(html_to_text(PAGE)) == (
+        "site story site news sport breadcrumbs here the story first para graph related links second "
+        "copyright the site"
+    )
+    assert normalize(html_to_text(PAGE, "main")) == "the story first para graph second"
+    article = "<body><nav>menu</nav><article><p>one</p><article><p>two</p></article></article><p>rest</p></body>"
+    assert normalize(html_to_text(article, "main")) == "one two"  # the outermost article, read once
+    assert normalize(html_to_text("<body><nav>menu</nav><main> </main><p>body text</p></body>", "main")) == "body text"
+    assert normalize(html_to_text("<frameset><frame src=a></frameset>", "main")) == ""
+    assert clean_text(PAGE, mode="main").text == "the story first para graph second"
+    assert clean_text("plain text, nav and all", mode="main").text == "plain text nav and all"

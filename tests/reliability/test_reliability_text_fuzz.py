@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import pytest
 from fuzzing import EXAMPLES, content, hostile_text, markup
 from hypothesis import given, settings
@@ -113,11 +114,14 @@ def test_fuzz_nfkc_in_pieces_equals_nfkc_of_the_whole(words: list[str]) -> None:
 @given(st.text(st.sampled_from(["<", "a", " ", ">", "é"]), max_size=200), st.integers(1, 30))
 def test_fuzz_tag_cap_keeps_a_prefix_with_at_most_max_tags(document: str, max_tags: int) -> None:
     counted("tag_cap")
-    out, cut = text_module._cap_tags(document, max_tags)
-    assert document.startswith(out) and out.count("<") <= max_tags
+    data = document.encode("utf-8")
+    out, tags, cut = text_module._cap_tags(data, max_tags)
+    assert data.startswith(out) and out.count(b"<") <= max_tags
+    assert tags.tolist() == [i for i, byte in enumerate(out) if byte == ord("<")]
     assert cut == (document.count("<") > max_tags)
     if cut:
-        assert document[len(out)] == "<" and out.count("<") == max_tags
+        assert data[len(out)] == ord("<") and out.count(b"<") == max_tags
+    out.decode("utf-8")  # never a character cut in two
 
 
 # -- markup past the parser's limits -----------------------------------------------------------------------------
@@ -143,6 +147,35 @@ def test_pages_differing_after_deep_nesting_are_not_duplicates(depth: int) -> No
     b = HEADER + "<font>" * depth + "<p>second page: one two three four five six seven eight nine</p>"
     x, y = Sketcher().sketch_many([a, b])
     assert x.fingerprint != y.fingerprint and x.shared_positions(y) < 107
+
+
+# HTML5 tree building is quadratic on such markup: without the scan these take minutes and gigabytes.
+QUADRATIC_MARKUP = {
+    "nested divs": lambda n: "<div>" * n,
+    "nested lists": lambda n: "<ul><li>" * n,
+    "distinct fonts": lambda n: "".join(f"<font id={i}>" for i in range(n)),
+    "re-opened bold": lambda n: "".join(f"<p><b id={i}>x" for i in range(n)),
+    "made-up void-like names": lambda n: "<brx>" * n + "<div>" * n,
+}
+
+
+@pytest.mark.parametrize("kind", list(QUADRATIC_MARKUP))
+def test_markup_quadratic_for_html5_parsers_takes_the_tag_stripper(kind: str) -> None:
+    document = QUADRATIC_MARKUP[kind](20_000) + "<p>unique tail words alpha beta</p><script>var hidden = 1;</script>"
+    assert _hazard(document)
+    cleaned = clean_text(document, is_html=True)
+    assert cleaned.text.endswith("unique tail words alpha beta") and "hidden" not in cleaned.text
+
+
+@pytest.mark.parametrize("markup_", ["<div>x</div>" * 20_000, "<p>x<br><img src=a.png>" * 20_000,
+                                     "<ul><li>a<li>b</ul>" * 5000, "<b>bold</b> <i>it</i> " * 20_000])
+def test_ordinary_markup_is_parsed(markup_: str) -> None:
+    assert not _hazard(markup_)
+
+
+def _hazard(document: str) -> bool:
+    raw = document.encode()
+    return text_module._tree_hazard(np.frombuffer(raw, dtype=np.uint8), text_module._cap_tags(raw, 10**6)[1])
 
 
 def test_a_text_node_over_10_mb_is_kept_whole() -> None:
