@@ -23,8 +23,9 @@ a. Search P's candidates among documents with status ``kept`` or ``pending`` (a 
    stale; ``pending`` ones are re-read with a real-time multi-get, polled until they settle). If any is
    ``kept``, return the best one: P is a duplicate and nothing is written.
 b. Write P as ``pending`` (``op_type=create``); its ``_seq_no`` is P's position in the write order.
-c. Wait until the shard's local checkpoint reaches P's ``_seq_no`` (every earlier write is then applied),
-   refresh, and search again, now considering only candidates written *before* P (``seq < P's``); settle
+c. Wait until the local checkpoint of every started copy of the shard (primary and replicas) reaches P's
+   ``_seq_no`` (every earlier write is then applied wherever the search may run), refresh, and search again,
+   now considering only candidates written *before* P (``seq < P's``); settle
    ``pending`` ones as in (a). If any is ``kept``, P is a duplicate of the best; else P is kept.
 d. Write P's final status (``kept``, or ``duplicate`` with ``duplicate_of``) and ``seq``.
 
@@ -50,6 +51,17 @@ Guarantees
   be kept. Also weaker without the ``monitor`` privilege on the index (no checkpoint wait; a warning is logged
   once): a write that is still in flight when a later page refreshes may be missed, in a window of
   microseconds.
+
+Replicas and failover
+---------------------
+With replicas (``auto_expand_replicas: 0-1`` gives one on a cluster of two or more nodes) a search or a
+multi-get may run on any started copy; hence the wait in (c) covers every copy. Writes are acknowledged once
+every in-sync copy has them, so a replica promoted after its primary dies holds every acknowledged write, with
+its ``_seq_no`` (the new primary continues the sequence). A request in flight when the primary died is retried
+by Elasticsearch on the new primary, or fails and is retried here (on another node when ``url`` lists several);
+a ``create`` that had landed answers "conflict" and its ``_seq_no`` is read back. Answers that cover no copy of
+the shard (a search or refresh with failed shards, a multi-get item with an error) count as retryable failures
+or as "still pending", never as "no such page".
 
 Errors
 ------
@@ -158,6 +170,10 @@ class _Unchecked:
     values: bytes  # uint16[k]: the low 16 bits of each position, what the index stores
     fingerprint: int
     doc_id: str  # the _id its check used: the pending document, if the check got that far
+
+
+class _Unavailable(Exception):
+    """An answer with HTTP 200 that covers no (or not every) copy of the shard: retried like a 503."""
 
 
 class ElasticsearchBackend:
@@ -376,6 +392,8 @@ class ElasticsearchBackend:
             docs = await self._call("reading pending pages", self._mget, list(pending))
             for doc in docs:
                 doc_id = doc["_id"]
+                if "error" in doc:  # its shard copy failed (e.g. a failover): still pending for us
+                    continue
                 if not doc.get("found"):
                     pending.pop(doc_id)
                     continue
@@ -523,6 +541,9 @@ class ElasticsearchBackend:
             index=self.index, query=query, size=_CANDIDATES, seq_no_primary_term=True,
             source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT]}, track_total_hits=False,
         )
+        shards = response["_shards"]
+        if shards["successful"] < shards["total"]:
+            raise _Unavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
         hits: list[dict[str, Any]] = response["hits"]["hits"]
         if len(hits) >= _CANDIDATES:
             logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(hits),
@@ -554,7 +575,7 @@ class ElasticsearchBackend:
             return int(doc["_seq_no"])
 
     async def _settle_writes(self, seq: int) -> None:
-        """Wait until every write up to ``seq`` is applied on the primary, then refresh (see module doc)."""
+        """Wait until every write up to ``seq`` is applied on every started copy, then refresh (module doc)."""
         from elasticsearch import AuthorizationException
 
         delay = _POLL_FIRST
@@ -573,7 +594,9 @@ class ElasticsearchBackend:
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_MAX)
-        await self._es.indices.refresh(index=self.index)
+        response = await self._es.indices.refresh(index=self.index)
+        if response["_shards"].get("failed", 0):
+            raise _Unavailable(f"the refresh failed on {response['_shards']['failed']} shard copy(ies)")
 
     async def _write(self, doc_id: str, fields: dict[str, Any]) -> None:
         await self._es.index(index=self.index, id=doc_id, document={ROOT: fields})
@@ -592,13 +615,13 @@ class ElasticsearchBackend:
         for attempt in range(retries + 1):
             try:
                 return await func(*args)
-            except (ApiError, TransportError) as exc:
+            except (ApiError, TransportError, _Unavailable) as exc:
                 self.errors += 1
                 status = exc.meta.status if isinstance(exc, ApiError) else None
-                retryable = status in _RETRY_STATUSES or (
+                retryable = status in _RETRY_STATUSES or isinstance(exc, _Unavailable) or (
                     isinstance(exc, TransportConnectionError | ConnectionTimeout) and not isinstance(exc, TlsError)
                 )
-                message = describe_error(exc, self.settings.url)
+                message = str(exc) if isinstance(exc, _Unavailable) else describe_error(exc, self.settings.url)
                 if not retryable:
                     raise EsError(f"{what} in {self.index}: {message}") from None
                 if attempt == retries:
@@ -611,10 +634,15 @@ class ElasticsearchBackend:
 
 
 def _local_checkpoint(stats: dict[str, Any]) -> int:
-    """The local checkpoint of the (single) primary shard, from index stats at shard level."""
+    """The lowest local checkpoint among the started copies of the (single) shard, from index stats at shard
+    level; -1 while no primary is started (e.g. during a failover). A search may run on any started copy."""
+    checkpoints: list[int] = []
+    primary = False
     for index_stats in stats["indices"].values():
         for copies in index_stats["shards"].values():
             for copy in copies:
-                if copy["routing"]["primary"]:
-                    return int(copy["seq_no"]["local_checkpoint"])
-    return -1
+                if copy["routing"]["state"] != "STARTED":
+                    continue
+                primary = primary or bool(copy["routing"]["primary"])
+                checkpoints.append(int(copy["seq_no"]["local_checkpoint"]))
+    return min(checkpoints) if primary else -1

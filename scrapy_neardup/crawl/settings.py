@@ -324,8 +324,9 @@ def _elasticsearch(settings: BaseSettings) -> ElasticsearchSettings:
             "NEARDUP_BACKEND='elasticsearch' needs NEARDUP_ES_URL (e.g. 'http://127.0.0.1:9200'), got "
             f"{_raw(settings, 'NEARDUP_ES_URL')!r}"
         )
-    if not url.lower().startswith(("http://", "https://")):
-        raise _error("NEARDUP_ES_URL", url, "an http:// or https:// URL")
+    # Several nodes of one cluster: comma-separated URLs; a request that fails on one node is retried on another.
+    if not all(part.strip().lower().startswith(("http://", "https://")) for part in url.split(",")):
+        raise _error("NEARDUP_ES_URL", url, "an http:// or https:// URL, or several separated by commas")
     index = _optional_str(settings, "NEARDUP_ES_INDEX")
     if index is None:
         raise NearDupSettingsError(
