@@ -23,8 +23,9 @@ a. Search P's candidates among documents with status ``kept`` or ``pending`` (a 
    stale; ``pending`` ones are re-read with a real-time multi-get, polled until they settle). If any is
    ``kept``, return the best one: P is a duplicate and nothing is written.
 b. Write P as ``pending`` (``op_type=create``); its ``_seq_no`` is P's position in the write order.
-c. Wait until the shard's local checkpoint reaches P's ``_seq_no`` (every earlier write is then applied),
-   refresh, and search again, now considering only candidates written *before* P (``seq < P's``); settle
+c. Wait until the local checkpoint of every started copy of the shard (primary and replicas) reaches P's
+   ``_seq_no`` (every earlier write is then applied wherever the search may run), refresh, and search again,
+   now considering only candidates written *before* P (``seq < P's``); settle
    ``pending`` ones as in (a). If any is ``kept``, P is a duplicate of the best; else P is kept.
 d. Write P's final status (``kept``, or ``duplicate`` with ``duplicate_of``) and ``seq``.
 
@@ -50,6 +51,17 @@ Guarantees
   be kept. Also weaker without the ``monitor`` privilege on the index (no checkpoint wait; a warning is logged
   once): a write that is still in flight when a later page refreshes may be missed, in a window of
   microseconds.
+
+Replicas and failover
+---------------------
+With replicas (``auto_expand_replicas: 0-1`` gives one on a cluster of two or more nodes) a search or a
+multi-get may run on any started copy; hence the wait in (c) covers every copy. Writes are acknowledged once
+every in-sync copy has them, so a replica promoted after its primary dies holds every acknowledged write, with
+its ``_seq_no`` (the new primary continues the sequence). A request in flight when the primary died is retried
+by Elasticsearch on the new primary, or fails and is retried here (on another node when ``url`` lists several);
+a ``create`` that had landed answers "conflict" and its ``_seq_no`` is read back. Answers that cover no copy of
+the shard (a search or refresh with failed shards, a multi-get item with an error) count as retryable failures
+or as "still pending", never as "no such page".
 
 Errors
 ------
@@ -120,7 +132,7 @@ from .mapping import (
     sketch_properties,
 )
 from .names import validate_index_name
-from .retry import is_retryable, retrying
+from .retry import ShardsUnavailable, is_retryable, retrying
 from .settings import ElasticsearchSettings
 
 if TYPE_CHECKING:
@@ -419,6 +431,8 @@ class ElasticsearchBackend(Backend):
             docs = await self._call("reading pending pages", self._mget, list(pending))
             for doc in docs:
                 doc_id = doc["_id"]
+                if "error" in doc:  # its shard copy failed (e.g. a failover): still pending for us
+                    continue
                 if not doc.get("found"):
                     pending.pop(doc_id)
                     continue
@@ -571,6 +585,9 @@ class ElasticsearchBackend(Backend):
             index=self.index, query=query, size=_CANDIDATES, seq_no_primary_term=True,
             source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT]}, track_total_hits=False,
         )
+        shards = response["_shards"]
+        if shards["successful"] < shards["total"]:
+            raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
         hits: list[dict[str, Any]] = response["hits"]["hits"]
         if len(hits) >= _CANDIDATES:
             logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(hits),
@@ -602,7 +619,7 @@ class ElasticsearchBackend(Backend):
             return int(doc["_seq_no"])
 
     async def _settle_writes(self, seq: int) -> None:
-        """Wait until every write up to ``seq`` is applied on the primary, then refresh (see module doc)."""
+        """Wait until every write up to ``seq`` is applied on every started copy, then refresh (module doc)."""
         from elasticsearch import AuthorizationException
 
         delay = _POLL_FIRST
@@ -621,7 +638,9 @@ class ElasticsearchBackend(Backend):
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_MAX)
-        await self._es.indices.refresh(index=self.index)
+        response = await self._es.indices.refresh(index=self.index)
+        if response["_shards"].get("failed", 0):
+            raise ShardsUnavailable(f"the refresh failed on {response['_shards']['failed']} shard copy(ies)")
 
     async def _write(self, doc_id: str, fields: dict[str, Any]) -> None:
         await self._es.index(index=self.index, id=doc_id, document={ROOT: fields})
@@ -642,11 +661,11 @@ class ElasticsearchBackend(Backend):
                     attempts += 1
                     try:
                         return await func(*args)
-                    except (ApiError, TransportError):
+                    except (ApiError, TransportError, ShardsUnavailable):
                         self.errors += 1
                         raise
-        except (ApiError, TransportError) as exc:
-            message = describe_error(exc, self.settings.url)
+        except (ApiError, TransportError, ShardsUnavailable) as exc:
+            message = str(exc) if isinstance(exc, ShardsUnavailable) else describe_error(exc, self.settings.url)
             if not is_retryable(exc):
                 raise EsError(f"{what} in {self.index}: {message}") from None
             raise EsError(f"{what} in {self.index}: {message} (after {attempts} attempts)") from None
@@ -666,10 +685,15 @@ class ElasticsearchBackend(Backend):
 
 
 def _local_checkpoint(stats: dict[str, Any]) -> int:
-    """The local checkpoint of the (single) primary shard, from index stats at shard level."""
+    """The lowest local checkpoint among the started copies of the (single) shard, from index stats at shard
+    level; -1 while no primary is started (e.g. during a failover). A search may run on any started copy."""
+    checkpoints: list[int] = []
+    primary = False
     for index_stats in stats["indices"].values():
         for copies in index_stats["shards"].values():
             for copy in copies:
-                if copy["routing"]["primary"]:
-                    return int(copy["seq_no"]["local_checkpoint"])
-    return -1
+                if copy["routing"]["state"] != "STARTED":
+                    continue
+                primary = primary or bool(copy["routing"]["primary"])
+                checkpoints.append(int(copy["seq_no"]["local_checkpoint"]))
+    return min(checkpoints) if primary else -1

@@ -1,5 +1,11 @@
 """The one place that builds Elasticsearch clients, and turns their failures into clear one-line errors.
 
+Several nodes of one cluster: ``url`` may list them separated by commas
+(``http://127.0.0.1:9200,http://127.0.0.1:9201``). Requests go round-robin to the nodes that answer; a node that
+fails (connection refused, reset) is set aside for a while, and the caller's retry goes to another one, so a
+crawl survives the loss of the node it was talking to. Every URL must use the same scheme and the same
+credentials (one client, one set of options).
+
 Credentials: basic auth (``username`` + ``password``) or an API key (the ``encoded`` value Elasticsearch returns
 from ``POST /_security/api_key``, or ``"id:api_key"``); TLS is verified against ``ca_certs`` when given, else the
 system/certifi store. A URL may carry ``user:password@``; it is moved into basic auth so that the URL that
@@ -50,7 +56,8 @@ class ConnectionSettings:
     """Where and how to connect.
 
     Attributes:
-        url: ``http(s)://host:port`` (userinfo is moved into ``username``/``password`` by :meth:`create`).
+        url: ``http(s)://host:port`` (userinfo is moved into ``username``/``password`` by :meth:`create`), or
+            several such URLs of one cluster separated by commas (see :attr:`urls`).
         api_key: encoded API key, or ``"id:key"``; excludes ``username``/``password``.
         username, password: basic auth; both or neither.
         ca_certs: PEM file of the CA that signed the cluster's certificate (https only).
@@ -78,36 +85,40 @@ class ConnectionSettings:
         """Validated settings; ``user:password@`` in ``url`` becomes basic auth unless ``username`` is given.
 
         Raises:
-            EsError: bad URL scheme, password without user (or the reverse), both an API key and a password,
-                a CA file that does not exist, a non-positive timeout.
+            EsError: bad URL scheme, URLs of one list with different schemes or credentials, password without
+                user (or the reverse), both an API key and a password, a CA file that does not exist, a
+                non-positive timeout.
         """
-        try:
-            parts = urllib.parse.urlsplit(url.strip())
-            port = parts.port
-        except ValueError:
-            parts, port = None, None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise EsError(f"Elasticsearch URL must look like http://host:9200 or https://host:9200, got {_safe(url)!r}")
-        if parts.username and username is None:
-            username = urllib.parse.unquote(parts.username)
-            password = urllib.parse.unquote(parts.password or "") if password is None else password
-        host = parts.hostname
-        netloc = f"[{host}]" if ":" in host else host
-        if port:
-            netloc += f":{port}"
-        clean = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        nodes = [_split_url(part) for part in url.split(",")]
+        schemes = {scheme for scheme, _, _ in nodes}
+        if len(schemes) > 1:
+            raise EsError(f"Elasticsearch URLs of one cluster must share one scheme, got {_safe(url)!r}")
+        userinfos = {userinfo for _, _, userinfo in nodes}
+        if len(userinfos) > 1:
+            raise EsError("Elasticsearch URLs of one cluster must carry the same user:password@ (or none)")
+        (userinfo,) = userinfos
+        if userinfo is not None and username is None:
+            username = userinfo[0]
+            password = userinfo[1] if password is None else password
+        (scheme,) = schemes
+        clean = ",".join(address for _, address, _ in nodes)
         if (username is None) != (password is None):
             raise EsError("username and password go together: give both or neither")
         if api_key and username is not None:
             raise EsError("give either an API key or a username and password, not both")
         if ca_certs is not None:
-            if parts.scheme != "https":
+            if scheme != "https":
                 raise EsError("a CA certificate only makes sense with an https:// URL")
             if not os.path.isfile(ca_certs):
                 raise EsError(f"CA certificate file {ca_certs!r} does not exist")
         if not request_timeout > 0:
             raise EsError(f"request timeout must be > 0 seconds, got {request_timeout}")
         return cls(clean, api_key or None, username, password, ca_certs, float(request_timeout))
+
+    @property
+    def urls(self) -> list[str]:
+        """The node URLs (one, or the comma-separated list of :attr:`url`), each without userinfo."""
+        return self.url.split(",")
 
     def client_options(self, **overrides: Any) -> dict[str, Any]:
         """Keyword arguments for ``Elasticsearch(...)`` / ``AsyncElasticsearch(...)``."""
@@ -120,6 +131,29 @@ class ConnectionSettings:
             options["ca_certs"] = self.ca_certs
         options.update(overrides)
         return options
+
+
+def _split_url(url: str) -> tuple[str, str, tuple[str, str] | None]:
+    """``(scheme, URL without userinfo, query or fragment, (user, password) or None)`` of one node URL.
+
+    Raises:
+        EsError: not an http(s) URL with a host.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EsError(f"Elasticsearch URL must look like http://host:9200 or https://host:9200, got {_safe(url)!r}")
+    userinfo = None
+    if parts.username:
+        userinfo = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or ""))
+    host = parts.hostname
+    netloc = f"[{host}]" if ":" in host else host
+    if port:
+        netloc += f":{port}"
+    return parts.scheme, urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", "")), userinfo
 
 
 def _api_key(value: str) -> str | tuple[str, str]:
@@ -148,7 +182,7 @@ def make_client(settings: ConnectionSettings, **overrides: Any) -> Elasticsearch
     from elasticsearch import Elasticsearch
 
     logger.debug("connecting to %s", settings.url)
-    return Elasticsearch(settings.url, **settings.client_options(**overrides))
+    return Elasticsearch(settings.urls, **settings.client_options(**overrides))
 
 
 def make_async_client(settings: ConnectionSettings, **overrides: Any) -> AsyncElasticsearch:
@@ -156,7 +190,7 @@ def make_async_client(settings: ConnectionSettings, **overrides: Any) -> AsyncEl
     from elasticsearch import AsyncElasticsearch
 
     logger.debug("connecting (async) to %s", settings.url)
-    return AsyncElasticsearch(settings.url, **settings.client_options(**overrides))
+    return AsyncElasticsearch(settings.urls, **settings.client_options(**overrides))
 
 
 def describe_error(exc: BaseException, url: str) -> str:
@@ -225,7 +259,10 @@ def _short(exc: BaseException) -> str:
 
 
 def _safe(url: str) -> str:
-    """``url`` without userinfo, query or fragment."""
+    """``url`` without userinfo, query or fragment (each of a comma-separated list)."""
+    if "," in url:
+        return ",".join(_safe(part) for part in url.split(","))
+    url = url.strip()
     try:
         parts = urllib.parse.urlsplit(url)
         port = f":{parts.port}" if parts.port else ""

@@ -21,14 +21,21 @@ from tenacity import (
     wait_exponential,
 )
 
-__all__ = ["RETRY_STATUSES", "is_retryable", "retrying"]
+__all__ = ["RETRY_STATUSES", "ShardsUnavailable", "is_retryable", "retrying"]
 
 #: HTTP statuses worth retrying: too many requests, and a gateway or node briefly unavailable.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
+class ShardsUnavailable(Exception):
+    """An answer with HTTP 200 that covers no (or not every) copy of a shard, as during a primary failover:
+    retried like a 503."""
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Whether a client or transport error is transient (see the module doc)."""
+    if isinstance(exc, ShardsUnavailable):
+        return True
     from elastic_transport import ConnectionError as TransportConnectionError
     from elastic_transport import ConnectionTimeout, TlsError
     from elasticsearch import ApiError

@@ -6,7 +6,7 @@ built, so a wrong value stops the crawl before any request with one
 (:mod:`scrapy_neardup.core.config`), shared with the Scrapy layer.
 
 ====================  ========================================================================================
-NEARDUP_ES_URL        ``http(s)://host:port`` of the cluster (required).
+NEARDUP_ES_URL        ``http(s)://host:port`` of the cluster, or several nodes' URLs separated by commas (required).
 NEARDUP_ES_INDEX      index of kept sketches, lowercase (required; created with one primary shard when missing).
 NEARDUP_ES_API_KEY    encoded API key; or NEARDUP_ES_USERNAME and NEARDUP_ES_PASSWORD (both or neither).
 NEARDUP_ES_CA_CERTS   PEM file of the CA that signed the cluster's certificate.
@@ -57,8 +57,9 @@ class ElasticsearchSettings:
                 "NEARDUP_BACKEND='elasticsearch' needs NEARDUP_ES_URL (e.g. 'http://127.0.0.1:9200'), got "
                 f"{settings.get('NEARDUP_ES_URL')!r}"
             )
-        if not url.lower().startswith(("http://", "https://")):
-            raise settings_error("NEARDUP_ES_URL", url, "an http:// or https:// URL")
+        # Several nodes of one cluster: comma-separated URLs; a request that fails on one node is retried on another.
+        if not all(part.strip().lower().startswith(("http://", "https://")) for part in url.split(",")):
+            raise settings_error("NEARDUP_ES_URL", url, "an http:// or https:// URL, or several separated by commas")
         index = read_str(settings, "NEARDUP_ES_INDEX")
         if index is None:
             raise NearDupSettingsError(

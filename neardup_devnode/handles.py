@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -271,13 +271,31 @@ class RunningNode(ClusterHandle):
 @dataclass
 class RunningCluster(ClusterHandle):
     """Several local nodes forming one cluster (:func:`neardup_devnode.node.start_cluster`); ``url`` is the
-    first node's. Stopping it stops every node."""
+    first node's (so :meth:`client` talks to it alone), :attr:`urls` / :attr:`hosts` every node's: give those to
+    a client that must outlive one node (``Elasticsearch(cluster.urls)``). Stopping it stops every node."""
 
     nodes: list[RunningNode] = field(default_factory=list)
+    _relaunch: Callable[[RunningNode], RunningNode] | None = field(default=None, repr=False, compare=False)
 
     @property
     def urls(self) -> list[str]:
         return [n.url for n in self.nodes]
+
+    @property
+    def hosts(self) -> str:
+        """Every node's URL, comma-separated (the form ``NEARDUP_ES_URL`` and ``--es-url`` accept)."""
+        return ",".join(self.urls)
+
+    def restart_node(self, name: str) -> RunningNode:
+        """Start a killed (or stopped with ``keep_data=True``) node again on its data dir and ports; wait until
+        it has rejoined (all nodes in the cluster). Returns the new handle, which replaces the old in
+        :attr:`nodes`."""
+        if self._relaunch is None:
+            raise NodeError("this cluster handle cannot restart nodes (not started by start_cluster here)")
+        old = self.node_named(name)
+        new = self._relaunch(old)
+        self.nodes[self.nodes.index(old)] = new
+        return new
 
     def node_named(self, name: str) -> RunningNode:
         for node in self.nodes:

@@ -521,7 +521,14 @@ def start_cluster(
 
     Each node gets its own ports and directory ``<base>/nodes/<name>-<i>``; they find each other through
     ``discovery.seed_hosts`` (every transport port) and bootstrap with ``cluster.initial_master_nodes``. With
-    three master-eligible nodes the cluster keeps a quorum (2 of 3) when any one node dies.
+    three master-eligible nodes the cluster keeps a quorum (2 of 3) when any one node dies; a node killed with
+    :meth:`RunningNode.kill` comes back, on its data and ports, with :meth:`RunningCluster.restart_node`.
+
+    :param size: number of nodes (3 survives the loss of any one).
+    :param heap: JVM heap of each node (``-Xms`` = ``-Xmx``).
+    :param version, base, keep_data, timeout, die_with_parent: as for :func:`start_node` (per node).
+    :param name: cluster name prefix; nodes are ``<name>-0`` .. ``<name>-<size-1>``.
+    :param settings: extra ``elasticsearch.yml`` settings for every node.
     """
     if size < 1:
         raise ValueError("a cluster needs at least one node")
@@ -539,10 +546,29 @@ def start_cluster(
         **(settings or {}),
     }
     launched: list[tuple[RunningNode, subprocess.Popen[bytes]]] = []
+    node_settings: dict[str, dict[str, Any]] = {}
+
+    def launch(node_name: str, node_dir: Path) -> tuple[RunningNode, subprocess.Popen[bytes]]:
+        s = node_settings[node_name]
+        return setup.launch(
+            name=node_name,
+            node_dir=node_dir,
+            settings=s,
+            http_port=int(s["http.port"]),
+            transport_port=int(s["transport.port"]),
+            secure=False,
+            password=None,
+            heap=heap,
+            jvm_options=(),
+            keep_data=keep_data,
+            background=False,
+            die_with_parent=die_with_parent,
+        )
+
     try:
         for node_name, http_port, transport_port in zip(names, http_ports, transport_ports, strict=True):
             node_dir = setup.node_dir(node_name)
-            s = _node_settings(
+            node_settings[node_name] = _node_settings(
                 name=node_name,
                 node_dir=node_dir,
                 http_port=http_port,
@@ -551,22 +577,7 @@ def start_cluster(
                 es_home=setup.es_home,
                 extra=common,
             )
-            launched.append(
-                setup.launch(
-                    name=node_name,
-                    node_dir=node_dir,
-                    settings=s,
-                    http_port=http_port,
-                    transport_port=transport_port,
-                    secure=False,
-                    password=None,
-                    heap=heap,
-                    jvm_options=(),
-                    keep_data=keep_data,
-                    background=False,
-                    die_with_parent=die_with_parent,
-                )
-            )
+            launched.append(launch(node_name, node_dir))
         for node, proc in launched:
             _wait_ready(node, proc, timeout, nodes=size)
     except BaseException:
@@ -578,7 +589,23 @@ def start_cluster(
     nodes = [node for node, _ in launched]
     _FOREGROUND.extend(nodes)
     logger.info("cluster of %d ready at %s after %.1fs", size, nodes[0].url, time.monotonic() - started)
-    return RunningCluster(url=nodes[0].url, version=version, nodes=nodes)
+
+    def relaunch(old: RunningNode) -> RunningNode:
+        # Same settings, so same ports and data dir; cluster.initial_master_nodes is ignored by a node that has
+        # already joined a cluster (its data dir says which).
+        if old.is_running():
+            raise NodeError(f"node {old.name} is still running; kill or stop it first")
+        node, proc = launch(old.name, old.node_dir)
+        try:
+            _wait_ready(node, proc, timeout, nodes=size)
+        except BaseException:
+            terminate_group(proc.pid, 20, proc)
+            raise
+        _FOREGROUND[:] = [n for n in _FOREGROUND if n is not old]
+        _FOREGROUND.append(node)
+        return node
+
+    return RunningCluster(url=nodes[0].url, version=version, nodes=nodes, _relaunch=relaunch)
 
 
 @atexit.register

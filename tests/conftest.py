@@ -10,6 +10,9 @@ Elasticsearch fixtures (all session-scoped, started lazily, at most one plain an
 * ``es_client`` - an ``elasticsearch.Elasticsearch`` 8.x client for it.
 * ``secure_es_node`` - a local node with security and HTTPS (``.url``, ``.username``, ``.password``,
   ``.ca_certs``, ``.create_api_key()``, ``.client()``).
+* ``es_cluster`` - a local 3-node cluster (:class:`neardup_devnode.node.RunningCluster`: ``.urls``, ``.hosts``,
+  ``.nodes``, ``.restart_node(name)``), each node with ``NEARDUP_ES_CLUSTER_HEAP`` (default 320m). Always local
+  (``ES_URL`` does not replace it): its tests kill nodes.
 
 If a node cannot be started the fixture raises (the tests error); they are never skipped. Tests using these
 fixtures get the ``es`` marker automatically, so ``-m "not es"`` deselects them.
@@ -38,9 +41,9 @@ except ImportError:  # running from a checkout without `pip install -e .`
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-    from neardup_devnode.node import ClusterHandle, RunningNode
+    from neardup_devnode.node import ClusterHandle, RunningCluster, RunningNode
 
-ES_FIXTURES = {"es_node", "es_url", "es_client", "secure_es_node"}
+ES_FIXTURES = {"es_node", "es_url", "es_client", "secure_es_node", "es_cluster"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -107,6 +110,21 @@ def secure_es_node() -> Iterator[RunningNode]:
         yield node
     finally:
         node.stop()
+
+
+@pytest.fixture(scope="session")
+def es_cluster() -> Iterator[RunningCluster]:
+    """A local 3-node cluster on 127.0.0.1 (started on first use; tests that kill a node restart it)."""
+    from neardup_devnode.node import start_cluster
+
+    options = _node_options()
+    options["heap"] = os.environ.get("NEARDUP_ES_CLUSTER_HEAP", "320m")
+    options["timeout"] = max(options["timeout"], 240.0)
+    cluster = start_cluster(3, name=f"pytest-cluster-{os.getpid()}", **options)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

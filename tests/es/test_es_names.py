@@ -154,6 +154,24 @@ def test_connection_settings_validation_and_repr(tmp_path: object) -> None:
         ConnectionSettings.create("http://h:1", ca_certs=__file__)
 
 
+def test_several_node_urls() -> None:
+    s = ConnectionSettings.create(" http://bob:pw@127.0.0.1:9200/ ,http://bob:pw@127.0.0.2:9201")
+    assert s.urls == ["http://127.0.0.1:9200", "http://127.0.0.2:9201"]
+    assert s.url == "http://127.0.0.1:9200,http://127.0.0.2:9201" and (s.username, s.password) == ("bob", "pw")
+    for bad, fragment in [
+        ("http://h:1,https://h:2", "one scheme"),
+        ("http://u:p@h:1,http://h:2", "same user:password"),
+        ("http://h:1,", "must look like"),
+        ("http://h:1,h:2", "must look like"),
+    ]:
+        with pytest.raises(EsError, match=fragment):
+            ConnectionSettings.create(bad)
+    from elastic_transport import ConnectionError as TransportConnectionError
+
+    message = describe_error(TransportConnectionError("refused"), "http://bob:pw@127.0.0.1:9/,http://bob:pw@h:8")
+    assert "pw" not in message and message.startswith("cannot connect to Elasticsearch at http://127.0.0.1:9/,http://h:8")
+
+
 def test_describe_error_strips_credentials_from_urls() -> None:
     from elastic_transport import ConnectionError as TransportConnectionError
 

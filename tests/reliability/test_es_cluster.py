@@ -1,0 +1,311 @@
+"""Issue 12, item 4: the crawler backend and group discovery on a real 3-node cluster (session ``es_cluster``).
+
+Four crawler processes share one backend index over the site of ``test_es_crawlers`` (``GROUPS`` groups, one
+light edit of each group's article under each crawler's start URL); every crawler knows all three nodes
+(``NEARDUP_ES_URL`` = the comma-separated URLs).
+
+* ``test_crawlers_and_groups_on_a_cluster``: the index the backend creates has one primary and, through
+  ``auto_expand_replicas: 0-1``, one replica on another node; health is green; the crawl loses nothing and keeps
+  one page per group; ``neardup es groups`` (given the three URLs) finds exactly the clusters that the pages'
+  signatures give when compared here, in memory.
+* ``test_primary_killed_mid_crawl``: the node holding the index's primary shard is SIGKILLed after a third of
+  the pages; the replica is promoted and the crawl goes on. Nothing is lost (every page kept, dropped naming a
+  kept page, or passed through unchecked and written to the index later), every kept page's document survived,
+  at least 99% of groups end with exactly one page in the output, and the unchecked pages are counted (goal 0).
+  The node is restarted on its data afterwards, so the session cluster is whole again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import neardup_testkit
+import pytest
+from neardup_testkit import CrawlResult, Page, SiteServer, run_crawl_process
+from reliability_kit import Ledger
+from test_es_crawlers import CRAWLERS, GROUPS, shared_site
+
+pytestmark = pytest.mark.es
+
+
+class HookedSite(SiteServer):
+    """:class:`SiteServer` calling ``hook(n)`` before answering the n-th group page (1-based), each after
+    ``delay`` seconds, so that a fault lands in the middle of the crawl."""
+
+    def __init__(self, pages: dict[str, Page], hook: Callable[[int], None], delay: float) -> None:
+        super().__init__(pages)
+        self.hook, self.delay = hook, delay
+        self.served = 0
+        self._guard = threading.Lock()
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        site = self
+        base = super()._handler_class()
+
+        class Handler(base):  # type: ignore[valid-type, misc]
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if "/g" in urlsplit(self.path).path:
+                    with site._guard:
+                        site.served += 1
+                        n = site.served
+                    site.hook(n)
+                    time.sleep(site.delay)
+                super().do_GET()
+
+        return Handler
+
+
+def run_crawlers(site: SiteServer, hosts: str, index: str, workdir: Path) -> dict[int, CrawlResult]:
+    """The four crawls, started together (they also race to create the index), each at ``/c<i>/``."""
+    results: dict[int, CrawlResult] = {}
+    errors: dict[int, BaseException] = {}
+
+    def crawl(c: int) -> None:
+        try:
+            results[c] = run_crawl_process(
+                workdir,
+                settings={"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": hosts, "NEARDUP_ES_INDEX": index,
+                          "CONCURRENT_REQUESTS": 4, "LOG_LEVEL": "INFO"},
+                spider={"start_url": f"{site.url}/c{c}/"}, name=f"crawler{c}",
+            )
+        except BaseException as exc:  # reported below
+            errors[c] = exc
+
+    threads = [threading.Thread(target=crawl, args=(c,)) for c in range(CRAWLERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(neardup_testkit.CRAWL_TIMEOUT + 10)
+    assert not errors, errors
+    assert sorted(results) == list(range(CRAWLERS))
+    for c, result in results.items():
+        assert result.returncode == 0, (c, result.log[-3000:])
+        assert result.data["item_errors"] == [], c
+    return results
+
+
+def account(results: dict[int, CrawlResult], pages: dict[str, Page], group_of: dict[str, int],
+            base: str) -> dict[str, Any]:
+    """Every page of every crawl: kept (checked), unchecked (passed through), dropped naming a kept page of its
+    own group; the rest is lost. ``per_group``: pages of each group in the crawls' output."""
+    items = [item for r in results.values() for item in r.scraped]
+    unchecked = {i["url"] for i in items if (i.get("neardup") or {}).get("unchecked")}
+    kept = {i["url"] for i in items} - unchecked
+    dropped = {d["item"]["url"]: d["duplicate_of"] for r in results.values() for d in r.dropped}
+    bad_drops = {url: target for url, target in dropped.items()
+                 if target not in kept or group_of.get(target[len(base):]) != group_of.get(url[len(base):])}
+    lost = {base + path for path in pages} - kept - unchecked - set(dropped)
+    per_group = [0] * GROUPS
+    for url in kept | unchecked:
+        g = group_of.get(url[len(base):])
+        if g is not None:
+            per_group[g] += 1
+    return {"kept": kept, "unchecked": unchecked, "dropped": dropped, "bad_drops": bad_drops, "lost": lost,
+            "per_group": per_group, "exactly_one": per_group.count(1) / GROUPS,
+            "retries": sum(r.stat("neardup/backend_retries") for r in results.values()),
+            "errors": sum(r.stat("neardup/backend_errors") for r in results.values()),
+            "unchecked_indexed": sum(r.stat("neardup/unchecked_indexed") for r in results.values())}
+
+
+def index_docs(client: Any, index: str) -> dict[str, dict[str, Any]]:
+    client.indices.refresh(index=index)
+    response = client.search(index=index, size=10_000, query={"match_all": {}},
+                             source=["neardup.key", "neardup.status"])
+    return {hit["_id"]: hit["_source"]["neardup"] for hit in response["hits"]["hits"]}
+
+
+def shard_copies(client: Any, index: str) -> list[dict[str, Any]]:
+    return list(client.cat.shards(index=index, format="json", h="prirep,state,node"))
+
+
+@pytest.fixture
+def cluster_client(es_cluster: Any) -> Iterator[Any]:
+    """A client knowing every node of the session cluster (it outlives any one of them)."""
+    from elasticsearch import Elasticsearch
+
+    client = Elasticsearch(es_cluster.urls, request_timeout=60, max_retries=5, retry_on_timeout=True)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def cluster_index(cluster_client: Any) -> Iterator[str]:
+    name = f"neardup-rel-cluster-{uuid.uuid4().hex[:8]}"
+    yield name
+    cluster_client.indices.delete(index=name, ignore_unavailable=True)
+
+
+@pytest.fixture
+def crawl_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(neardup_testkit, "CRAWL_TIMEOUT", 170)
+    return tmp_path
+
+
+def test_crawlers_and_groups_on_a_cluster(es_cluster: Any, cluster_client: Any, cluster_index: str,
+                                          crawl_dir: Path, capsys: pytest.CaptureFixture[str],
+                                          ledger: Ledger) -> None:
+    import json
+
+    from es_integration.mapping import stored_values
+    from scrapy_neardup.cli.main import main
+    from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.core.theory import min_shared_for
+
+    pages, group_of = shared_site()
+    site = SiteServer(pages).start()
+    started = time.monotonic()
+    try:
+        results = run_crawlers(site, es_cluster.hosts, cluster_index, crawl_dir)
+    finally:
+        site.stop()
+    elapsed = time.monotonic() - started
+    outcome = account(results, pages, group_of, site.url)
+    assert outcome["lost"] == set() and outcome["bad_drops"] == {}
+    assert outcome["unchecked"] == set() and outcome["errors"] == 0
+    assert outcome["per_group"].count(0) == 0 and outcome["exactly_one"] >= 0.99, outcome["per_group"]
+
+    # The index the backend created: one primary, one replica (auto_expand_replicas 0-1 on 3 nodes), on two
+    # different nodes, and green.
+    settings = cluster_client.indices.get_settings(index=cluster_index)[cluster_index]["settings"]["index"]
+    assert (settings["number_of_shards"], settings["auto_expand_replicas"]) == ("1", "0-1")
+    health = cluster_client.cluster.health(index=cluster_index, wait_for_status="green", timeout="60s")
+    assert health["status"] == "green" and health["number_of_nodes"] == 3
+    settings = cluster_client.indices.get_settings(index=cluster_index)[cluster_index]["settings"]["index"]
+    assert settings["number_of_replicas"] == "1"
+    copies = shard_copies(cluster_client, cluster_index)
+    assert sorted(c["prirep"] for c in copies) == ["p", "r"] and {c["state"] for c in copies} == {"STARTED"}
+    assert len({c["node"] for c in copies}) == 2
+    docs = index_docs(cluster_client, cluster_index)
+    assert [d for d in docs.values() if d["status"] == "pending"] == []
+    assert {d["key"] for d in docs.values() if d["status"] == "kept"} == outcome["kept"]
+
+    # Group discovery through the three URLs equals the clusters of the pages' signatures compared here.
+    capsys.readouterr()
+    assert main(["es", "groups", "--es-url", es_cluster.hosts, "--index", cluster_index, "--json"]) == 0
+    found = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    key_of = {doc_id: doc["key"] for doc_id, doc in docs.items()}
+    found_groups = sorted(sorted(key_of[m] for m in g["members"]) for g in found)
+    sketcher, t = Sketcher(), min_shared_for(0.9, 128)
+    values = {key: stored_values(sketcher.sketch(pages[key[len(site.url):]].body).signature)
+              for key in key_of.values()}
+    parent = {key: key for key in values}
+
+    def root(key: str) -> str:
+        while parent[key] != key:
+            key = parent[key]
+        return key
+
+    keys = sorted(values)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            if int((values[a] == values[b]).sum()) >= t:
+                parent[root(a)] = root(b)
+    clusters: dict[str, list[str]] = {}
+    for key in keys:
+        clusters.setdefault(root(key), []).append(key)
+    expected = sorted(sorted(members) for members in clusters.values() if len(members) > 1)
+    assert found_groups == expected
+    assert found_groups, "no group found"
+    print(f"\ncluster, {CRAWLERS} crawlers: {len(pages)} pages, kept {len(outcome['kept'])}, dropped "
+          f"{len(outcome['dropped'])}, {len(found_groups)} groups found in {len(docs)} documents; {elapsed:.1f}s")
+    ledger.record(
+        f"{len(pages)} pages, {CRAWLERS} crawlers on a 3-node cluster (index: 1 primary + 1 replica, green); "
+        "neardup es groups over the three URLs", lost=len(outcome["lost"]), kept=len(outcome["kept"]),
+        dropped=len(outcome["dropped"]), groups_found=len(found_groups), seconds=round(elapsed, 1),
+    )
+
+
+def test_primary_killed_mid_crawl(es_cluster: Any, cluster_client: Any, cluster_index: str, crawl_dir: Path,
+                                  ledger: Ledger) -> None:
+    kill_at = GROUPS * CRAWLERS // 3
+    fault: dict[str, Any] = {}
+    recovered = threading.Event()
+
+    def watch_recovery() -> None:
+        # From the kill: until a started primary lives on another node, then until the index is green again
+        # (a new replica built on the third node; node_left.delayed_timeout is 0 for this index).
+        try:
+            while "primary_s" not in fault:
+                copies = shard_copies(cluster_client, cluster_index)
+                if any(c["prirep"] == "p" and c["state"] == "STARTED" and c["node"] != fault["node"]
+                       for c in copies):
+                    fault["primary_s"] = time.monotonic() - fault["at"]
+                else:
+                    time.sleep(0.05)
+            cluster_client.cluster.health(index=cluster_index, wait_for_status="green", timeout="120s")
+            fault["green_s"] = time.monotonic() - fault["at"]
+        except BaseException as exc:  # reported by the test
+            fault["watch_error"] = exc
+        finally:
+            recovered.set()
+
+    def hook(n: int) -> None:
+        if n != kill_at:
+            return
+        try:
+            cluster_client.indices.put_settings(index=cluster_index,
+                                                settings={"index.unassigned.node_left.delayed_timeout": "0"})
+            (primary,) = [c["node"] for c in shard_copies(cluster_client, cluster_index) if c["prirep"] == "p"]
+            master = cluster_client.cat.master(format="json")[0]["node"]
+            node = es_cluster.node_named(primary)
+            fault.update(node=primary, was_master=primary == master, at=time.monotonic())
+            node.kill()  # SIGKILL to the node's whole process group: no goodbye
+            threading.Thread(target=watch_recovery, daemon=True).start()
+        except BaseException as exc:  # reported by the test
+            fault["error"] = exc
+            recovered.set()
+
+    pages, group_of = shared_site()
+    site = HookedSite(pages, hook, delay=0.05)
+    site.start()
+    started = time.monotonic()
+    try:
+        results = run_crawlers(site, es_cluster.hosts, cluster_index, crawl_dir)
+        elapsed = time.monotonic() - started
+        assert recovered.wait(150), "the cluster did not recover"
+    finally:
+        site.stop()
+        if "node" in fault:  # make the session cluster whole again
+            es_cluster.restart_node(fault["node"])
+    assert "error" not in fault and "watch_error" not in fault, fault
+    outcome = account(results, pages, group_of, site.url)
+    print(
+        f"\nprimary killed ({fault['node']}, master: {fault['was_master']}) after {kill_at} of "
+        f"{GROUPS * CRAWLERS} group pages: {len(pages)} pages, kept {len(outcome['kept'])}, dropped "
+        f"{len(outcome['dropped'])}, unchecked {len(outcome['unchecked'])}, lost {len(outcome['lost'])}; "
+        f"retries {outcome['retries']}, backend errors {outcome['errors']}; new primary after "
+        f"{fault['primary_s']:.1f}s, green after {fault['green_s']:.1f}s; crawl {elapsed:.1f}s; "
+        f"exactly one per group {outcome['exactly_one']:.1%}"
+    )
+    assert outcome["lost"] == set()
+    assert outcome["bad_drops"] == {}
+    assert outcome["per_group"].count(0) == 0, outcome["per_group"]
+    assert outcome["exactly_one"] >= 0.99, outcome["per_group"]
+    # The kill landed mid-crawl: group pages were still served after it.
+    assert site.served == GROUPS * CRAWLERS and kill_at < site.served
+    # Unchecked pages (goal 0) are all written to the index; every kept page's document survived the failover
+    # (acknowledged writes live on the promoted replica), and nothing is left pending.
+    assert outcome["unchecked_indexed"] == len(outcome["unchecked"])
+    docs = index_docs(cluster_client, cluster_index)
+    statuses = {d["key"]: d["status"] for d in docs.values()}
+    assert [d for d in docs.values() if d["status"] == "pending"] == []
+    assert {k for k, s in statuses.items() if s == "kept"} == outcome["kept"]
+    assert outcome["unchecked"] <= set(statuses)
+    ledger.record(
+        f"{len(pages)} pages, {CRAWLERS} crawlers on a 3-node cluster; the node holding the primary "
+        f"SIGKILLed after {kill_at} group pages (it was {'also' if fault['was_master'] else 'not'} the master)",
+        lost=len(outcome["lost"]), kept=len(outcome["kept"]), dropped=len(outcome["dropped"]),
+        unchecked=len(outcome["unchecked"]), exactly_one=f"{outcome['exactly_one']:.1%}",
+        retries=outcome["retries"], backend_errors=outcome["errors"],
+        new_primary_s=round(fault["primary_s"], 1), green_s=round(fault["green_s"], 1),
+        crawl_s=round(elapsed, 1),
+    )
