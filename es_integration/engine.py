@@ -102,15 +102,15 @@ _BODY_FIELDS: dict[str, frozenset[str]] = {
                          "_source"}),
     "mget": frozenset({"docs", "ids"}),
     "indices.create": frozenset({"mappings", "settings", "aliases"}),
-    "indices.put_mapping": frozenset({"properties", "dynamic", "_meta", "_source", "runtime", "dynamic_templates",
+    "indices.put_mapping": frozenset({"properties", "dynamic", "_meta", "meta", "_source", "runtime", "dynamic_templates",
                                       "date_detection", "numeric_detection"}),
-    "indices.put_index_template": frozenset({"index_patterns", "template", "priority", "composed_of", "_meta",
+    "indices.put_index_template": frozenset({"index_patterns", "template", "priority", "composed_of", "_meta", "meta",
                                              "version", "data_stream"}),
-    "cluster.put_component_template": frozenset({"template", "_meta", "version"}),
+    "cluster.put_component_template": frozenset({"template", "_meta", "meta", "version"}),
 }
 #: Arguments that are the whole body in elasticsearch-py 8.
 _WHOLE_BODY = {"document": None, "operations": None, "searches": None, "indices.put_settings": "settings"}
-_RENAMED = {"from_": "from", "source": "_source", "source_includes": "_source_includes",
+_RENAMED = {"from_": "from", "source": "_source", "meta": "_meta", "source_includes": "_source_includes",
             "source_excludes": "_source_excludes"}
 
 
