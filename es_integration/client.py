@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_neardup.core.backend import BackendError
+from .engine import PROBE_HEADERS, engine_from_root, missing_opensearch_py
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch, Elasticsearch
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConnectionSettings",
     "EsError",
+    "connect_async",
     "describe_error",
     "make_async_client",
     "client_major",
@@ -178,19 +180,82 @@ def client_major() -> int:
 
 
 def make_client(settings: ConnectionSettings, **overrides: Any) -> Elasticsearch:
-    """A synchronous client (``overrides``: e.g. ``max_retries``, ``retry_on_timeout``)."""
+    """A synchronous client for the engine at ``settings.url`` (``overrides``: e.g. ``max_retries``,
+    ``retry_on_timeout``): elasticsearch-py for Elasticsearch, opensearch-py behind the same API for OpenSearch
+    (see :mod:`es_integration.engine`; one ``GET /`` tells them apart).
+
+    Raises:
+        EsError: the server cannot be reached, or it is OpenSearch and opensearch-py is not installed.
+    """
     from elasticsearch import Elasticsearch
 
     logger.debug("connecting to %s", settings.url)
-    return Elasticsearch(settings.urls, **settings.client_options(**overrides))
+    client = Elasticsearch(settings.urls, **settings.client_options(**overrides))
+    with translate_errors(settings.url):
+        response = client.transport.perform_request("GET", "/", headers=_probe_headers(settings))
+    return _for_engine(client, settings, int(response.meta.status), response.body, overrides)
 
 
 def make_async_client(settings: ConnectionSettings, **overrides: Any) -> AsyncElasticsearch:
-    """An asyncio client (aiohttp); same options as :func:`make_client`."""
+    """An asyncio elasticsearch-py client (aiohttp); same options as :func:`make_client`. Elasticsearch only:
+    :func:`connect_async` picks the engine."""
     from elasticsearch import AsyncElasticsearch
 
     logger.debug("connecting (async) to %s", settings.url)
     return AsyncElasticsearch(settings.urls, **settings.client_options(**overrides))
+
+
+async def connect_async(settings: ConnectionSettings, **overrides: Any) -> AsyncElasticsearch:
+    """An asyncio client for the engine at ``settings.url`` (see :func:`make_client`).
+
+    Transport errors of the probe propagate as elasticsearch-py's (callers retry them).
+
+    Raises:
+        EsError: the server is OpenSearch and opensearch-py is not installed.
+    """
+    client = make_async_client(settings, **overrides)
+    try:
+        response = await client.transport.perform_request("GET", "/", headers=_probe_headers(settings))
+        if engine_from_root(int(response.meta.status), response.body) == "elasticsearch":
+            return client
+    except BaseException:
+        await client.close()
+        raise
+    await client.close()
+    try:
+        from .engine import async_opensearch_client
+
+        return async_opensearch_client(settings, **overrides)  # type: ignore[return-value]
+    except ImportError:
+        raise EsError(missing_opensearch_py(_safe(settings.url))) from None
+
+
+def _probe_headers(settings: ConnectionSettings) -> dict[str, str]:
+    """Headers of the engine probe: plain JSON and the credentials (the transport alone adds none)."""
+    import base64
+
+    headers = dict(PROBE_HEADERS)
+    if settings.api_key:
+        key = settings.api_key
+        headers["authorization"] = "ApiKey " + (base64.b64encode(key.encode()).decode() if ":" in key else key)
+    elif settings.username is not None:
+        pair = f"{settings.username}:{settings.password or ''}".encode()
+        headers["authorization"] = "Basic " + base64.b64encode(pair).decode()
+    return headers
+
+
+def _for_engine(
+    client: Elasticsearch, settings: ConnectionSettings, status: int, body: Any, overrides: dict[str, Any]
+) -> Elasticsearch:
+    if engine_from_root(status, body) == "elasticsearch":
+        return client
+    client.close()
+    try:
+        from .engine import opensearch_client
+
+        return opensearch_client(settings, **overrides)  # type: ignore[return-value]
+    except ImportError:
+        raise EsError(missing_opensearch_py(_safe(settings.url))) from None
 
 
 def describe_error(exc: BaseException, url: str) -> str:

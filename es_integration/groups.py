@@ -294,7 +294,9 @@ def assign_groups(
         EsError: via the caller's :func:`~es_integration.client.translate_errors`; a refused update is raised
             as ``elasticsearch.helpers.BulkIndexError``.
     """
-    from elasticsearch import helpers
+    from .engine import bulk_helpers
+
+    helpers = bulk_helpers(client)
 
     validate_index_name(index)
     written = 0

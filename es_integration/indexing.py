@@ -193,7 +193,9 @@ def index_records(
         progress: called with the number of documents done since the last call.
         create_index: create the index with the ``neardup`` mapping (or add it to an existing index) first.
     """
-    from elasticsearch import helpers
+    from .engine import bulk_helpers
+
+    helpers = bulk_helpers(client)
 
     validate_index_name(index)
     validate_field_name(id_field)
@@ -250,7 +252,9 @@ def backfill(
     Args:
         total: called once with the number of documents to do (for a progress bar) before the sweep.
     """
-    from elasticsearch import helpers
+    from .engine import bulk_helpers
+
+    helpers = bulk_helpers(client)
 
     validate_index_name(index)
     validate_field_name(text_field)

@@ -34,16 +34,44 @@ ES_VERSION = "9.2.0"
 #: Newest 8.x integ-test zip; runs on Java 17 and talks to elasticsearch-py 8 only (a 9 client asks for 9 answers).
 ES8_VERSION = "8.19.21"
 SUPPORTED_MAJORS = (8, 9)
+#: OpenSearch's integ-test zip (server and transport-netty4 only: no security plugin); runs on Java 17.
+OPENSEARCH_VERSION = "2.19.1"
+OPENSEARCH_MAJORS = (2,)
+#: The engines the launcher starts; the name is also the distribution's ``bin/`` script and cache directory.
+ENGINES = ("elasticsearch", "opensearch")
 
 MAVEN_GROUP = "org.elasticsearch.distribution.integ-test-zip"
+OPENSEARCH_MAVEN_GROUP = "org.opensearch.distribution.integ-test-zip"
 _COMPLETE_MARKER = ".neardup-complete"
 #: Bump when the prepared layout of a distribution changes (runtime twins are then rebuilt).
 _LAYOUT = "4"
 
 
-def check_version(version: str) -> str:
-    """*version* if it names an 8.x or 9.x release (``X.Y.Z``), else :class:`NodeError`."""
+def default_version(engine: str = "elasticsearch") -> str:
+    """The version the launcher starts when none is given."""
+    return OPENSEARCH_VERSION if check_engine(engine) == "opensearch" else ES_VERSION
+
+
+def check_engine(engine: str) -> str:
+    """*engine* if the launcher can start it, else :class:`NodeError`."""
+    if engine not in ENGINES:
+        raise NodeError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return engine
+
+
+def engine_of(home: Path) -> str:
+    """The engine of an unpacked distribution (``bin/opensearch`` or ``bin/elasticsearch``)."""
+    return "opensearch" if (home / "bin" / "opensearch").is_file() else "elasticsearch"
+
+
+def check_version(version: str, engine: str = "elasticsearch") -> str:
+    """*version* if it names an 8.x or 9.x Elasticsearch (2.x OpenSearch) release ``X.Y.Z``, else
+    :class:`NodeError`."""
     parts = version.split(".")
+    if check_engine(engine) == "opensearch":
+        if len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) not in OPENSEARCH_MAJORS:
+            raise NodeError(f"OpenSearch version must be 2.x.y (an integ-test zip on Maven Central), got {version!r}")
+        return version
     if len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) not in SUPPORTED_MAJORS:
         raise NodeError(
             f"Elasticsearch version must be 8.x.y or 9.x.y (an integ-test zip on Maven Central), got {version!r}"
@@ -51,7 +79,9 @@ def check_version(version: str) -> str:
     return version
 
 
-def artifact(version: str) -> Artifact:
+def artifact(version: str, engine: str = "elasticsearch") -> Artifact:
+    if engine == "opensearch":
+        return Artifact(OPENSEARCH_MAVEN_GROUP, "opensearch", version, "zip")
     return Artifact(MAVEN_GROUP, "elasticsearch", version, "zip")
 
 
@@ -78,39 +108,45 @@ def _unpack_zip(zip_path: Path, target: Path) -> None:
 
 
 def ensure_distribution(
-    version: str = ES_VERSION, *, cache: Path | None = None, java: JavaRuntime | None = None
+    version: str = ES_VERSION,
+    *,
+    cache: Path | None = None,
+    java: JavaRuntime | None = None,
+    engine: str = "elasticsearch",
 ) -> Path:
     """The unpacked distribution for *version* with the compat modules built into it; downloaded on first use.
 
-    Safe against concurrent callers (file lock; unpack into a temp dir, then rename).
+    Safe against concurrent callers (file lock; unpack into a temp dir, then rename). OpenSearch's integ-test
+    zip needs no compat module (it answers ``GET /`` itself) and lives under ``<cache>/opensearch/<version>/``.
     """
-    check_version(version)
+    check_version(version, engine)
     cache = cache or cache_dir()
-    root = cache / "elasticsearch"
+    root = cache / engine
     home = root / version
     if not (home / _COMPLETE_MARKER).is_file():
         with file_lock(root / f".{version}.lock"):
             if not (home / _COMPLETE_MARKER).is_file():
-                _download_and_unpack(version, root, home)
-    ensure_compat_modules(home, version, java or find_java(version), cache)
+                _download_and_unpack(version, root, home, engine)
+    if engine == "elasticsearch":
+        ensure_compat_modules(home, version, java or find_java(version), cache)
     return home
 
 
-def _download_and_unpack(version: str, root: Path, home: Path) -> None:
+def _download_and_unpack(version: str, root: Path, home: Path, engine: str = "elasticsearch") -> None:
     if home.exists():
         shutil.rmtree(home)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f".{version}-", dir=root) as tmp:
         tmp_dir = Path(tmp)
-        zip_path = fetch(artifact(version), tmp_dir)
+        zip_path = fetch(artifact(version, engine), tmp_dir)
         unpacked = tmp_dir / "home"
         unpacked.mkdir()
         _unpack_zip(zip_path, unpacked)
-        if not (unpacked / "bin" / "elasticsearch").is_file():
-            raise NodeError(f"{zip_path} does not look like an Elasticsearch distribution")
+        if not (unpacked / "bin" / engine).is_file():
+            raise NodeError(f"{zip_path} does not look like an {engine} distribution")
         (unpacked / _COMPLETE_MARKER).write_text(version + "\n")
         unpacked.rename(home)
-    logger.info("Elasticsearch %s unpacked in %s (%.1fs)", version, home, time.monotonic() - started)
+    logger.info("%s %s unpacked in %s (%.1fs)", engine, version, home, time.monotonic() - started)
 
 
 def _fingerprint(home: Path) -> str:
@@ -160,12 +196,15 @@ def _readable_twin(source: Path, twin: Path, fingerprint: str) -> Path:
     return twin
 
 
-def runtime_distribution(version: str, base: Path, run_as: RunAs | None, java: JavaRuntime) -> Path:
-    """The ES home the node actually runs from (a world-readable twin under *base* when we are root)."""
-    home = ensure_distribution(version, java=java)
+def runtime_distribution(
+    version: str, base: Path, run_as: RunAs | None, java: JavaRuntime, engine: str = "elasticsearch"
+) -> Path:
+    """The home the node actually runs from (a world-readable twin under *base* when we are root)."""
+    home = ensure_distribution(version, java=java, engine=engine)
     if run_as is None:
         return home
-    return _readable_twin(home, base / "dist" / version, _fingerprint(home))
+    twin = version if engine == "elasticsearch" else f"{engine}-{version}"
+    return _readable_twin(home, base / "dist" / twin, _fingerprint(home))
 
 
 def runtime_java(java: JavaRuntime, base: Path, run_as: RunAs | None) -> JavaRuntime:

@@ -37,6 +37,8 @@ class ClusterHandle:
     ca_certs: str | None = None
     api_key: str | None = None
     version: str = ""
+    #: ``"elasticsearch"`` or ``"opensearch"`` (``NEARDUP_ENGINE`` for a cluster from ``ES_URL``).
+    engine: str = "elasticsearch"
 
     @classmethod
     def from_url(
@@ -69,13 +71,15 @@ class ClusterHandle:
         url = env.get("ES_URL")
         if not url:
             raise NodeError("ES_URL is not set")
-        return cls.from_url(
+        handle = cls.from_url(
             url,
             username=env.get("ES_USERNAME") or None,
             password=env.get("ES_PASSWORD") or None,
             ca_certs=env.get("ES_CA_CERTS") or None,
             api_key=env.get("ES_API_KEY") or None,
         )
+        handle.engine = env.get("NEARDUP_ENGINE") or "elasticsearch"
+        return handle
 
     @property
     def secure(self) -> bool:
@@ -88,8 +92,12 @@ class ClusterHandle:
         """An ``elasticsearch.Elasticsearch`` client for this cluster; *kwargs* override the defaults.
 
         *auth*: ``True`` uses this handle's credentials, ``None``/``False`` none, a tuple is basic auth.
+        For OpenSearch: opensearch-py behind the same API (:class:`es_integration.engine.OpenSearchClient`).
         """
         from elasticsearch import Elasticsearch
+
+        if self.engine == "opensearch":
+            return self._opensearch_client(auth, kwargs)
 
         opts: dict[str, Any] = {"request_timeout": 60}
         if self.ca_certs:
@@ -122,6 +130,26 @@ class ClusterHandle:
         """
         from elasticsearch import ApiError
 
+        if self.engine == "opensearch":  # elasticsearch-py's product check refuses OpenSearch's answers
+            import json
+
+            from es_integration.engine import translated_error
+
+            with self._opensearch_client(auth, {"request_timeout": timeout, "max_retries": 0}) as es:
+                # one connection, every status returned (the transport would raise or retry); connection and
+                # TLS failures raised as elastic-transport's, as on Elasticsearch
+                try:
+                    status, _, raw = es.raw.transport.get_connection().perform_request(
+                        method, "/" + path.lstrip("/"), body=None if body is None else json.dumps(body).encode(),
+                        ignore=tuple(range(300, 600)), headers={"content-type": "application/json"},
+                    )
+                except Exception as exc:
+                    raise translated_error(exc) from None
+            try:
+                return int(status), json.loads(raw) if raw else None
+            except ValueError:
+                return int(status), raw
+
         media = _V8_MEDIA_TYPE if self.version.startswith("8.") else "application/json"
         headers = {"accept": media}
         if body is not None:
@@ -132,6 +160,17 @@ class ClusterHandle:
             except ApiError as exc:
                 return int(exc.meta.status), exc.body
             return int(resp.meta.status), resp.body
+
+    def _opensearch_client(self, auth: tuple[str, str] | None | bool, kwargs: dict[str, Any]) -> Any:
+        from es_integration.client import ConnectionSettings
+        from es_integration.engine import opensearch_client
+
+        user, password = (self.username, self.password) if auth is True else auth if auth else (None, None)
+        settings = ConnectionSettings.create(
+            self.url, username=user, password=password if user is not None else None, ca_certs=self.ca_certs,
+            api_key=self.api_key if auth is True else None, request_timeout=float(kwargs.pop("request_timeout", 60)),
+        )
+        return opensearch_client(settings, **kwargs)
 
     def create_api_key(
         self,
@@ -233,6 +272,7 @@ class RunningNode(ClusterHandle):
             "pid": self.pid,
             "start_time": self.start_time,
             "version": self.version,
+            "engine": self.engine,
             "node_dir": str(self.node_dir),
             "data_dir": str(self.data_dir),
             "logs_dir": str(self.logs_dir),
@@ -254,6 +294,7 @@ class RunningNode(ClusterHandle):
             name=str(state.get("name", "")),
             start_time=state.get("start_time"),
             version=str(state.get("version", "")),
+            engine=str(state.get("engine", "elasticsearch")),
             node_dir=Path(state["node_dir"]),
             data_dir=Path(state["data_dir"]),
             logs_dir=Path(state["logs_dir"]),

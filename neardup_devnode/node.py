@@ -45,7 +45,10 @@ from .compat import has_module
 from .distribution import (
     ES8_VERSION,
     ES_VERSION,
+    OPENSEARCH_VERSION,
     check_version,
+    default_version,
+    engine_of,
     ensure_distribution,
     runtime_distribution,
     runtime_java,
@@ -74,6 +77,7 @@ from .state import background_nodes, start_background, stop_background
 __all__ = [
     "ES_VERSION",
     "ES8_VERSION",
+    "OPENSEARCH_VERSION",
     "DEFAULT_HEAP",
     "ES_USER",
     "ClusterHandle",
@@ -195,6 +199,7 @@ def _node_settings(
     es_home: Path,
     extra: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
+    opensearch = engine_of(es_home) == "opensearch"
     s: dict[str, Any] = {
         "cluster.name": f"neardup-{name}",
         "node.name": name,
@@ -206,10 +211,13 @@ def _node_settings(
         "discovery.type": "single-node",
         "cluster.routing.allocation.disk.threshold_enabled": False,
         "action.destructive_requires_name": False,
-        "xpack.security.enabled": secure,
-        "xpack.security.enrollment.enabled": False,
-        "xpack.security.autoconfiguration.enabled": False,
     }
+    if secure and opensearch:
+        raise NodeError("OpenSearch's integ-test distribution has no security plugin: no TLS or users (secure=False)")
+    if not opensearch:  # OpenSearch refuses xpack.* settings (unknown setting)
+        s["xpack.security.enabled"] = secure
+        s["xpack.security.enrollment.enabled"] = False
+        s["xpack.security.autoconfiguration.enabled"] = False
     modules = es_home / "modules"
     # Only set options for modules the distribution has: unknown settings make the node refuse to start.
     if (modules / "ingest-geoip").is_dir():
@@ -258,7 +266,7 @@ def _prepare_config(
     jvm = conf / "jvm.options"
     text = jvm.read_text()
     text = re.sub(
-        r"^(-Xlog:gc\S*?):file=[^:]*:(\S*?):filecount=\d+,filesize=\d+\w?$",
+        r"^((?:\d+-?\d*:)?-Xlog:gc\S*?):file=[^:]*:(\S*?):filecount=\d+,filesize=\d+\w?$",  # OpenSearch: "9-:-Xlog"
         lambda m: f"{m.group(1)}:file={node_dir / 'logs' / 'gc.log'}:{m.group(2)}:filecount=2,filesize=16m",
         text,
         flags=re.M,
@@ -272,7 +280,7 @@ def _prepare_config(
     (conf / "jvm.options.d" / "neardup.options").write_text("\n".join(opts) + "\n")
     lines = ["# written by neardup_devnode.node"]
     lines += [f"{k}: {yaml_scalar(v)}" for k, v in settings.items()]
-    (conf / "elasticsearch.yml").write_text("\n".join(lines) + "\n")
+    (conf / f"{engine_of(es_home)}.yml").write_text("\n".join(lines) + "\n")
     for p in [conf, *conf.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     return conf
@@ -281,9 +289,10 @@ def _prepare_config(
 class _Setup:
     """What every node of one start shares: base dir, user, distribution, Java and environment."""
 
-    def __init__(self, base: Path | str | None, version: str) -> None:
-        check_version(version)
+    def __init__(self, base: Path | str | None, version: str, engine: str = "elasticsearch") -> None:
+        check_version(version, engine)
         self.version = version
+        self.engine = engine
         self.base = Path(base).resolve() if base is not None else base_dir()
         self.run_as: RunAs | None = ensure_es_user()
         created = not self.base.exists()
@@ -297,7 +306,7 @@ class _Setup:
         elif created:
             self.base.chmod(0o700)
         java = find_java(version)
-        self.es_home = runtime_distribution(version, self.base, self.run_as, java)
+        self.es_home = runtime_distribution(version, self.base, self.run_as, java, engine)
         self.java: JavaRuntime = runtime_java(java, self.base, self.run_as)
         self.nodes = self.base / "nodes"
         self.nodes.mkdir(exist_ok=True)
@@ -317,13 +326,14 @@ class _Setup:
         return node_dir
 
     def env(self, node_dir: Path) -> dict[str, str]:
-        drop = {"ES_JAVA_OPTS", "JAVA_HOME", "ES_HOME", "ES_PATH_CONF"}
+        prefix = "OPENSEARCH" if self.engine == "opensearch" else "ES"
+        drop = {f"{prefix}_JAVA_OPTS", "JAVA_HOME", f"{prefix}_HOME", f"{prefix}_PATH_CONF"}
         env = {k: v for k, v in os.environ.items() if k not in drop}
         env.update(
             {
-                "ES_JAVA_HOME": str(self.java.home),
-                "ES_PATH_CONF": str(node_dir / "config"),
-                "ES_TMPDIR": str(node_dir / "tmp"),
+                f"{prefix}_JAVA_HOME": str(self.java.home),
+                f"{prefix}_PATH_CONF": str(node_dir / "config"),
+                f"{prefix}_TMPDIR": str(node_dir / "tmp"),
                 # the launcher JVM's temp files ("final-flags*" dirs) would otherwise pile up in /tmp
                 "CLI_JAVA_OPTS": f"{os.environ.get('CLI_JAVA_OPTS', '')} -Djava.io.tmpdir={node_dir / 'tmp'}".strip(),
                 "HOME": str(node_dir),
@@ -371,6 +381,7 @@ class _Setup:
             password=password,
             ca_certs=str(ca_path) if ca_path else None,
             version=self.version,
+            engine=self.engine,
             name=name,
             node_dir=node_dir,
             data_dir=node_dir / "data",
@@ -381,12 +392,12 @@ class _Setup:
             keep_data=keep_data,
             background=background,
         )
-        logger.info("starting Elasticsearch %s at %s (node dir %s)", self.version, node.url, node_dir)
+        logger.info("starting %s %s at %s (node dir %s)", self.engine, self.version, node.url, node_dir)
         with open(log_path, "ab") as log:
             if self.run_as:
                 os.fchown(log.fileno(), self.run_as.uid, self.run_as.gid)
             proc = subprocess.Popen(
-                [str(self.es_home / "bin" / "elasticsearch")],
+                [str(self.es_home / "bin" / self.engine)],
                 cwd=node_dir / "logs",
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -421,7 +432,8 @@ def start_node(
     *,
     secure: bool = False,
     heap: str = DEFAULT_HEAP,
-    version: str = ES_VERSION,
+    version: str | None = None,
+    engine: str = "elasticsearch",
     name: str | None = None,
     base: Path | str | None = None,
     password: str | None = None,
@@ -436,7 +448,9 @@ def start_node(
 
     :param secure: enable security with HTTP TLS and a password for ``elastic`` (see module docs).
     :param heap: JVM heap, used for both ``-Xms`` and ``-Xmx`` (e.g. ``"512m"``, ``"1g"``).
-    :param version: Elasticsearch version, any 8.x.y or 9.x.y integ-test zip on Maven Central.
+    :param version: Elasticsearch version, any 8.x.y or 9.x.y integ-test zip on Maven Central (default
+        :data:`ES_VERSION`); with ``engine="opensearch"`` an OpenSearch 2.x.y (default :data:`OPENSEARCH_VERSION`).
+    :param engine: ``"elasticsearch"`` or ``"opensearch"`` (whose integ-test zip has no security: not *secure*).
     :param name: node name; default ``node-<random>``. The node dir is ``<base>/nodes/<name>``.
     :param base: base dir (default :func:`base_dir`).
     :param password: password of ``elastic`` in secured mode; default a random one (see :attr:`password`).
@@ -451,7 +465,7 @@ def start_node(
     :raises NodeError: no Java, download failed, user could not be created, ...
     """
     started = time.monotonic()
-    setup = _Setup(base, version)
+    setup = _Setup(base, version or default_version(engine), engine)
     name = name or f"node-{secrets.token_hex(4)}"
     node_dir = setup.node_dir(name)
     password = (password or secrets.token_urlsafe(18)) if secure else None
@@ -500,7 +514,7 @@ def start_node(
         node._popen = None  # do not reap/kill it from this process
     else:
         _FOREGROUND.append(node)
-    logger.info("Elasticsearch ready at %s after %.1fs", node.url, time.monotonic() - started)
+    logger.info("%s ready at %s after %.1fs", engine, node.url, time.monotonic() - started)
     return node
 
 

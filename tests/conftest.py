@@ -17,6 +17,10 @@ Elasticsearch fixtures (all session-scoped, started lazily, at most one plain an
 If a node cannot be started the fixture raises (the tests error); they are never skipped. Tests using these
 fixtures get the ``es`` marker automatically, so ``-m "not es"`` deselects them.
 
+``NEARDUP_ENGINE=opensearch`` starts OpenSearch (default 2.19.1) instead, and ``es_client`` is then opensearch-py
+behind elasticsearch-py's API (:mod:`es_integration.engine`). OpenSearch's integ-test distribution has no security
+plugin, so the tests that need ``secure_es_node`` are deselected (not skipped) there, with the reason printed.
+
 Environment knobs: ``NEARDUP_ES_VERSION`` (the server every local node runs; default the launcher's
 ``ES_VERSION``, the newest supported 9.x; CI also runs ``8.19.x``), ``NEARDUP_ES_HEAP`` (default 512m),
 ``NEARDUP_ES_START_TIMEOUT`` (seconds, default 180),
@@ -52,17 +56,37 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def _engine() -> str:
+    return os.environ.get("NEARDUP_ENGINE") or "elasticsearch"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if ES_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.es)
+    if _engine() == "opensearch":
+        # No security plugin in OpenSearch's integ-test zip: nothing to test TLS, users or API keys against.
+        secure = [item for item in items if "secure_es_node" in getattr(item, "fixturenames", ())]
+        if secure:
+            config.hook.pytest_deselected(items=secure)
+            items[:] = [item for item in items if item not in secure]
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(
+                    f"NEARDUP_ENGINE=opensearch: {len(secure)} security test(s) deselected: OpenSearch's "
+                    "integ-test distribution has no security plugin (no TLS, users or API keys)"
+                )
 
 
 def _node_options() -> dict[str, Any]:
+    from neardup_devnode.distribution import default_version
     from neardup_devnode.node import ES_VERSION
 
+    engine = _engine()
     return {
-        "version": os.environ.get("NEARDUP_ES_VERSION") or ES_VERSION,
+        "engine": engine,
+        "version": os.environ.get("NEARDUP_ES_VERSION") or (ES_VERSION if engine == "elasticsearch"
+                                                           else default_version(engine)),
         "heap": os.environ.get("NEARDUP_ES_HEAP", "512m"),
         "timeout": float(os.environ.get("NEARDUP_ES_START_TIMEOUT", "180")),
         "keep_data": os.environ.get("NEARDUP_ES_KEEP", "") not in ("", "0"),

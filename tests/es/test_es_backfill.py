@@ -8,9 +8,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
 
 from es_integration.candidates import find_candidates
+from es_integration.engine import bulk_helpers
 from es_integration.groups import find_groups
 from es_integration.indexing import backfill
 from es_integration.mapping import position_tokens
@@ -42,8 +43,8 @@ def text_only_docs(seed: int) -> dict[str, dict[str, Any]]:
 def text_index(es_client: Elasticsearch) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
     index = f"nd-backfill-{uuid.uuid4().hex[:10]}"
     docs = text_only_docs(seed=3)
-    helpers.bulk(es_client, ({"_index": index, "_id": key, "_source": doc} for key, doc in docs.items()),
-                 refresh=True)
+    actions = ({"_index": index, "_id": key, "_source": doc} for key, doc in docs.items())
+    bulk_helpers(es_client).bulk(es_client, actions, refresh=True)
     yield index, docs
     es_client.indices.delete(index=index, ignore_unavailable=True)
 

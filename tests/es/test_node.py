@@ -98,8 +98,11 @@ def test_local_node_process_and_settings(es_node: ClusterHandle) -> None:
     assert settings["network"]["host"] == "127.0.0.1"
     assert settings["discovery"]["type"] == "single-node"
     assert settings["cluster"]["routing"]["allocation"]["disk"]["threshold_enabled"] == "false"
-    assert settings["xpack"]["security"]["enabled"] == "false"
-    assert settings["path"]["data"] == str(node.data_dir)
+    if node.engine == "elasticsearch":  # OpenSearch knows no xpack.* settings (and has no security plugin)
+        assert settings["xpack"]["security"]["enabled"] == "false"
+    else:
+        assert "xpack" not in settings
+    assert settings["path"]["data"] in (str(node.data_dir), [str(node.data_dir)])  # OpenSearch: a list
     heap = info["jvm"]["mem"]
     assert heap["heap_init_in_bytes"] == heap["heap_max_in_bytes"], heap
     # Only loopback: nothing listens on another address of this host.

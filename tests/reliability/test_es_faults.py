@@ -534,11 +534,16 @@ def own_node() -> Iterator[dict[str, Any]]:
     from neardup_devnode.node import start_node
 
     name = f"rel-kill-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    from neardup_devnode.distribution import default_version
     from neardup_devnode.node import ES_VERSION
 
-    version = os.environ.get("NEARDUP_ES_VERSION") or ES_VERSION  # the server the rest of the run uses
-    nodes: dict[str, Any] = {"name": name, "version": version,
-                             "first": start_node(name=name, keep_data=True, die_with_parent=True, version=version)}
+    # the server the rest of the run uses
+    engine = os.environ.get("NEARDUP_ENGINE") or "elasticsearch"
+    version = os.environ.get("NEARDUP_ES_VERSION") or (ES_VERSION if engine == "elasticsearch"
+                                                      else default_version(engine))
+    nodes: dict[str, Any] = {"name": name, "version": version, "engine": engine,
+                             "first": start_node(name=name, keep_data=True, die_with_parent=True, version=version,
+                                                 engine=engine)}
     try:
         yield nodes
     finally:
@@ -549,8 +554,6 @@ def own_node() -> Iterator[dict[str, Any]]:
 
 
 def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir: Path, ledger: Ledger) -> None:
-    from elasticsearch import Elasticsearch
-
     from neardup_devnode.node import start_node
 
     first = own_node["first"]
@@ -595,9 +598,10 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
         # Restart: a new node on the first one's data directory (same cluster name); new port, so re-target.
         second = own_node["second"] = start_node(
             name=own_node["name"] + "-restarted", die_with_parent=True, version=own_node["version"],
+            engine=own_node["engine"],
             settings={"path.data": str(first.data_dir), "cluster.name": f"neardup-{own_node['name']}"},
         )
-        client = Elasticsearch(second.url)
+        client = second.client()
         try:
             client.cluster.health(index=index, wait_for_status="yellow", timeout="60s")
         finally:
@@ -638,7 +642,7 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
     # The unchecked pages were written to the index once the node answered again; a groups pass covers them.
     assert result.stat("neardup/unchecked_indexed") == len(outcome["unchecked"])
     assert result.stat("neardup/unchecked_unindexed") == 0
-    client = Elasticsearch(own_node["second"].url)
+    client = own_node["second"].client()
     try:
         grouping = check_unchecked_grouped(client, index, site, outcome)
     finally:
