@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_neardup.core.backend import BackendError
+
 from .engine import PROBE_HEADERS, engine_from_root, missing_opensearch_py
 
 if TYPE_CHECKING:
