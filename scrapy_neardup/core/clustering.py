@@ -25,6 +25,7 @@ import numpy as np
 
 from .index import SketchIndex
 from .sketch import Sketch
+from .stored import StoredSignature
 
 T = TypeVar("T", bound=Hashable)
 
@@ -139,16 +140,19 @@ class GroupBuilder:
 
     def add(self, key: str, sketch: Sketch) -> None:
         """Link a non-empty page to the earlier pages it near-duplicates (keys must be unique)."""
+        self.add_stored(key, StoredSignature.from_sketch(sketch), sketch.fingerprint)
+
+    def add_stored(self, key: str, stored: StoredSignature, fingerprint: int = 0) -> None:
+        """:meth:`add` for a stored signature (as swept from an index) and its fingerprint."""
         self.pages += 1
-        stored = np.asarray(sketch.signature).astype(np.uint16)
-        digest = hashlib.blake2b(stored.tobytes(), digest_size=16).digest()
+        digest = hashlib.blake2b(stored.digest(), digest_size=16).digest()
         twin = self._first_with.setdefault(digest, key)
         if twin != key:
             self._uf.union(twin, key)
             self.links += 1
             return
         self.queried += 1
-        matches = self.index.query_and_add(key, sketch)
+        matches = self.index.query_and_add_stored(key, stored, fingerprint)
         if len(matches) > self.max_links:
             self.truncated += 1
             matches = matches[: self.max_links]

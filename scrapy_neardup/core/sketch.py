@@ -7,6 +7,7 @@ shingling, seed and hash scheme); comparing across tags raises :class:`Incompati
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -92,8 +93,35 @@ def check_compatible(a: Sketch, b: Sketch) -> None:
 
 
 def make_tag(num_perm: int, shingle: str, width: int, seed: int) -> str:
-    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``."""
+    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>`` (read back by :func:`parse_tag`)."""
     return f"mh{SCHEME_VERSION}-k{num_perm}-{shingle}{width}-s{seed}"
+
+
+@dataclass(frozen=True)
+class TagParts:
+    """The parameters a tag names (see :func:`make_tag`)."""
+
+    scheme: int
+    num_perm: int
+    shingle: str
+    width: int
+    seed: int
+
+
+_TAG = re.compile(r"mh(\d+)-k(\d+)-(word|char)(\d+)-s(\d+)")
+
+
+def parse_tag(tag: str) -> TagParts:
+    """The parameters of a tag made by :func:`make_tag`.
+
+    Raises:
+        ValueError: not a sketch parameter tag.
+    """
+    match = _TAG.fullmatch(tag)
+    if match is None:
+        raise ValueError(f"not a sketch parameter tag (mh<scheme>-k<k>-<word|char><width>-s<seed>): {tag!r}")
+    scheme, num_perm, shingle, width, seed = match.groups()
+    return TagParts(int(scheme), int(num_perm), shingle, int(width), int(seed))
 
 
 class Sketcher:
