@@ -268,6 +268,24 @@ class ElasticsearchBackend:
                 )
         self._bands = await self._bands_usable()
 
+    async def _count_settling(self, query: dict[str, Any]) -> int | None:
+        """Count ``query``'s documents; an index another process has just created may have no active shard
+        yet (HTTP 503): wait for it a little (such waits are not request failures). ``None``: still none."""
+        from elasticsearch import ApiError
+
+        delay = _POLL_FIRST
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                return int((await self._es.count(index=self.index, query=query))["count"])
+            except ApiError as exc:
+                if exc.meta.status != 503:
+                    raise
+                if time.monotonic() >= deadline:
+                    return None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+
     async def _bands_usable(self) -> bool:
         """Whether candidates can come from the band query: ``t >= t0`` (the stored band layout's), and no kept
         or pending document lacks the band fields (written by an older version: then positions are used for
@@ -279,7 +297,10 @@ class ElasticsearchBackend:
                        {"exists": {"field": F_POSITIONS}}],
             "must_not": [{"exists": {"field": F_SIG}}],
         }}
-        old = int((await self._es.count(index=self.index, query=query))["count"])
+        old = await self._count_settling(query)
+        if old is None:
+            logger.warning("cannot count the pages of %s without band fields yet; using the position query", self.index)
+            return False
         if old:
             logger.warning(
                 "%d kept pages of %s have no band fields (indexed by an older version): candidates come from the "
