@@ -176,7 +176,7 @@ class ClusterStats:
 
 
 def cluster_labels(
-    values: np.ndarray, min_shared: int, *, chunk: int = 1 << 16, spill_dir: str | None = None
+    values: np.ndarray, min_shared: int, *, chunk: int = 1 << 13, spill_dir: str | None = None
 ) -> tuple[np.ndarray, ClusterStats]:
     """Broder's clusters of ``n`` stored signatures, band by band, in bounded memory.
 
