@@ -107,7 +107,7 @@ def sliced_sweep(
     point in time (each slice a :func:`sweep` of its own; the client is thread-safe), in no fixed order.
 
     Parsing the responses is most of the client's work, so the threads overlap it with Elasticsearch's; only
-    the fields asked for are returned (``filter_path``). At most ``2 * slices`` pages wait in memory.
+    the fields asked for are returned (``filter_path``). At most ``slices`` pages wait in memory.
     """
     if slices < 1:
         raise ValueError(f"slices must be positive, got {slices}")
@@ -117,7 +117,7 @@ def sliced_sweep(
     if slices == 1:
         yield from sweep(client, pit, query=query, source=source, page_size=page_size, **options)
         return
-    pages: queue.Queue[Any] = queue.Queue(maxsize=2 * slices)
+    pages: queue.Queue[Any] = queue.Queue(maxsize=slices)
     stop = threading.Event()
     done = object()
 
