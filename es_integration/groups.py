@@ -68,6 +68,7 @@ from .mapping import (
     F_TAG,
     KEPT,
     ROOT,
+    UNCHECKED,
 )
 from .names import validate_field_name, validate_index_name
 from .sweep import PointInTime, point_in_time, sliced_sweep, sweep
@@ -480,9 +481,10 @@ def find_new_groups(
         raise EsError(f"--new needs t >= {band_layout(num_perm)} (the stored band layout's); got {min_shared}")
     _refuse_old_documents(client, index, tag)
     mark = record["seq"]
+    # Above the watermark, or unchecked (pages the crawler backend passed through have no seq): both clauses
+    # are cheap (a points range and one term), unlike "seq missing", which visits every document.
     new_query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_SIG}}],
-                          "should": [{"range": {F_SEQ: {"gt": mark}}},
-                                     {"bool": {"must_not": [{"exists": {"field": F_SEQ}}]}}],
+                          "should": [{"range": {F_SEQ: {"gt": mark}}}, {"term": {F_STATUS: UNCHECKED}}],
                           "minimum_should_match": 1}}
     if total is not None:
         total(int(client.count(index=index, query=new_query)["count"]))
@@ -494,19 +496,20 @@ def find_new_groups(
         report.sweep_seconds = time.perf_counter() - started
         # Older documents sharing a band with a new one (a superset of those sharing >= t positions).
         values = docs.values()
-        seen: set[str] = set()
+        seen: set[str] = set(docs.ids(range(new_count)))
+        queries = []
         for lo in range(0, new_count, _NEW_BATCH):
             tokens = sorted({t for row in band_tokens(np.asarray(values[lo : lo + _NEW_BATCH])) for t in row})
-            query = _sketched(tag, {"range": {F_SEQ: {"lte": mark}}}, {"terms": {F_BANDS: tokens}})
-            _add_hits(client, pit, docs, query, seen, page_size)
+            queries.append(_sketched(tag, {"range": {F_SEQ: {"lte": mark}}}, {"terms": {F_BANDS: tokens}}))
+        _add_hits(client, pit, docs, queries, seen, page_size, threads=slices)
         report.queries = docs.size - new_count
         # Pairs among new and matched older documents, then the older groups they touch, whole.
         labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
         touched = _touched_groups(docs, labels, new_count)
-        for lo in range(0, len(touched), _NEW_BATCH):
-            members = {"terms": {F_GROUP: touched[lo : lo + _NEW_BATCH]}}
-            query = _sketched(tag, {"range": {F_SEQ: {"lte": mark}}}, members)
-            _add_hits(client, pit, docs, query, seen, page_size, with_values=False)
+        older = {"range": {F_SEQ: {"lte": mark}}}
+        queries = [_sketched(tag, older, {"terms": {F_GROUP: touched[lo : lo + _NEW_BATCH]}})
+                   for lo in range(0, len(touched), _NEW_BATCH)]
+        _add_hits(client, pit, docs, queries, seen, page_size, threads=slices, with_values=False)
     labels = _join_by_group(labels, docs, new_count)
     report.documents, report.malformed = new_count, docs.malformed
     report.pairs = stats.links + stats.twins
@@ -520,18 +523,27 @@ def find_new_groups(
 
 
 def _add_hits(
-    client: Elasticsearch, pit: PointInTime, docs: SweptDocs, query: dict[str, Any], seen: set[str],
-    page_size: int, *, with_values: bool = True,
+    client: Elasticsearch, pit: PointInTime, docs: SweptDocs, queries: list[dict[str, Any]], seen: set[str],
+    page_size: int, *, threads: int, with_values: bool = True,
 ) -> None:
-    """Add the documents of ``query`` not seen yet (older ones, for an incremental run)."""
+    """Add the documents of ``queries`` not seen yet (older ones, for an incremental run); the queries run in
+    ``threads`` threads, their hits are added here, in query order."""
+    from concurrent.futures import ThreadPoolExecutor
+
     fields = [F_SIG, *_STATE_FIELDS] if with_values else _STATE_FIELDS
     source: bool | list[str] = [docs.keep.field] if docs.keep.field else False
-    for hits in sweep(client, pit, query=query, source=source, page_size=page_size,
-                      docvalue_fields=[{"field": f} for f in fields]):
-        fresh = [hit for hit in hits if hit["_id"] not in seen]
-        seen.update(hit["_id"] for hit in fresh)
-        if fresh:
-            docs.add_page(fresh, with_values=with_values)
+
+    def run(query: dict[str, Any]) -> list[dict[str, Any]]:
+        own = PointInTime(pit.id, pit.keep_alive)
+        return [hit for hits in sweep(client, own, query=query, source=source, page_size=page_size,
+                                      docvalue_fields=[{"field": f} for f in fields]) for hit in hits]
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for hits in pool.map(run, queries):
+            fresh = [hit for hit in hits if hit["_id"] not in seen]
+            seen.update(hit["_id"] for hit in fresh)
+            if fresh:
+                docs.add_page(fresh, with_values=with_values)
 
 
 def _touched_groups(docs: SweptDocs, labels: np.ndarray, new_count: int) -> list[str]:
