@@ -1,8 +1,10 @@
 """Elasticsearch benchmarks (issue 3, item 8).
 
 * bulk indexing rate with and without the sketch fields, and their ratio (target >= 0.7);
-* candidate-query latency p50/p99 (target p99 <= 20 ms at 100k documents);
-* duplicate-group discovery rate (documents per second);
+* candidate-query latency p50/p99 of the position and the band query, same sketches, as indexed and merged
+  (target p99 <= 10 ms at 1M documents with >= 16 segments; ratio printed);
+* duplicate-group discovery against a bare id sweep of the same index (target <= 3x), its client memory per
+  document (target <= 200 B at 1M), ``--assign`` and ``groups --new`` rates (targets >= 10,000 docs/s);
 * the crawler backend's check-and-add latency (kept pages and duplicates).
 
 Documents are synthetic web pages (300-900 words from a Zipf-distributed vocabulary of 60k words); a fifth are
