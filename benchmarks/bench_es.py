@@ -1,8 +1,10 @@
 """Elasticsearch benchmarks (issue 3, item 8).
 
 * bulk indexing rate with and without the sketch fields, and their ratio (target >= 0.7);
-* candidate-query latency p50/p99 (target p99 <= 20 ms at 100k documents);
-* duplicate-group discovery rate (documents per second);
+* candidate-query latency p50/p99 of the position and the band query, same sketches, as indexed and merged
+  (target p99 <= 10 ms at 1M documents with >= 16 segments; ratio printed);
+* duplicate-group discovery against a bare id sweep of the same index (target <= 3x), its client memory per
+  document (target <= 200 B at 1M), ``--assign`` and ``groups --new`` rates (targets >= 10,000 docs/s);
 * the crawler backend's check-and-add latency (kept pages and duplicates).
 
 Documents are synthetic web pages (300-900 words from a Zipf-distributed vocabulary of 60k words); a fifth are
@@ -137,6 +139,134 @@ def bench_indexing(es: Any, corpus: Corpus, docs: int, threads: int, skip_baseli
     return out
 
 
+def index_fields_only(es: Any, corpus: Corpus, docs: int) -> dict[str, Any]:
+    """The sketch fields of the corpus' pages without the pages (documented in the README as such): the index
+    the groups and query benchmarks read, built several times faster than with the text."""
+    from elasticsearch import helpers
+
+    from es_integration.indexing import SeqClock
+    from es_integration.mapping import KEPT, sketch_fields
+
+    sketcher = Sketcher(num_perm=K)
+    index = f"bench-fields-{uuid.uuid4().hex[:6]}"
+    ensure_index(es, index, shards=1, settings={"number_of_replicas": 0, "refresh_interval": "30s"})
+    clock = SeqClock()
+
+    def actions() -> Iterator[dict[str, Any]]:
+        for lo in range(0, docs, 2000):
+            records = list(corpus.records(lo, min(docs, lo + 2000)))
+            for r, s in zip(records, sketcher.sketch_many([r["text"] for r in records]), strict=True):
+                yield {"_index": index, "_id": r["id"],
+                       "_source": {"neardup": sketch_fields(s, seq=clock(), group=r["id"], status=KEPT)}}
+
+    started = time.perf_counter()
+    done = 0
+    for ok, _info in helpers.parallel_bulk(es, actions(), thread_count=2, chunk_size=1000, raise_on_error=True):
+        done += ok
+        if done % 100_000 == 0:
+            print(f"  {done} documents indexed ({time.perf_counter() - started:.0f}s)", flush=True)
+    es.indices.put_settings(index=index, settings={"refresh_interval": "1s"})
+    es.indices.refresh(index=index)
+    seconds = time.perf_counter() - started
+    print(f"  indexed the sketch fields of {done} pages (no text) in {seconds:.0f}s", flush=True)
+    return {"index": index, "fields_only": True, "docs": done, "seconds": seconds}
+
+
+def synthetic_values(docs: int, seed: int = 3) -> np.ndarray:
+    """``uint16[docs, k]`` stored signatures without pages: random values (distinct pages), a fifth of them
+    near-duplicates of an earlier row with 0-8 positions changed (resemblance ~0.94-1.0, most above t)."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 1 << 16, size=(docs, K), dtype=np.uint16)
+    copies = np.flatnonzero(rng.random(docs) < 0.2)
+    copies = copies[copies > 0]
+    sources = (rng.random(copies.size) * copies).astype(np.int64)
+    values[copies] = values[sources]
+    for row, changes in zip(copies.tolist(), rng.integers(0, 9, copies.size).tolist(), strict=True):
+        if changes:
+            values[row, rng.choice(K, changes, replace=False)] = rng.integers(0, 1 << 16, changes)
+    return values
+
+
+def index_synthetic(es: Any, docs: int) -> dict[str, Any]:
+    """Documents holding only the neardup fields of :func:`synthetic_values` (no page, no sketching): the
+    fastest way to a 1M-document index for the groups and query figures (documented as such in the README)."""
+    from elasticsearch import helpers
+
+    from es_integration.mapping import KEPT, stored_fields
+    from scrapy_neardup.core.stored import StoredSignature
+
+    tag = Sketcher(num_perm=K).tag
+    values = synthetic_values(docs)
+    index = f"bench-synthetic-{uuid.uuid4().hex[:6]}"
+    ensure_index(es, index, shards=1, settings={"number_of_replicas": 0, "refresh_interval": "30s"})
+
+    def actions() -> Iterator[dict[str, Any]]:
+        for i in range(docs):
+            stored = StoredSignature(values[i], tag)
+            yield {"_index": index, "_id": f"doc-{i}", "_source": {"neardup": {
+                **stored_fields(stored), "fingerprint": f"{i:016x}", "tag": tag, "empty": False, "seq": i + 1,
+                "group": f"doc-{i}", "status": KEPT}}}
+
+    started = time.perf_counter()
+    done = 0
+    for ok, _info in helpers.parallel_bulk(es, actions(), thread_count=2, chunk_size=1000, raise_on_error=True):
+        done += ok
+        if done % 100_000 == 0:
+            print(f"  {done} documents indexed ({time.perf_counter() - started:.0f}s)", flush=True)
+    es.indices.put_settings(index=index, settings={"refresh_interval": "1s"})
+    es.indices.refresh(index=index)
+    seconds = time.perf_counter() - started
+    print(f"  indexed {done} synthetic signatures (no pages) in {seconds:.0f}s", flush=True)
+    return {"index": index, "synthetic": True, "docs": done, "seconds": seconds}
+
+
+def index_synthetic_new(es: Any, index: str, docs: int, new_docs: int) -> None:
+    """``new_docs`` more synthetic documents after the first ``docs``: a fifth near-duplicates of indexed rows."""
+    from elasticsearch import helpers
+
+    from es_integration.indexing import SeqClock
+    from es_integration.mapping import KEPT, stored_fields
+    from scrapy_neardup.core.stored import StoredSignature
+
+    tag = Sketcher(num_perm=K).tag
+    old = synthetic_values(docs)
+    rng = np.random.default_rng(23)
+    values = rng.integers(0, 1 << 16, size=(new_docs, K), dtype=np.uint16)
+    for row in range(0, new_docs, 5):
+        values[row] = old[int(rng.integers(0, docs))]
+        values[row, rng.choice(K, 3, replace=False)] = rng.integers(0, 1 << 16, 3)
+    del old
+    clock = SeqClock()  # nanoseconds: above the synthetic rows' seq 1..docs, as a later indexing run would be
+    actions = ({"_index": index, "_id": f"new-{i}", "_source": {"neardup": {
+        **stored_fields(StoredSignature(values[i], tag)), "fingerprint": f"{docs + i:016x}", "tag": tag,
+        "empty": False, "seq": clock(), "group": f"new-{i}", "status": KEPT}}} for i in range(new_docs))
+    for _ in helpers.parallel_bulk(es, actions, thread_count=2, chunk_size=1000, raise_on_error=True):
+        pass
+    es.indices.refresh(index=index)
+
+
+class SyntheticSketches:
+    """Query sketches for a synthetic index: indexed rows, perturbed rows, and new random rows."""
+
+    @staticmethod
+    def make(docs: int, queries: int) -> list[Any]:
+        from scrapy_neardup.core.sketch import Sketch
+
+        tag = Sketcher(num_perm=K).tag
+        values = synthetic_values(docs)
+        rng = np.random.default_rng(99)
+        out = []
+        for q in range(queries + 200):
+            kind = q % 3
+            row = values[int(rng.integers(0, docs))].astype(np.uint32)
+            if kind == 1:
+                row[rng.choice(K, 3, replace=False)] = rng.integers(0, 1 << 16, 3)
+            elif kind == 2:
+                row = rng.integers(0, 1 << 16, K).astype(np.uint32)
+            out.append(Sketch(signature=row, fingerprint=int(rng.integers(0, 1 << 62)), tag=tag, num_shingles=K))
+        return out
+
+
 def es_cpu_seconds(es: Any) -> float:
     """CPU seconds the Elasticsearch process has used (from node stats), to see its share of a run."""
     nodes = es.nodes.stats(metric="process")["nodes"]
@@ -163,7 +293,8 @@ def index_presketched(es: Any, index: str, records: list[dict[str, Any]], sketch
     return stats
 
 
-def bench_queries(es: Any, index: str, corpus: Corpus, n_docs: int, queries: int) -> dict[str, Any]:
+def query_sketches(corpus: Corpus, n_docs: int, queries: int) -> list[Any]:
+    """A third indexed pages, a third new near-duplicates of indexed pages, a third new pages (200 warm-up)."""
     sketcher = Sketcher(num_perm=K)
     rng = np.random.default_rng(99)
     texts = []
@@ -177,47 +308,171 @@ def bench_queries(es: Any, index: str, corpus: Corpus, n_docs: int, queries: int
             texts.append(" ".join(words))
         else:  # a new page
             texts.append(corpus.record(n_docs + 10_000_000 + q)["text"])
-    sketches = sketcher.sketch_many(texts)
-    latencies, took, hits = [], [], 0
+    return sketcher.sketch_many(texts)
+
+
+def segment_count(es: Any, index: str) -> int:
+    shards = es.indices.segments(index=index)["indices"][index]["shards"]
+    return sum(c["num_search_segments"] for copies in shards.values() for c in copies if c["routing"]["primary"])
+
+
+def bench_queries(es: Any, index: str, sketches: list[Any], n_docs: int) -> dict[str, Any]:
+    """The position query (minimum_should_match on k tokens) and the band query (k - t + 1 band tokens, verified
+    on the returned compact signatures) for the same sketches, interleaved; both must return the same ids."""
+    from es_integration.candidates import band_search, parse_band_candidates
+    from scrapy_neardup.core.stored import StoredSignature
+
+    latencies: dict[str, list[float]] = {"positions": [], "bands": []}
+    took: dict[str, list[float]] = {"positions": [], "bands": []}
+    hits = disagreements = 0
     for q, sketch in enumerate(sketches):
-        body = candidate_search(sketch, T, size=100)
-        started = time.perf_counter()
-        response = es.search(index=index, **body)
-        elapsed = (time.perf_counter() - started) * 1000
-        if q >= 200:  # after warm-up
-            latencies.append(elapsed)
-            took.append(float(response["took"]))
-            hits += len(parse_candidates(response.body, sketch)) > 0
-    return {
-        "docs_indexed": n_docs,
-        "queries": len(latencies),
-        "queries_with_candidates": hits,
-        "p50_ms": percentile(latencies, 50),
-        "p90_ms": percentile(latencies, 90),
-        "p99_ms": percentile(latencies, 99),
-        "max_ms": max(latencies),
-        "server_took_p50_ms": percentile(took, 50),
-        "server_took_p99_ms": percentile(took, 99),
-        "target_p99_ms": 20,
-    }
+        stored = StoredSignature.from_sketch(sketch)
+        found = {}
+        for method in ("positions", "bands") if q % 2 else ("bands", "positions"):
+            started = time.perf_counter()
+            if method == "positions":
+                response = es.search(index=index, **candidate_search(sketch, T, size=100))
+                ids = [c.id for c in parse_candidates(response.body, sketch)]
+            else:
+                response = es.search(index=index, **band_search(stored, size=1000))
+                ids = [c.id for c in parse_band_candidates(response.body, stored, sketch.fingerprint, T)][:100]
+            elapsed = (time.perf_counter() - started) * 1000
+            found[method] = ids
+            if q >= 200:  # after warm-up
+                latencies[method].append(elapsed)
+                took[method].append(float(response["took"]))
+        if q >= 200:
+            hits += bool(found["positions"])
+            disagreements += sorted(found["positions"]) != sorted(found["bands"])
+    out: dict[str, Any] = {"docs_indexed": n_docs, "segments": segment_count(es, index),
+                           "queries": len(latencies["bands"]), "queries_with_candidates": hits,
+                           "disagreements": disagreements, "target_p99_ms": 10}
+    for method in ("positions", "bands"):
+        lat = latencies[method]
+        out[method] = {"p50_ms": percentile(lat, 50), "p90_ms": percentile(lat, 90), "p99_ms": percentile(lat, 99),
+                       "max_ms": max(lat), "server_took_p50_ms": percentile(took[method], 50),
+                       "server_took_p99_ms": percentile(took[method], 99)}
+    out["p99_ratio_bands_to_positions"] = out["bands"]["p99_ms"] / out["positions"]["p99_ms"]
+    # The figures earlier runs recorded (position query) stay under their old names.
+    out.update({k: out["positions"][k] for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "server_took_p50_ms",
+                                                 "server_took_p99_ms")})
+    return out
 
 
-def bench_groups(es: Any, index: str) -> dict[str, Any]:
+def print_queries(q: dict[str, Any], docs: int, label: str) -> None:
+    for method in ("positions", "bands"):
+        m = q[method]
+        print(f"candidate query ({method}) at {docs} docs, {q['segments']} segments{label}: p50 {m['p50_ms']:.1f} ms, "
+              f"p99 {m['p99_ms']:.1f} ms (server took p50 {m['server_took_p50_ms']:.0f} ms, "
+              f"p99 {m['server_took_p99_ms']:.0f} ms)", flush=True)
+    print(f"  band/position p99 ratio {q['p99_ratio_bands_to_positions']:.2f}; {q['disagreements']} of "
+          f"{q['queries']} queries disagree (must be 0)", flush=True)
+
+
+class PeakAnon:
+    """Peak anonymous resident memory (``RssAnon``: heap and numpy arrays, not mapped files) of this process
+    while the block runs, sampled every 10 ms, above its value at the start."""
+
+    def __enter__(self) -> PeakAnon:
+        import threading
+
+        self.start = self.peak = _rss_anon()
+        self._stop = threading.Event()
+
+        def sample() -> None:
+            while not self._stop.wait(0.01):
+                self.peak = max(self.peak, _rss_anon())
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_anon())
+
+    @property
+    def grown(self) -> int:
+        return self.peak - self.start
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def id_sweep_seconds(es: Any, index: str, slices: int) -> tuple[float, int]:
+    """A bare sweep of the index's ids (point in time, ``_source`` off, no fields): the floor of any sweep."""
+    from es_integration.sweep import point_in_time, sliced_sweep
+
+    started = time.perf_counter()
+    n = 0
+    with point_in_time(es, index) as pit:
+        for hits in sliced_sweep(es, pit, slices=slices, page_size=1000):
+            n += len(hits)
+    return time.perf_counter() - started, n
+
+
+def bench_groups(
+    es: Any, index: str, corpus: Corpus, n_docs: int, new_docs: int, slices: int, synthetic: bool
+) -> dict[str, Any]:
+    """Group discovery against a bare id sweep of the same index (same run), its client memory, --assign, then
+    --new over ``new_docs`` documents indexed afterwards, and its --assign."""
+    from es_integration.groups import find_new_groups
+
     sketcher = Sketcher(num_perm=K)
-    report = find_groups(es, index, sketcher.tag, T)
+    bare1, swept = id_sweep_seconds(es, index, 1)
+    bare, _ = id_sweep_seconds(es, index, slices)
+    with PeakAnon() as memory:
+        report = find_groups(es, index, sketcher.tag, T, slices=slices)
     started = time.perf_counter()
     written = assign_groups(es, index, report)
     assign_s = time.perf_counter() - started
-    return {
+    out = {
         "docs": report.documents,
+        "id_sweep_docs": swept,
+        "id_sweep_seconds": bare1,
+        "id_sweep_sliced_seconds": bare,
         "seconds": report.seconds,
+        "sweep_seconds": report.sweep_seconds,
         "docs_per_s": report.documents / report.seconds,
+        "ratio_to_id_sweep": report.seconds / bare1,
+        "ratio_to_sliced_id_sweep": report.seconds / bare,
+        "slices": slices,
+        "client_bytes_per_doc": memory.grown / max(1, report.documents),
         "groups": len(report.groups),
         "duplicates": report.duplicates,
-        "candidate_queries": report.queries,
+        "distinct_signatures": report.queries,
         "assign_seconds": assign_s,
         "assigned_docs": written,
+        "assign_docs_per_s": report.documents / assign_s,
     }
+    del report
+    if new_docs and synthetic:
+        index_synthetic_new(es, index, n_docs, new_docs)
+    elif new_docs:
+        # New pages: a fifth near-duplicates of indexed ones (like the corpus), the rest new.
+        fresh = list(corpus.records(n_docs, n_docs + new_docs))
+        rng = np.random.default_rng(17)
+        for i in range(0, len(fresh), 5):
+            words = corpus.record(int(rng.integers(0, n_docs)))["text"].split()
+            words[int(rng.integers(0, len(words)))] = "edited"
+            fresh[i]["text"] = " ".join(words)
+        index_records(es, index, fresh, sketcher, threads=2, chunk_size=500, create_index=False)
+    if new_docs:
+        new = find_new_groups(es, index, sketcher.tag, T, slices=slices)
+        started = time.perf_counter()
+        new_written = assign_groups(es, index, new)
+        out.update({
+            "new_docs": new.documents, "new_seconds": new.seconds, "new_docs_per_s": new.documents / new.seconds,
+            "new_groups": len(new.groups), "new_assign_seconds": time.perf_counter() - started,
+            "new_assigned_docs": new_written,
+        })
+    return out
 
 
 def bench_backend(url: str, corpus: Corpus, pages: int) -> dict[str, Any]:
@@ -266,11 +521,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heap", default=None, help="node heap (default: 1g, or 2g above 200k documents)")
     parser.add_argument("--threads", type=int, default=2, help="bulk threads (default: 2)")
     parser.add_argument("--queries", type=int, default=2000, help="timed candidate queries (default: 2000)")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: baseline, groups, backend")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: baseline, queries, groups, "
+                        "backend")
     parser.add_argument("--words", default="300-900", help="words per page, MIN-MAX (default: 300-900)")
     parser.add_argument("--index", default=None, help="measure an index a --keep run left (skips indexing; "
                         "needs ES_URL and the same --docs and --words)")
     parser.add_argument("--keep", action="store_true", help="keep the sketched index (its name is printed)")
+    parser.add_argument("--slices", type=int, default=2, help="group sweep threads (default: 2)")
+    parser.add_argument("--new-docs", type=int, default=10_000, help="documents indexed after the groups run for "
+                        "groups --new (default: 10000; 0 skips)")
+    parser.add_argument("--synthetic", action="store_true", help="index synthetic stored signatures (random, a "
+                        "fifth near-duplicates) instead of sketched pages: the fastest way to a 1M index for the "
+                        "groups and query figures; with --index, says the kept index was built so")
+    parser.add_argument("--fields-only", action="store_true", help="index only the id and the neardup fields "
+                        "(sketches computed here, no page text): a faster way to build a large index for the "
+                        "groups and query figures; skips the indexing comparison")
     args = parser.parse_args(argv)
     docs = 10_000 if args.quick else args.docs
     queries = 300 if args.quick else args.queries
@@ -298,21 +563,40 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.index:
             idx = {"index": args.index, "reused": True}
+        elif args.synthetic:
+            result["indexing"] = idx = index_synthetic(es, docs)
+        elif args.fields_only:
+            result["indexing"] = idx = index_fields_only(es, corpus, docs)
         else:
             result["indexing"] = idx = bench_indexing(es, corpus, docs, args.threads, "baseline" in skip)
         if "ratio" in idx:
             print(f"indexing: {idx['without_sketch_docs_per_s']:.0f} docs/s without sketches, "
                   f"{idx['with_sketch_docs_per_s']:.0f} with; ratio {idx['ratio']:.2f} (target >= 0.7); "
                   f"sketches computed beforehand: ratio {idx['ratio_presketched']:.2f}", flush=True)
-        if not args.index:
-            es.options(request_timeout=3600).indices.forcemerge(index=idx["index"], max_num_segments=1)
-        result["candidate_query"] = q = bench_queries(es, idx["index"], corpus, docs, queries)
-        print(f"candidate query at {docs} docs: p50 {q['p50_ms']:.1f} ms, p99 {q['p99_ms']:.1f} ms "
-              f"(server took p50 {q['server_took_p50_ms']:.0f} ms, p99 {q['server_took_p99_ms']:.0f} ms)", flush=True)
+        synthetic = args.synthetic or idx.get("synthetic", False)
+        sketches = SyntheticSketches.make(docs, queries) if synthetic else query_sketches(corpus, docs, queries)
+        if "queries" not in skip:
+            result["candidate_query_unmerged"] = q = bench_queries(es, idx["index"], sketches, docs)
+            print_queries(q, docs, " (as indexed)")
+            if not args.index:
+                es.options(request_timeout=3600).indices.forcemerge(index=idx["index"], max_num_segments=1)
+                result["candidate_query"] = q = bench_queries(es, idx["index"], sketches, docs)
+                print_queries(q, docs, " (force-merged)")
         if "groups" not in skip:
-            result["groups"] = g = bench_groups(es, idx["index"])
-            print(f"groups: {g['docs']} docs in {g['seconds']:.1f}s = {g['docs_per_s']:.0f} docs/s; "
-                  f"{g['groups']} groups, {g['duplicates']} duplicates; assign {g['assign_seconds']:.1f}s", flush=True)
+            result["groups"] = g = bench_groups(es, idx["index"], corpus, docs, args.new_docs, args.slices, synthetic)
+            print(f"bare id sweep: {g['id_sweep_docs']} ids in {g['id_sweep_seconds']:.1f}s "
+                  f"({g['id_sweep_sliced_seconds']:.1f}s in {g['slices']} slices)", flush=True)
+            print(f"groups: {g['docs']} docs in {g['seconds']:.1f}s (sweep {g['sweep_seconds']:.1f}s) = "
+                  f"{g['docs_per_s']:.0f} docs/s; ratio to the bare id sweep {g['ratio_to_id_sweep']:.2f} "
+                  f"(to the sliced one {g['ratio_to_sliced_id_sweep']:.2f}; target <= 3); client memory "
+                  f"{g['client_bytes_per_doc']:.0f} B/doc (target <= 200); {g['groups']} groups, "
+                  f"{g['duplicates']} duplicates", flush=True)
+            print(f"assign: {g['assigned_docs']} documents written in {g['assign_seconds']:.1f}s = "
+                  f"{g['assign_docs_per_s']:.0f} docs/s of the index (target >= 10000)", flush=True)
+            if "new_docs" in g:
+                print(f"groups --new: {g['new_docs']} new docs in {g['new_seconds']:.1f}s = {g['new_docs_per_s']:.0f} "
+                      f"docs/s (target >= 10000); {g['new_groups']} groups; assign wrote {g['new_assigned_docs']} "
+                      f"in {g['new_assign_seconds']:.1f}s", flush=True)
         if "backend" not in skip:
             result["backend"] = b = bench_backend(node.url, corpus, 400 if args.quick else 2000)
             print(f"backend: kept p50 {b['kept_ms_p50']:.1f} ms / p99 {b['kept_ms_p99']:.1f} ms, duplicate p50 "

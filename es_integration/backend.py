@@ -110,27 +110,29 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrapy_neardup.core.backend import Backend, BackendError
-from scrapy_neardup.core.index import Match
+from scrapy_neardup.core.index import Match, best_first
 from scrapy_neardup.core.params import check_min_shared
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
+from scrapy_neardup.core.stored import StoredSignature, band_layout, decode_many, shared_counts
 
-from .candidates import candidate_query
+from .candidates import band_query, candidate_query
 from .client import ConnectionSettings, EsError, connect_async, describe_error
 from .mapping import (
     DUPLICATE,
     F_FINGERPRINT,
     F_KEY,
+    F_POSITIONS,
     F_SEQ,
+    F_SIG,
     F_STATUS,
+    F_TAG,
     KEPT,
     PENDING,
-    REPLICA_SETTINGS,
     ROOT,
     UNCHECKED,
+    ensure_index_async,
     fingerprint_hex,
-    index_mappings,
-    position_tokens,
-    sketch_properties,
+    stored_fields,
 )
 from .names import validate_index_name
 from .retry import ShardsUnavailable, is_retryable, retrying
@@ -165,9 +167,6 @@ class _Candidate:
     exact: bool
     order: int
 
-    def rank(self) -> tuple[bool, int, int]:
-        return (self.exact, self.shared, -self.order)
-
 
 @dataclass(frozen=True, slots=True)
 class _Unchecked:
@@ -178,7 +177,7 @@ class _Unchecked:
     """
 
     key: str
-    values: bytes  # uint16[k]: the low 16 bits of each position, what the index stores
+    stored: StoredSignature  # the low 16 bits of each position, what the index stores
     fingerprint: int
     doc_id: str  # the _id its check used: the pending document, if the check got that far
 
@@ -209,6 +208,8 @@ class ElasticsearchBackend(Backend):
     pending_timeout = 30.0
     #: pages whose check failed remembered for writing as ``unchecked``; beyond, only counted (~0.6 KB each)
     max_unchecked = 100_000
+    #: candidates from the band query (set on open; see :meth:`_bands_usable`)
+    _bands = False
 
     def __init__(
         self,
@@ -312,17 +313,7 @@ class ElasticsearchBackend(Backend):
 
     async def _ensure_index(self) -> None:
         es = self._es
-        if not await es.indices.exists(index=self.index):
-            from elasticsearch import BadRequestError
-
-            try:
-                await es.indices.create(
-                    index=self.index, mappings=index_mappings(), settings={"number_of_shards": 1, **REPLICA_SETTINGS}
-                )
-                return
-            except BadRequestError as exc:
-                if "resource_already_exists_exception" not in str(exc.body):
-                    raise
+        await ensure_index_async(es, self.index, shards=1)
         settings = await es.indices.get_settings(index=self.index, name="index.number_of_shards")
         for name, body in settings.items():
             shards = int(body["settings"]["index"]["number_of_shards"])
@@ -331,7 +322,47 @@ class ElasticsearchBackend(Backend):
                     f"index {name} has {shards} primary shards; the crawler backend needs an index with one "
                     "(it orders concurrent writes by _seq_no): use another NEARDUP_ES_INDEX"
                 )
-        await es.indices.put_mapping(index=self.index, properties={ROOT: sketch_properties()})
+        self._bands = await self._bands_usable()
+
+    async def _count_settling(self, query: dict[str, Any]) -> int | None:
+        """Count ``query``'s documents; an index another process has just created may have no active shard
+        yet (HTTP 503): wait for it a little (such waits are not request failures). ``None``: still none."""
+        from elasticsearch import ApiError
+
+        delay = _POLL_FIRST
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                return int((await self._es.count(index=self.index, query=query))["count"])
+            except ApiError as exc:
+                if exc.meta.status != 503:
+                    raise
+                if time.monotonic() >= deadline:
+                    return None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+
+    async def _bands_usable(self) -> bool:
+        """Whether candidates can come from the band query: ``t >= t0`` (the stored band layout's), and no kept
+        or pending document lacks the band fields (written by an older version: then positions are used for
+        the whole run, so that such documents stay candidates; ``neardup es backfill`` adds the fields)."""
+        if self.min_shared < band_layout(self.num_perm):
+            return False
+        query = {"bool": {
+            "filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_STATUS: [KEPT, PENDING]}},
+                       {"exists": {"field": F_POSITIONS}}],
+            "must_not": [{"exists": {"field": F_SIG}}],
+        }}
+        old = await self._count_settling(query)
+        if old is None:
+            logger.warning("cannot count the pages of %s without band fields yet; using the position query", self.index)
+            return False
+        if old:
+            logger.warning(
+                "%d kept pages of %s have no band fields (indexed by an older version): candidates come from the "
+                "slower position query; `neardup es backfill` adds the fields", old, self.index,
+            )
+        return old == 0
 
     # -- check and add ---------------------------------------------------------------------------------------
 
@@ -371,18 +402,18 @@ class ElasticsearchBackend(Backend):
             return match
 
     async def _check_and_add(self, key: str, sketch: Sketch, doc_id: str) -> Match | None:
-        tokens = position_tokens(sketch.signature)
+        stored = StoredSignature.from_sketch(sketch)
         fingerprint = fingerprint_hex(sketch.fingerprint)
-        best = await self._best_kept(tokens, fingerprint, before=None, exclude=None)  # (a)
+        best = await self._best_kept(stored, fingerprint, before=None, exclude=None)  # (a)
         if best is not None:
             return self._match(best)
         fields = {
-            "key": key, "tag": self.tag, "positions": tokens, "fingerprint": fingerprint, "empty": False,
+            "key": key, "tag": self.tag, **stored_fields(stored), "fingerprint": fingerprint, "empty": False,
             "status": PENDING, "group": doc_id,
         }
         seq = await self._call("writing a pending page", self._create, doc_id, fields)  # (b)
         await self._call("waiting for earlier writes", self._settle_writes, seq)  # (c)
-        best = await self._best_kept(tokens, fingerprint, before=seq, exclude=doc_id)
+        best = await self._best_kept(stored, fingerprint, before=seq, exclude=doc_id)
         fields["seq"] = seq
         if best is None:
             fields["status"] = KEPT
@@ -398,26 +429,27 @@ class ElasticsearchBackend(Backend):
         )
 
     async def _best_kept(
-        self, tokens: list[str], fingerprint: str, *, before: int | None, exclude: str | None
+        self, stored: StoredSignature, fingerprint: str, *, before: int | None, exclude: str | None
     ) -> _Candidate | None:
         """The best candidate whose status is ``kept``, after settling the ``pending`` ones; only candidates
         written before ``before`` (a ``_seq_no``) when given."""
-        hits = await self._call("searching candidates", self._search, tokens, exclude)
+        hits = await self._call("searching candidates", self._search, stored, exclude)
         kept: list[_Candidate] = []
         pending: dict[str, int] = {}  # id -> shared
-        for hit in hits:
+        for hit, shared in hits:
             source = hit["_source"][ROOT]
             order = int(source.get("seq", hit["_seq_no"]))
             if before is not None and order >= before:
                 continue
-            shared = round(hit["_score"])
             if source.get("status") == KEPT:
                 kept.append(self._candidate(hit["_id"], source, shared, fingerprint, order))
             elif hit["_id"] not in self._abandoned:
                 pending[hit["_id"]] = shared
         if pending:
             kept.extend(await self._settle(pending, fingerprint, before))
-        return max(kept, key=_Candidate.rank, default=None)
+        if not kept:
+            return None
+        return kept[int(best_first([c.exact for c in kept], [c.shared for c in kept], [c.order for c in kept])[0])]
 
     @staticmethod
     def _candidate(doc_id: str, source: dict[str, Any], shared: int, fingerprint: str, order: int) -> _Candidate:
@@ -474,8 +506,7 @@ class ElasticsearchBackend(Backend):
                     self.max_unchecked, self.index,
                 )
             return
-        values = np.asarray(sketch.signature, dtype=np.uint32).astype(np.uint16).tobytes()
-        self._unchecked[doc_id] = _Unchecked(key, values, sketch.fingerprint, doc_id)
+        self._unchecked[doc_id] = _Unchecked(key, StoredSignature.from_sketch(sketch), sketch.fingerprint, doc_id)
 
     async def _write_unchecked_quietly(self, *, limit: int | None, retries: int | None) -> None:
         """:meth:`_write_unchecked`, keeping what cannot be written for later (and pausing further attempts)
@@ -544,7 +575,7 @@ class ElasticsearchBackend(Backend):
     def _unchecked_fields(self, entry: _Unchecked) -> dict[str, Any]:
         """The ``neardup`` object of an unchecked page: no ``seq``, as it took no part in the write order."""
         return {
-            "key": entry.key, "tag": self.tag, "positions": position_tokens(np.frombuffer(entry.values, np.uint16)),
+            "key": entry.key, "tag": self.tag, **stored_fields(entry.stored),
             "fingerprint": fingerprint_hex(entry.fingerprint), "empty": False, "status": UNCHECKED,
             "group": entry.doc_id,
         }
@@ -581,13 +612,30 @@ class ElasticsearchBackend(Backend):
             raise RuntimeError("ElasticsearchBackend used before open() or after close()")
         return self._client
 
-    async def _search(self, tokens: list[str], exclude: str | None) -> list[dict[str, Any]]:
-        query = candidate_query(
-            tokens, self.min_shared, self.tag, statuses=(KEPT, PENDING), exclude_ids=[exclude] if exclude else ()
-        )
+    async def _search(self, stored: StoredSignature, exclude: str | None) -> list[tuple[dict[str, Any], int]]:
+        """Candidates (kept or pending, sharing ``>= t`` positions) with their shared positions.
+
+        The band query (verified on the hits' compact signatures) when :attr:`_bands` allows it; the position
+        query otherwise, or when the band query has :data:`_CANDIDATES` raw hits or more (the position query
+        ranks server-side, so the ``_CANDIDATES`` compared are the ones sharing most positions)."""
+        statuses, exclude_ids = (KEPT, PENDING), [exclude] if exclude else []
+        source = {"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT]}
+        if self._bands:
+            response = await self._es.search(
+                index=self.index, query=band_query(stored, statuses=statuses, exclude_ids=exclude_ids),
+                size=_CANDIDATES, seq_no_primary_term=True, source=source, docvalue_fields=[{"field": F_SIG}],
+                track_total_hits=False,
+            )
+            raw = response["hits"]["hits"]
+            if len(raw) < _CANDIDATES:
+                sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
+                shared = shared_counts(sigs, stored.values)
+                keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
+                return [(raw[i], int(shared[i])) for i in keep]
+        query = candidate_query(stored.tokens(), self.min_shared, self.tag, statuses=statuses, exclude_ids=exclude_ids)
         response = await self._es.search(
-            index=self.index, query=query, size=_CANDIDATES, seq_no_primary_term=True,
-            source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT]}, track_total_hits=False,
+            index=self.index, query=query, size=_CANDIDATES, seq_no_primary_term=True, source=source,
+            track_total_hits=False,
         )
         shards = response["_shards"]
         if shards["successful"] < shards["total"]:
@@ -596,7 +644,7 @@ class ElasticsearchBackend(Backend):
         if len(hits) >= _CANDIDATES:
             logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(hits),
                            self.index)
-        return hits
+        return [(hit, round(hit["_score"])) for hit in hits]
 
     async def _bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
         response = await self._es.bulk(operations=operations)

@@ -14,19 +14,46 @@ tag is a filter clause (scores 0), so sketches made with other parameters are ne
 :func:`find_exact_duplicates` looks them up by fingerprint alone.
 
 Elasticsearch's default limit of boolean clauses (at least 1024 in 8.x, scaled with the heap) bounds ``k``.
+
+**Two queries, the same candidates.** Each of the ``k`` position terms is looked up in every segment, so the
+position query slows down on an index with many unmerged segments. The *band query* (:func:`band_query`) asks
+instead for the ``b = k - t0 + 1`` band tokens of the stored layout (22 for ``k = 128``) in one ``terms``
+filter, returns each hit's compact signature (``neardup.sig``, doc values) and counts shared positions
+client-side (:func:`parse_band_candidates`). By the pigeonhole argument (:mod:`scrapy_neardup.core.stored`)
+every document sharing ``>= t >= t0`` positions shares a whole band, so after dropping hits below ``t`` both
+queries give identical candidates, ranked by the one rule of :func:`scrapy_neardup.core.index.best_first`.
+:func:`find_candidates` uses bands (``method="auto"``) when ``t >= t0``, else positions; a band query with
+more raw hits than it fetched falls back to the position query (ranked server-side), so nothing is cut
+differently. Documents indexed before ``neardup.sig`` existed have no bands: they are found by
+``method="positions"`` only, until ``neardup es backfill`` writes their new fields.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from scrapy_neardup.core.index import Match
+import numpy as np
+
+from scrapy_neardup.core.index import Match, best_first
 from scrapy_neardup.core.sketch import Sketch
+from scrapy_neardup.core.stored import StoredSignature, band_layout, decode_many, shared_counts
 
-from .mapping import F_EMPTY, F_FINGERPRINT, F_POSITIONS, F_SEQ, F_STATUS, F_TAG, fingerprint_hex, position_tokens
+from .mapping import (
+    F_BANDS,
+    F_EMPTY,
+    F_FINGERPRINT,
+    F_POSITIONS,
+    F_SEQ,
+    F_SIG,
+    F_STATUS,
+    F_TAG,
+    fingerprint_hex,
+    position_tokens,
+)
 from .names import validate_index_name
 
 if TYPE_CHECKING:
@@ -39,13 +66,18 @@ __all__ = [
     "find_candidates",
     "find_exact_duplicates",
     "parse_candidates",
-    "rank_key",
+    "band_query",
+    "band_search",
+    "parse_band_candidates",
+    "rank",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Hits fetched per candidate query by default (a page rarely has more near-duplicates than this).
 DEFAULT_SIZE = 100
+#: Raw hits fetched by a band query (before verification); more fall back to the position query.
+DEFAULT_BAND_HITS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +107,16 @@ class Candidate:
         return Match(key=self.id, shared=self.shared, resemblance=self.resemblance, exact=self.exact)
 
 
-def rank_key(candidate: Candidate) -> tuple[bool, int, float, str]:
-    """Best first when sorted descending: exact duplicates, then most shared positions, then earliest indexed
-    (the order of :class:`~scrapy_neardup.core.index.SketchIndex`), then ``_id``."""
-    seq = float("inf") if candidate.seq is None else float(candidate.seq)
-    return (candidate.exact, candidate.shared, -seq, _reverse(candidate.id))
-
-
-def _reverse(text: str) -> str:
-    # descending sort of the whole key must order ids ascending: map each character to its complement
-    return "".join(chr(0x10FFFF - ord(c)) for c in text)
+def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """``candidates`` best first, by the one ranking of matches (:func:`~scrapy_neardup.core.index.best_first`):
+    exact duplicates, then most shared positions, then earliest indexed (``neardup.seq``), then ``_id``."""
+    if not candidates:
+        return []
+    order = best_first(
+        [c.exact for c in candidates], [c.shared for c in candidates],
+        [math.inf if c.seq is None else c.seq for c in candidates], [c.id for c in candidates],
+    )
+    return [candidates[i] for i in order.tolist()]
 
 
 def candidate_query(
@@ -147,7 +179,7 @@ def candidate_search(
 
 
 def parse_candidates(response: Mapping[str, Any], sketch: Sketch) -> list[Candidate]:
-    """Candidates from a search response of :func:`candidate_search`, best first (:func:`rank_key`)."""
+    """Candidates from a search response of :func:`candidate_search`, best first (:func:`rank`)."""
     k = sketch.num_perm
     fingerprint = fingerprint_hex(sketch.fingerprint)
     found = []
@@ -166,8 +198,69 @@ def parse_candidates(response: Mapping[str, Any], sketch: Sketch) -> list[Candid
                 source=hit.get("_source"),
             )
         )
-    found.sort(key=rank_key, reverse=True)
-    return found
+    return rank(found)
+
+
+def band_query(
+    stored: StoredSignature,
+    *,
+    statuses: Sequence[str] = (),
+    exclude_ids: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The band query: documents with the same tag sharing at least one band token with ``stored`` (a superset
+    of those sharing ``>= t0`` positions; see the module doc). Filter context only: no scores."""
+    filters: list[dict[str, Any]] = [{"term": {F_TAG: stored.tag}}, {"terms": {F_BANDS: stored.band_tokens()}}]
+    if statuses:
+        filters.append({"terms": {F_STATUS: list(statuses)}})
+    body: dict[str, Any] = {"filter": filters}
+    if exclude_ids:
+        body["must_not"] = [{"ids": {"values": list(exclude_ids)}}]
+    return {"bool": body}
+
+
+def band_search(
+    stored: StoredSignature,
+    *,
+    size: int = DEFAULT_BAND_HITS,
+    statuses: Sequence[str] = (),
+    exclude_ids: Sequence[str] = (),
+    source: bool | list[str] = False,
+) -> dict[str, Any]:
+    """A search body of :func:`band_query` returning each hit's compact signature, fingerprint and seq."""
+    return {
+        "query": band_query(stored, statuses=statuses, exclude_ids=exclude_ids),
+        "size": size,
+        "_source": source,
+        "docvalue_fields": [F_SIG, F_FINGERPRINT, F_SEQ],
+        "track_total_hits": False,
+    }
+
+
+def parse_band_candidates(
+    response: Mapping[str, Any], stored: StoredSignature, fingerprint: int, min_shared: int
+) -> list[Candidate]:
+    """The hits of :func:`band_search` sharing ``>= min_shared`` positions with ``stored`` (counted on their
+    compact signatures), best first. Hits without a readable ``neardup.sig`` are left out."""
+    hits = response["hits"]["hits"]
+    if not hits:
+        return []
+    k = stored.num_perm
+    values, valid = decode_many([(hit.get("fields", {}).get(F_SIG) or [None])[0] for hit in hits], k)
+    shared = shared_counts(values, stored.values)
+    wanted = fingerprint_hex(fingerprint)
+    found = []
+    for i in np.flatnonzero(valid & (shared >= min_shared)).tolist():
+        hit = hits[i]
+        fields = hit.get("fields", {})
+        seqs = fields.get(F_SEQ)
+        found.append(
+            Candidate(
+                id=hit["_id"], index=hit["_index"], shared=int(shared[i]), resemblance=int(shared[i]) / k,
+                exact=fields.get(F_FINGERPRINT, [None])[0] == wanted, seq=int(seqs[0]) if seqs else None,
+                source=hit.get("_source"),
+            )
+        )
+    return rank(found)
 
 
 def find_candidates(
@@ -180,19 +273,35 @@ def find_candidates(
     statuses: Sequence[str] = (),
     exclude_ids: Sequence[str] = (),
     source: bool | list[str] = False,
+    method: Literal["auto", "bands", "positions"] = "auto",
 ) -> list[Candidate]:
     """Pages of ``index`` sharing ``>= min_shared`` positions with ``sketch`` (same tag), best first.
 
     An empty sketch (text without shingles) has no near-duplicates: the answer is ``[]``.
 
     Args:
-        size: at most this many candidates (the ones sharing most positions).
+        size: at most this many candidates (the best ones).
         statuses, exclude_ids: see :func:`candidate_query`.
         source: ``_source`` fields to return with each candidate.
+        method: ``"bands"`` (band tokens, verified on the compact signatures), ``"positions"`` (the
+            ``minimum_should_match`` query), or ``"auto"``: bands when ``t >= t0`` (module doc), else positions.
+            Both give the same candidates on documents that have both fields.
     """
     validate_index_name(index)
     if sketch.empty:
         return []
+    stored = StoredSignature.from_sketch(sketch)
+    use_bands = method == "bands" or (method == "auto" and min_shared >= band_layout(stored.num_perm))
+    if use_bands:
+        if min_shared < band_layout(stored.num_perm):
+            raise ValueError(f"the band query finds every match only for t >= {band_layout(stored.num_perm)}, "
+                             f"got {min_shared}: use method='positions'")
+        hits = max(size, DEFAULT_BAND_HITS)
+        body = band_search(stored, size=hits, statuses=statuses, exclude_ids=exclude_ids, source=source)
+        response = client.search(index=index, **body).body
+        if len(response["hits"]["hits"]) < hits:  # all raw candidates seen: the verified ones are complete
+            return parse_band_candidates(response, stored, sketch.fingerprint, min_shared)[:size]
+        logger.debug("band query of %s hit %d documents or more; using the position query", index, hits)
     body = candidate_search(sketch, min_shared, size=size, statuses=statuses, exclude_ids=exclude_ids, source=source)
     return parse_candidates(client.search(index=index, **body).body, sketch)
 

@@ -395,7 +395,11 @@ def _add_groups(commands: Any) -> None:
         "(with --json: one object per line, {\"group\", \"representative\", \"members\"}, representative first). "
         "--assign writes neardup.group / status / duplicate_of onto the documents (for `neardup es search`).",
     )
-    p.add_argument("--assign", action="store_true", help="write the group id and status onto every document")
+    p.add_argument("--assign", action="store_true", help="write the group id and status onto every document "
+                   "whose fields change (and record the run, for --new)")
+    p.add_argument("--new", action="store_true", help="only the documents indexed since the last --assign run, "
+                   "against the existing groups (the same groups as a full run for every group they join)")
+    p.add_argument("--threads", type=int, default=2, help="parallel sweep slices (default: 2)")
     p.add_argument("--json", action="store_true", help="one JSON object per line per group")
     p.add_argument("--keep", choices=("first", "shortest-url", "highest"), default="first",
                    help="representative: first indexed (default), shortest URL, or highest --value-field")
@@ -418,7 +422,7 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
     import json
 
     from es_integration.client import EsError
-    from es_integration.groups import KeepRule, assign_groups, find_groups
+    from es_integration.groups import KeepRule, assign_groups, find_groups, find_new_groups
     from es_integration.mapping import require_tag
 
     if args.keep == "highest" and not args.value_field:
@@ -430,8 +434,11 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
     if not args.ignore_other_tags:
         require_tag(client, args.index, sketcher.tag)  # documents with other tags would be ignored silently
     with _progress(args, "groups") as bar:
-        report = find_groups(
-            client, args.index, sketcher.tag, t, keep=keep, progress=bar.update,
+        if args.threads < 1:
+            raise EsError(f"--threads must be positive, got {args.threads}")
+        run = find_new_groups if args.new else find_groups
+        report = run(
+            client, args.index, sketcher.tag, t, keep=keep, progress=bar.update, slices=args.threads,
             total=lambda n: setattr(bar, "total", n),
         )
     out = sys.stdout

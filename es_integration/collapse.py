@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scrapy_neardup.core.stored import shared_counts
+
 from .indexing import get_field
 from .mapping import F_GROUP, F_POSITIONS, F_TAG, signature_from_tokens
 from .names import validate_field_name, validate_index_name
@@ -205,7 +207,7 @@ def collapse_hits(
             tag, signature = sketch
             owners, signatures = by_tag.setdefault(tag, ([], []))
             if signatures and len(signature) == len(signatures[0]):
-                shared = np.count_nonzero(np.vstack(signatures) == signature, axis=1)
+                shared = shared_counts(np.vstack(signatures), signature)
                 best = int(np.argmax(shared))  # first (best-ranked) among the most shared
                 if shared[best] >= min_shared:
                     owner = kept[owners[best]]

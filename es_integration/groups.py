@@ -1,71 +1,98 @@
 """Near-duplicate groups across an index: Broder's clustering of the sketches stored in it.
 
-1. Sweep the sketched documents with a point in time (``search_after``), reading their position tokens,
-   which hold each signature's 16-bit stored values (:func:`es_integration.mapping.signatures_from_token_lists`).
-2. Find every pair sharing ``>= t`` of the ``k`` positions with :class:`scrapy_neardup.core.clustering.GroupBuilder`:
-   each document looks up the earlier ones in an in-memory :class:`~scrapy_neardup.core.index.SketchIndex` (exact
-   t-of-k retrieval by pigeonhole bands, on the same 16-bit values that a ``minimum_should_match`` query on
-   the tokens counts), then joins it. The pairs are exactly those the t-of-k query
-   (:func:`es_integration.candidates.candidate_query`) would return for each document, so the groups equal
-   :func:`scrapy_neardup.core.clustering.broder_clusters` on the stored signatures. Documents with an identical
-   stored signature are joined directly and only the first is looked up.
-3. Union-find over the pairs; components of two or more documents are the groups. Near-duplication is not
-   transitive: a group may hold two pages that share fewer than t positions, linked through a third
-   (Broder's definition, and what a search engine collapses).
+1. Sweep the sketched documents in parallel slices of one point in time (threads), reading only their compact
+   signatures (``neardup.sig``, doc values, ``_source`` off; :func:`es_integration.sweep.sliced_sweep`) and the
+   few doc-value fields the representative and ``--assign`` need (``seq``, ``group``, ``status``,
+   ``duplicate_of``). Signatures are spilled to a temporary file as they arrive; what stays in memory per
+   document is its ``_id`` (in one byte string), its ``seq`` and one byte of state.
+2. Find every pair sharing ``>= t`` of the ``k`` positions band by band
+   (:func:`scrapy_neardup.core.clustering.cluster_labels`: pigeonhole bands, verified counts, a vectorized
+   union-find), on the same 16-bit values that a ``minimum_should_match`` query on the position tokens counts,
+   so the groups equal :func:`scrapy_neardup.core.clustering.broder_clusters` of the stored signatures.
+   Identical stored signatures are joined first and only one of each takes part in the bands.
+3. Components of two or more documents are the groups. Near-duplication is not transitive: a group may hold two
+   pages that share fewer than t positions, linked through a third (Broder's definition, and what a search
+   engine collapses).
 4. A representative per group by a keep-best rule (:class:`KeepRule`): first indexed (smallest
    ``neardup.seq``, the default), shortest URL, or highest value of a numeric field; ties go to the earlier
    indexed page, then the smaller ``_id``. The group id is the representative's ``_id``.
 5. Optionally (:func:`assign_groups`) write ``neardup.group``, ``neardup.status`` (``kept`` for representatives
    and pages in no group, ``duplicate`` otherwise) and ``neardup.duplicate_of`` with bulk partial updates, only
-   on the documents whose values change.
+   on the documents whose values change, and record in the index's mapping ``_meta`` the highest ``seq`` the
+   groups now cover (the watermark of :func:`find_new_groups`).
 
-Why pairs are found client-side rather than with one candidate query per document: the sweep reads every
-signature anyway, and the in-memory index answers in tens of microseconds where a query costs milliseconds of
-the cluster's time. Measured (benchmarks/bench_es.py): 100k documents in 27 s instead of 187-270 s with one
-query per document, with the same 13,808 groups; 1M documents in 325 s. The sweep is now the cost (Elasticsearch
-reading each document's source).
-Memory: about 600 bytes per sketched document for the index, plus the swept fields kept per document.
-A document with more than ``max_neighbours`` near-duplicates links to the ones sharing most positions only
-(reported as ``truncated``); that can split a group only if no other member reaches the rest.
+**Incremental runs** (:func:`find_new_groups`, ``neardup es groups --new``): only the documents above the
+watermark (or without ``seq``) are swept; the documents they near-duplicate among the older ones come from one
+band query per batch of new documents (``terms`` on ``neardup.bands``, verified on the returned signatures),
+and the members of the older groups those belong to from a ``terms`` query on ``neardup.group``. Older groups
+are closed under the rule already (the watermark is only written after an assigned run), so joining them
+through the new documents' pairs gives the groups a full run would give, for every group that holds a new
+document; the others do not change.
+
+Indices written before ``neardup.sig`` existed are refused with an error naming ``neardup es backfill``, which
+writes the compact fields from the stored positions (no text needed).
+
+Memory (client): about 40 bytes per document plus the ``_id`` bytes while sweeping, then for pair finding an
+8-byte parent per document and one band's keys and sort order (12 bytes) at a time: under 100 bytes per
+document with 20-character ids, growing linearly; the signatures (2k bytes each) are on disk (measured in
+``benchmarks/bench_es.py``, see the README).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from scrapy_neardup.core.clustering import DEFAULT_MAX_LINKS, GroupBuilder
-from scrapy_neardup.core.sketch import Sketch
+import numpy as np
 
+from scrapy_neardup.core.clustering import cluster_labels
+from scrapy_neardup.core.sketch import parse_tag
+from scrapy_neardup.core.stored import band_layout, band_tokens, decode_many
+
+from .client import EsError
 from .indexing import get_field
 from .mapping import (
     DUPLICATE,
+    F_BANDS,
     F_DUPLICATE_OF,
-    F_FINGERPRINT,
     F_GROUP,
     F_POSITIONS,
     F_SEQ,
+    F_SIG,
     F_STATUS,
     F_TAG,
     KEPT,
     ROOT,
-    signatures_from_token_lists,
+    UNCHECKED,
 )
 from .names import validate_field_name, validate_index_name
-from .sweep import point_in_time, sweep
+from .sweep import PointInTime, point_in_time, sliced_sweep, sweep
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["DocInfo", "Group", "GroupReport", "KeepRule", "assign_groups", "find_groups"]
+__all__ = [
+    "Group", "GroupReport", "KeepRule", "SweptDocs", "assign_groups", "find_groups", "find_new_groups",
+    "groups_watermark",
+]
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int], Any]
+#: Default sweep threads (slices of the point in time).
+DEFAULT_SLICES = 2
+#: New documents per band query of :func:`find_new_groups` (22 band tokens each: 22,000 terms, under the
+#: default ``index.max_terms_count`` of 65,536).
+_NEW_BATCH = 1000
+_META_KEY = "neardup_groups"
+_STATE_FIELDS = [F_SEQ, F_GROUP, F_STATUS, F_DUPLICATE_OF]
+#: The seq of documents without one (unchecked pages): they sort last.
+_NO_SEQ = np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True)
@@ -102,15 +129,116 @@ class KeepRule:
         return -float(value)
 
 
-@dataclass(slots=True)
-class DocInfo:
-    """What the sweep keeps of a document: its ordering keys and its current group fields."""
+class SweptDocs:
+    """What a sweep keeps of each document, compactly (see the module doc): row ``i`` is the ``i``-th document
+    read. Signatures go to a temporary file (:meth:`values` maps it back); the ``_id`` values to one byte string.
+    """
 
-    seq: float
-    rank: float
-    group: str | None
-    status: str | None
-    duplicate_of: str | None
+    def __init__(self, num_perm: int, keep: KeepRule, spill_dir: str | None = None) -> None:
+        self.num_perm = num_perm
+        self.keep = keep
+        self._spill = tempfile.TemporaryFile(dir=spill_dir)  # noqa: SIM115 - lives as long as this object
+        self._ids = bytearray()
+        self._ends: list[np.ndarray] = []
+        self._seq: list[np.ndarray] = []
+        self._rank: list[np.ndarray] = []
+        self._plain: list[np.ndarray] = []
+        #: current (group, status, duplicate_of) of the rows whose fields are not "kept, own group"
+        self.state: dict[int, tuple[str | None, str | None, str | None]] = {}
+        self.size = 0
+        #: rows with a signature in the spill file (the first ones; rows added without come after them)
+        self.with_values = 0
+        self.malformed = 0
+        self.max_seq: int | None = None
+        self._frozen: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def close(self) -> None:
+        self._spill.close()
+
+    def add_page(self, hits: list[dict[str, Any]], with_values: bool = True) -> None:
+        """Record one sweep page (hits with ``fields`` holding the doc values, and ``_source`` for keep fields);
+        documents whose ``neardup.sig`` cannot be read are counted in ``malformed`` and left out."""
+        fields = [hit.get("fields") or {} for hit in hits]
+        if with_values:
+            values, valid = decode_many([(f.get(F_SIG) or [None])[0] for f in fields], self.num_perm)
+            if not valid.all():
+                self.malformed += int(np.count_nonzero(~valid))
+                keep = np.flatnonzero(valid)
+                rows = keep.tolist()
+                hits, fields, values = [hits[i] for i in rows], [fields[i] for i in rows], values[keep]
+            if self.with_values != self.size:
+                raise ValueError("rows with signatures must come before rows without")
+            self._spill.write(values.tobytes())
+            self.with_values += len(hits)
+        ids = [hit["_id"].encode("utf-8", "surrogatepass") for hit in hits]
+        lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
+        self._ends.append(len(self._ids) + np.cumsum(lengths))
+        self._ids += b"".join(ids)
+        # int64: seq values are nanosecond clocks (~1.8e18), beyond float64's exact integers.
+        seq = np.fromiter((int((f.get(F_SEQ) or [_NO_SEQ])[0]) for f in fields), dtype=np.int64, count=len(hits))
+        self._seq.append(seq)
+        known = seq[seq != _NO_SEQ]
+        if known.size:
+            top = int(known.max())
+            self.max_seq = top if self.max_seq is None else max(self.max_seq, top)
+        if self.keep.kind != "first":
+            self._rank.append(np.array(
+                [self.keep.value_of(hit["_id"], hit.get("_source") or {}) for hit in hits], dtype=np.float64))
+        plain = np.ones(len(hits), dtype=bool)
+        for i, (hit, f) in enumerate(zip(hits, fields, strict=True)):
+            state = ((f.get(F_GROUP) or [None])[0], (f.get(F_STATUS) or [None])[0],
+                     (f.get(F_DUPLICATE_OF) or [None])[0])
+            if state != (hit["_id"], KEPT, None):
+                plain[i] = False
+                self.state[self.size + i] = state
+        self._plain.append(plain)
+        self.size += len(hits)
+        self._frozen = None
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self._frozen is None:
+            def join(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+                return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+            self._ends, self._seq = [join(self._ends, np.int64)], [join(self._seq, np.int64)]
+            self._rank, self._plain = [join(self._rank, np.float64)], [join(self._plain, bool)]
+            self._frozen = (self._ends[0], self._seq[0], self._rank[0], self._plain[0])
+        return self._frozen
+
+    def id(self, row: int) -> str:
+        ends = self._arrays()[0]
+        start = int(ends[row - 1]) if row else 0
+        return self._ids[start : int(ends[row])].decode("utf-8", "surrogatepass")
+
+    def ids(self, rows: Iterable[int]) -> list[str]:
+        return [self.id(r) for r in rows]
+
+    @property
+    def seq(self) -> np.ndarray:
+        return self._arrays()[1]
+
+    @property
+    def rank(self) -> np.ndarray:
+        rank = self._arrays()[2]
+        return rank if rank.size == self.size else np.zeros(self.size)
+
+    @property
+    def plain(self) -> np.ndarray:
+        """Rows whose current fields are ``group = _id``, ``status = kept`` and no ``duplicate_of``."""
+        return self._arrays()[3]
+
+    def values(self) -> np.ndarray:
+        """The swept signatures (of the first :attr:`with_values` rows), ``uint16[n, k]``, mapped from the spill
+        file."""
+        self._spill.flush()
+        if self.with_values == 0:
+            return np.zeros((0, self.num_perm), dtype=np.uint16)
+        return np.memmap(self._spill, dtype=np.uint16, mode="r", shape=(self.with_values, self.num_perm))
+
+    def memory_bytes(self) -> int:
+        """Client memory held per the structures above (ids, offsets, seq, rank, state flags and dict)."""
+        ends, seq, rank, plain = self._arrays()
+        return len(self._ids) + ends.nbytes + seq.nbytes + rank.nbytes + plain.nbytes + 200 * len(self.state)
 
 
 @dataclass(frozen=True)
@@ -127,28 +255,37 @@ class Group:
 
 @dataclass
 class GroupReport:
-    """Outcome of :func:`find_groups`.
+    """Outcome of :func:`find_groups` or :func:`find_new_groups`.
 
     Attributes:
-        groups: groups of two or more documents, in indexing order of their representatives.
-        docs: information on every swept document (by ``_id``), for :func:`assign_groups`.
-        documents: sketched documents swept.
-        queries: documents looked up in the in-memory index (one per distinct stored signature).
-        pairs: links found: each pair sharing ``>= t`` positions once (from its later document), plus joins
-            of identical signatures.
-        truncated: documents with more than ``max_neighbours`` earlier near-duplicates.
-        malformed: documents whose position tokens cannot be read (left out of the groups, logged).
-        seconds: wall time.
+        groups: groups of two or more documents, in indexing order of their representatives (with ``--new``:
+            the groups holding a new document).
+        swept: the documents read, for :func:`assign_groups` (with ``--new``: the new documents and the members
+            of the older groups they join).
+        documents: sketched documents swept (with ``--new``: new documents).
+        queries: distinct stored signatures (identical ones take part in pair finding once).
+        pairs: links found: pairs sharing ``>= t`` positions joining two clusters, plus joins of identical
+            signatures.
+        malformed: documents whose compact signature cannot be read (left out of the groups, logged).
+        seconds: wall time; ``sweep_seconds``: of which reading the index.
+        watermark: the highest ``neardup.seq`` the groups cover (written by :func:`assign_groups`).
+        new: ``True`` for an incremental run.
     """
 
     groups: list[Group] = field(default_factory=list)
-    docs: dict[str, DocInfo] = field(default_factory=dict)
+    swept: SweptDocs | None = None
     documents: int = 0
     queries: int = 0
     pairs: int = 0
-    truncated: int = 0
     malformed: int = 0
     seconds: float = 0.0
+    sweep_seconds: float = 0.0
+    watermark: int | None = None
+    new: bool = False
+    tag: str = ""
+    min_shared: int = 0
+    #: rows of ``swept`` that are in a group
+    grouped_rows: np.ndarray | None = None
 
     @property
     def duplicates(self) -> int:
@@ -158,11 +295,40 @@ class GroupReport:
     def summary(self) -> str:
         rate = self.documents / self.seconds if self.seconds > 0 else 0.0
         text = (
-            f"{self.documents} documents, {len(self.groups)} groups, {self.duplicates} duplicates, "
-            f"{self.pairs} pairs, {self.seconds:.1f}s ({rate:.0f} docs/s)"
+            f"{self.documents} {'new ' if self.new else ''}documents, {len(self.groups)} groups, "
+            f"{self.duplicates} duplicates, {self.pairs} pairs, {self.seconds:.1f}s ({rate:.0f} docs/s)"
         )
-        text += f", {self.truncated} truncated" if self.truncated else ""
         return text + (f", {self.malformed} malformed" if self.malformed else "")
+
+
+def _sketched(tag: str, *extra: dict[str, Any]) -> dict[str, Any]:
+    return {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_SIG}}, *extra]}}
+
+
+def _refuse_old_documents(client: Elasticsearch, index: str, tag: str) -> None:
+    """Raise unless every document sketched with ``tag`` has the compact signature field."""
+    query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}],
+                      "must_not": [{"exists": {"field": F_SIG}}]}}
+    old = int(client.count(index=index, query=query)["count"])
+    if old:
+        raise EsError(
+            f"{old} documents of {index} have position tokens but no compact signature (neardup.sig; indexed by an "
+            f"older version): run `neardup es backfill --index {index} --text-field ...` first, which writes it "
+            "from their positions"
+        )
+
+
+def _sweep_into(
+    client: Elasticsearch, pit: PointInTime, docs: SweptDocs, query: dict[str, Any], *, slices: int,
+    page_size: int, progress: Progress | None,
+) -> None:
+    keep = docs.keep
+    source: bool | list[str] = [keep.field] if keep.field else False
+    for hits in sliced_sweep(client, pit, query=query, slices=slices, page_size=page_size, source=source,
+                             docvalue_fields=[F_SIG, *_STATE_FIELDS]):
+        docs.add_page(hits)
+        if progress is not None:
+            progress(len(hits))
 
 
 def find_groups(
@@ -173,9 +339,10 @@ def find_groups(
     *,
     keep: KeepRule | None = None,
     page_size: int = 1000,
-    max_neighbours: int = DEFAULT_MAX_LINKS,
+    slices: int = DEFAULT_SLICES,
     progress: Progress | None = None,
     total: Callable[[int], Any] | None = None,
+    spill_dir: str | None = None,
 ) -> GroupReport:
     """Broder's clustering of the documents of ``index`` sketched with ``tag`` (see the module doc).
 
@@ -186,94 +353,223 @@ def find_groups(
             resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``.
         keep: the representative rule (default: first indexed).
         page_size: documents per sweep request.
-        max_neighbours: links per document at most (the ones sharing most positions).
+        slices: sweep threads (parallel slices of one point in time).
         progress: called with the number of documents done since the last call.
         total: called once with the number of documents to sweep.
+        spill_dir: directory of the temporary signature files (default: the system's).
+
+    Raises:
+        EsError: documents sketched with ``tag`` lack ``neardup.sig`` (run ``neardup es backfill``).
     """
     validate_index_name(index)
     keep = keep or KeepRule()
-    num_perm = num_perm_of(tag)
+    num_perm = parse_tag(tag).num_perm
     started = time.perf_counter()
-    report = GroupReport()
-    builder = GroupBuilder(num_perm, min_shared, tag, max_links=max_neighbours)
-    query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}]}}
+    _refuse_old_documents(client, index, tag)
+    query = _sketched(tag)
     if total is not None:
         total(int(client.count(index=index, query=query)["count"]))
-    fields = [F_POSITIONS, F_FINGERPRINT, F_SEQ, F_GROUP, F_STATUS, F_DUPLICATE_OF]
-    if keep.field:
-        fields.append(keep.field)
+    docs = SweptDocs(num_perm, keep, spill_dir)
+    report = GroupReport(swept=docs, tag=tag, min_shared=min_shared)
     with point_in_time(client, index) as pit:
-        for hits in sweep(client, pit, query=query, source=fields, page_size=page_size):
-            _add_page(hits, builder, report, keep, tag)
-            report.documents += len(hits)
-            if progress is not None:
-                progress(len(hits))
-    report.queries, report.pairs, report.truncated = builder.queried, builder.links, builder.truncated
-    report.groups = _make_groups(builder.groups(), report.docs)
+        _sweep_into(client, pit, docs, query, slices=slices, page_size=page_size, progress=progress)
+    report.sweep_seconds = time.perf_counter() - started
+    labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
+    report.documents, report.malformed = docs.size, docs.malformed
+    report.queries, report.pairs = stats.distinct, stats.links + stats.twins
+    report.groups, report.grouped_rows = _make_groups(labels, docs, np.arange(docs.size))
+    report.watermark = docs.max_seq
     report.seconds = time.perf_counter() - started
-    if report.malformed:
-        logger.warning("%d documents of %s have malformed position tokens and were left out of the groups",
-                       report.malformed, index)
-    logger.info("groups in %s: %s", index, report.summary())
+    _log(report, index)
     return report
 
 
-def num_perm_of(tag: str) -> int:
-    """``k`` from a sketch parameter tag such as ``"mh3-k128-word5-s1"``."""
-    for part in tag.split("-"):
-        if part[:1] == "k" and part[1:].isdigit():
-            return int(part[1:])
-    raise ValueError(f"not a sketch parameter tag (no k<number> part): {tag!r}")
+def _log(report: GroupReport, index: str) -> None:
+    if report.malformed:
+        logger.warning("%d documents of %s have an unreadable compact signature and were left out of the groups",
+                       report.malformed, index)
+    logger.info("groups in %s: %s", index, report.summary())
 
 
-def _add_page(hits: list[dict[str, Any]], builder: GroupBuilder, report: GroupReport, keep: KeepRule, tag: str) -> None:
-    """Record one sweep page's documents and feed their stored signatures to ``builder``."""
-    sources = [hit.get("_source") or {} for hit in hits]
-    token_lists = [get_field(source, F_POSITIONS) or [] for source in sources]
-    signatures, valid = signatures_from_token_lists(token_lists, builder.index.num_perm)
-    for i, (hit, source) in enumerate(zip(hits, sources, strict=True)):
-        doc_id = hit["_id"]
-        report.docs[doc_id] = _doc_info(doc_id, source, keep)
-        if not valid[i]:
-            report.malformed += 1
-            continue
-        sketch = Sketch(signature=signatures[i], fingerprint=_fingerprint(source), tag=tag,
-                        num_shingles=_STORED)
-        builder.add(doc_id, sketch)
-
-
-# A stored sketch keeps no shingle count; any positive count marks it as not empty (it has positions).
-_STORED = 1
-
-
-def _fingerprint(source: dict[str, Any]) -> int:
-    value = get_field(source, F_FINGERPRINT)
-    try:
-        return int(value, 16) if isinstance(value, str) else 0
-    except ValueError:
-        return 0
-
-
-def _doc_info(doc_id: str, source: dict[str, Any], keep: KeepRule) -> DocInfo:
-    seq = get_field(source, F_SEQ)
-    return DocInfo(
-        seq=float(seq) if isinstance(seq, int | float) else math.inf,
-        rank=keep.value_of(doc_id, source),
-        group=get_field(source, F_GROUP),
-        status=get_field(source, F_STATUS),
-        duplicate_of=get_field(source, F_DUPLICATE_OF),
-    )
-
-
-def _make_groups(clusters: list[list[str]], docs: dict[str, DocInfo]) -> list[Group]:
+def _make_groups(labels: np.ndarray, docs: SweptDocs, rows: np.ndarray) -> tuple[list[Group], np.ndarray]:
+    """Groups of two or more of ``rows`` with equal labels (representative by the keep rule, then members in
+    indexing order; groups in indexing order of their representatives), and the rows in them."""
+    labels = labels[rows]
+    inverse = np.unique(labels, return_inverse=True)[1]
+    sizes = np.bincount(inverse)
+    grouped = rows[sizes[inverse] > 1]
+    if grouped.size == 0:
+        return [], grouped
+    ids = np.array(docs.ids(grouped.tolist()), dtype=object)
+    seq, rank = docs.seq[grouped], docs.rank[grouped]
+    label = labels[sizes[inverse] > 1]
+    order = np.lexsort((ids.astype(str), seq, label))
+    cuts = np.flatnonzero(np.diff(label[order])) + 1
     groups = []
-    for members in clusters:
-        ordered = sorted(members, key=lambda m: (docs[m].seq, m))
-        representative = min(ordered, key=lambda m: (docs[m].rank, docs[m].seq, m))
-        rest = [m for m in ordered if m != representative]
-        groups.append(Group(id=representative, representative=representative, members=[representative, *rest]))
-    groups.sort(key=lambda g: (docs[g.representative].seq, g.representative))
-    return groups
+    for part in np.split(order, cuts):
+        best = part[np.lexsort((ids[part].astype(str), seq[part], rank[part]))[0]]
+        representative = str(ids[best])
+        members = [representative, *(str(ids[i]) for i in part.tolist() if i != best)]
+        groups.append((int(seq[best]), representative, Group(representative, representative, members)))
+    groups.sort(key=lambda g: (g[0], g[1]))
+    return [g for _, _, g in groups], grouped
+
+
+# -- incremental -----------------------------------------------------------------------------------------------
+
+
+def groups_watermark(client: Elasticsearch, index: str, tag: str) -> dict[str, Any] | None:
+    """The record of the last assigned groups run for ``tag`` (``{"seq": ..., "min_shared": ...}``), or None."""
+    mappings = client.indices.get_mapping(index=index)
+    for body in mappings.values():
+        meta = body.get("mappings", {}).get("_meta", {}) or {}
+        record = (meta.get(_META_KEY) or {}).get(tag)
+        if isinstance(record, dict):
+            return record
+    return None
+
+
+def _write_watermark(client: Elasticsearch, index: str, report: GroupReport) -> None:
+    mappings = client.indices.get_mapping(index=index)
+    meta = dict(next(iter(mappings.values())).get("mappings", {}).get("_meta", {}) or {})
+    records = dict(meta.get(_META_KEY) or {})
+    seq = report.watermark
+    previous = records.get(report.tag, {}).get("seq") if report.new else None
+    if seq is None:
+        seq = previous if previous is not None else -1
+    elif previous is not None:
+        seq = max(seq, int(previous))
+    records[report.tag] = {"seq": seq, "min_shared": report.min_shared}
+    meta[_META_KEY] = records
+    client.indices.put_mapping(index=index, meta=meta)
+
+
+def find_new_groups(
+    client: Elasticsearch,
+    index: str,
+    tag: str,
+    min_shared: int,
+    *,
+    keep: KeepRule | None = None,
+    page_size: int = 1000,
+    slices: int = DEFAULT_SLICES,
+    progress: Progress | None = None,
+    total: Callable[[int], Any] | None = None,
+    spill_dir: str | None = None,
+) -> GroupReport:
+    """The groups of the documents indexed since the last assigned run (``neardup es groups --new``; module doc).
+
+    The same groups as :func:`find_groups` over the whole index, for every group holding a new document, as
+    long as the older documents' group fields are those of the last assigned run (no document deleted or
+    re-sketched since; a full run repairs that).
+
+    Raises:
+        EsError: no assigned run is recorded for ``tag``, it used another ``t``, ``t`` is below the stored band
+            layout's, or documents lack ``neardup.sig``.
+    """
+    validate_index_name(index)
+    keep = keep or KeepRule()
+    num_perm = parse_tag(tag).num_perm
+    started = time.perf_counter()
+    record = groups_watermark(client, index, tag)
+    if record is None:
+        raise EsError(f"no assigned groups run of {index} is recorded for {tag}: run `neardup es groups --assign` "
+                      "once before --new")
+    if record.get("min_shared") != min_shared:
+        raise EsError(f"the last assigned groups run of {index} used t={record.get('min_shared')}, this one t="
+                      f"{min_shared}: run a full `neardup es groups --assign` to change t")
+    if min_shared < band_layout(num_perm):
+        raise EsError(f"--new needs t >= {band_layout(num_perm)} (the stored band layout's); got {min_shared}")
+    _refuse_old_documents(client, index, tag)
+    mark = record["seq"]
+    # Above the watermark, or unchecked (pages the crawler backend passed through have no seq): both clauses
+    # are cheap (a points range and one term), unlike "seq missing", which visits every document.
+    new_query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_SIG}}],
+                          "should": [{"range": {F_SEQ: {"gt": mark}}}, {"term": {F_STATUS: UNCHECKED}}],
+                          "minimum_should_match": 1}}
+    if total is not None:
+        total(int(client.count(index=index, query=new_query)["count"]))
+    docs = SweptDocs(num_perm, keep, spill_dir)
+    report = GroupReport(swept=docs, tag=tag, min_shared=min_shared, new=True)
+    with point_in_time(client, index) as pit:
+        _sweep_into(client, pit, docs, new_query, slices=slices, page_size=page_size, progress=progress)
+        new_count = docs.size
+        report.sweep_seconds = time.perf_counter() - started
+        # Older documents sharing a band with a new one (a superset of those sharing >= t positions).
+        values = docs.values()
+        seen: set[str] = set(docs.ids(range(new_count)))
+        queries = []
+        for lo in range(0, new_count, _NEW_BATCH):
+            tokens = sorted({t for row in band_tokens(np.asarray(values[lo : lo + _NEW_BATCH])) for t in row})
+            queries.append(_sketched(tag, {"range": {F_SEQ: {"lte": mark}}}, {"terms": {F_BANDS: tokens}}))
+        _add_hits(client, pit, docs, queries, seen, page_size, threads=slices)
+        report.queries = docs.size - new_count
+        # Pairs among new and matched older documents, then the older groups they touch, whole.
+        labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
+        touched = _touched_groups(docs, labels, new_count)
+        older = {"range": {F_SEQ: {"lte": mark}}}
+        queries = [_sketched(tag, older, {"terms": {F_GROUP: touched[lo : lo + _NEW_BATCH]}})
+                   for lo in range(0, len(touched), _NEW_BATCH)]
+        _add_hits(client, pit, docs, queries, seen, page_size, threads=slices, with_values=False)
+    labels = _join_by_group(labels, docs, new_count)
+    report.documents, report.malformed = new_count, docs.malformed
+    report.pairs = stats.links + stats.twins
+    with_new = np.unique(labels[:new_count])
+    rows = np.flatnonzero(np.isin(labels, with_new))
+    report.groups, report.grouped_rows = _make_groups(labels, docs, rows)
+    report.watermark = docs.max_seq if new_count else None
+    report.seconds = time.perf_counter() - started
+    _log(report, index)
+    return report
+
+
+def _add_hits(
+    client: Elasticsearch, pit: PointInTime, docs: SweptDocs, queries: list[dict[str, Any]], seen: set[str],
+    page_size: int, *, threads: int, with_values: bool = True,
+) -> None:
+    """Add the documents of ``queries`` not seen yet (older ones, for an incremental run); the queries run in
+    ``threads`` threads, their hits are added here, in query order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fields = [F_SIG, *_STATE_FIELDS] if with_values else _STATE_FIELDS
+    source: bool | list[str] = [docs.keep.field] if docs.keep.field else False
+
+    def run(query: dict[str, Any]) -> list[dict[str, Any]]:
+        own = PointInTime(pit.id, pit.keep_alive)
+        return [hit for hits in sweep(client, own, query=query, source=source, page_size=page_size,
+                                      docvalue_fields=[{"field": f} for f in fields]) for hit in hits]
+
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for hits in pool.map(run, queries):
+            fresh = [hit for hit in hits if hit["_id"] not in seen]
+            seen.update(hit["_id"] for hit in fresh)
+            if fresh:
+                docs.add_page(fresh, with_values=with_values)
+
+
+def _touched_groups(docs: SweptDocs, labels: np.ndarray, new_count: int) -> list[str]:
+    """Group ids of the older documents in a cluster with a new document."""
+    with_new = set(labels[:new_count].tolist())
+    groups = set()
+    for row in range(new_count, labels.size):
+        if int(labels[row]) in with_new:
+            groups.add(docs.state.get(row, (docs.id(row), KEPT, None))[0] or docs.id(row))
+    return sorted(groups)
+
+
+def _join_by_group(labels: np.ndarray, docs: SweptDocs, new_count: int) -> np.ndarray:
+    """Labels over all rows of ``docs``: the pair clusters of the rows with signatures, joined with the
+    older groups (older documents with one group id are one cluster already)."""
+    from scrapy_neardup.core.clustering import UnionFind
+
+    uf: UnionFind[int] = UnionFind()
+    for row in range(labels.size):
+        uf.union(row, int(labels[row]))
+    first_of: dict[str, int] = {}
+    for row in range(new_count, docs.size):
+        group = docs.state.get(row, (docs.id(row), KEPT, None))[0] or docs.id(row)
+        uf.union(first_of.setdefault(group, row), row)
+    return np.array([uf.find(row) for row in range(docs.size)], dtype=np.int64)
 
 
 def assign_groups(
@@ -288,7 +584,8 @@ def assign_groups(
 
     Members of a group get ``group = representative``, ``status = "duplicate"`` and
     ``duplicate_of = representative``; representatives and documents in no group get their own ``_id`` as
-    group and ``status = "kept"``.
+    group and ``status = "kept"``. Then the watermark of :func:`find_new_groups` is recorded in the index's
+    mapping ``_meta``.
 
     Raises:
         EsError: via the caller's :func:`~es_integration.client.translate_errors`; a refused update is raised
@@ -308,19 +605,29 @@ def assign_groups(
             progress(1)
     if refresh:
         client.indices.refresh(index=index)
+    if report.tag:
+        _write_watermark(client, index, report)
     logger.info("updated group fields of %d documents in %s", written, index)
     return written
 
 
-def _assign_actions(index: str, report: GroupReport) -> Iterable[dict[str, Any]]:
+def _assign_actions(index: str, report: GroupReport) -> Iterator[dict[str, Any]]:
+    docs = report.swept
+    if docs is None:
+        return
     wanted: dict[str, tuple[str, str, str | None]] = {}
     for group in report.groups:
         for member in group.members:
             is_rep = member == group.representative
             wanted[member] = (group.id, KEPT if is_rep else DUPLICATE, None if is_rep else group.representative)
-    for doc_id, info in report.docs.items():
+    # Rows that may need a write: members of groups, and rows whose fields are not "kept, own group" now.
+    grouped = set() if report.grouped_rows is None else set(report.grouped_rows.tolist())
+    rows: Iterable[int] = range(docs.size) if report.new else sorted(set(docs.state) | grouped)
+    for row in rows:
+        doc_id = docs.id(row)
         target = wanted.get(doc_id, (doc_id, KEPT, None))
-        if (info.group, info.status, info.duplicate_of) == target:
+        current = docs.state.get(row, (doc_id, KEPT, None))
+        if current == target:
             continue
         group_id, status, duplicate_of = target
         yield {
@@ -330,4 +637,3 @@ def _assign_actions(index: str, report: GroupReport) -> Iterable[dict[str, Any]]
             "doc": {ROOT: {"group": group_id, "status": status, "duplicate_of": duplicate_of}},
             "retry_on_conflict": 3,
         }
-

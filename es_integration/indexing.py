@@ -21,9 +21,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapy_neardup.core.sketch import Sketcher
+import numpy as np
 
-from .mapping import F_TAG, KEPT, ROOT, ensure_index, sketch_fields
+from scrapy_neardup.core.sketch import Sketcher, parse_tag
+from scrapy_neardup.core.stored import StoredSignature, values_from_token_lists
+
+from .mapping import F_POSITIONS, F_SIG, F_TAG, KEPT, ROOT, ensure_index, sketch_fields, stored_fields
 from .names import validate_field_name, validate_index_name
 from .sweep import point_in_time, sweep
 
@@ -49,12 +52,15 @@ class IndexStats:
         errors: documents Elasticsearch refused; ``error_kinds`` groups them by kind.
         error_kinds: per Elasticsearch error type (``mapper_parsing_exception``, ...): how many documents, the
             first one's id and its reason cut to :data:`MAX_REASON_CHARS` (a reason may quote a whole page).
+        upgraded: documents given ``neardup.sig`` and ``neardup.bands`` from their positions (backfill of an
+            index written before those fields existed; see :func:`upgrade_signatures`).
         seconds: wall time.
     """
 
     indexed: int = 0
     without_text: int = 0
     errors: int = 0
+    upgraded: int = 0
     error_kinds: dict[str, BulkErrorKind] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -63,6 +69,8 @@ class IndexStats:
         rate = self.indexed / self.seconds if self.seconds > 0 else 0.0
         text = f"{self.indexed} documents written ({self.without_text} without text), {self.errors} errors, "
         text += f"{self.seconds:.1f}s ({rate:.0f} docs/s)"
+        if self.upgraded:
+            text += f"; {self.upgraded} given the compact signature fields from their positions"
         return "\n  ".join([text, *(kind.describe(name) for name, kind in self.error_kinds.items())])
 
     def _record(self, ok: bool, info: dict[str, Any]) -> None:
@@ -260,10 +268,11 @@ def backfill(
     validate_field_name(text_field)
     ensure_index(client, index)
     client.indices.refresh(index=index)
+    upgraded = 0 if force else upgrade_signatures(client, index, sketcher.tag, page_size=page_size)
     query: dict[str, Any] = {"match_all": {}} if force else {"bool": {"must_not": [{"term": {F_TAG: sketcher.tag}}]}}
     if total is not None:
         total(int(client.count(index=index, query=query)["count"]))
-    stats = IndexStats()
+    stats = IndexStats(upgraded=upgraded)
     started = time.perf_counter()
     with point_in_time(client, index) as pit:
         pages = sweep(client, pit, query=query, source=[text_field], page_size=page_size)
@@ -279,6 +288,41 @@ def backfill(
     return stats
 
 
+def upgrade_signatures(client: Elasticsearch, index: str, tag: str, *, page_size: int = 1000) -> int:
+    """Write ``neardup.sig`` and ``neardup.bands`` onto documents sketched with ``tag`` that have position tokens
+    only (indexed before those fields existed), computed from their positions: no text is read or sketched,
+    and their group fields and ``seq`` stay. Returns the number of documents updated.
+
+    Raises:
+        elasticsearch.helpers.BulkIndexError: an update was refused.
+    """
+    from elasticsearch import helpers
+
+    num_perm = parse_tag(tag).num_perm
+    query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}],
+                      "must_not": [{"exists": {"field": F_SIG}}]}}
+    client.indices.refresh(index=index)
+    if not client.count(index=index, query=query)["count"]:
+        return 0
+
+    def actions() -> Iterator[dict[str, Any]]:
+        with point_in_time(client, index) as pit:
+            for hits in sweep(client, pit, query=query, source=[F_POSITIONS], page_size=page_size):
+                lists = [get_field(hit.get("_source") or {}, F_POSITIONS) or [] for hit in hits]
+                values, valid = values_from_token_lists(lists, num_perm)
+                for i in np.flatnonzero(valid).tolist():
+                    fields = stored_fields(StoredSignature(values[i], tag))
+                    yield {"_op_type": "update", "_index": hits[i]["_index"], "_id": hits[i]["_id"],
+                           "doc": {ROOT: {"sig": fields["sig"], "bands": fields["bands"]}}, "retry_on_conflict": 3}
+
+    upgraded = 0
+    for ok, _ in helpers.streaming_bulk(client, actions(), chunk_size=page_size, max_retries=3, initial_backoff=0.5):
+        upgraded += ok
+    client.indices.refresh(index=index)
+    logger.info("wrote the compact signature and band fields of %d documents of %s", upgraded, index)
+    return upgraded
+
+
 def _backfill_actions(
     pages: Iterable[list[dict[str, Any]]], sketcher: Sketcher, text_field: str, stats: IndexStats
 ) -> Iterator[dict[str, Any]]:
@@ -292,7 +336,7 @@ def _backfill_actions(
                 sketch, seq=clock(), group=hit["_id"], status=KEPT, duplicate_of=None, shared=None
             )
             if sketch.empty:
-                fields["positions"] = None
+                fields.update(positions=None, sig=None, bands=None)
             yield {
                 "_op_type": "update",
                 "_index": hit["_index"],

@@ -10,6 +10,13 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
                                       ~ Binomial(k, p) with p = r + (1 - r) / 65536 (b-bit minwise hashing,
                                       Li & König 2010): the very values and rule of the embedded index
                                       (:mod:`scrapy_neardup.core.index`), so both give the same answers.
+    neardup.sig           binary      the stored signature in its compact form (base64 of the k 16-bit values,
+                                      :meth:`scrapy_neardup.core.stored.StoredSignature.encode`), with doc
+                                      values, not indexed: what group discovery reads (no ``_source``) and
+                                      candidate queries verify.
+    neardup.bands         keyword[b]  band tokens (:func:`scrapy_neardup.core.stored.band_tokens`): one per band
+                                      of the stored layout (22 for k = 128), indexed, no doc values: the
+                                      candidate query on bands (exact for every t >= the layout's t0).
     neardup.fingerprint   keyword     the 64-bit fingerprint of the normalized text, 16 hex digits:
                                       equal for exact duplicates.
     neardup.tag           keyword     the sketch parameter tag (k, shingling, seed, scheme); only sketches
@@ -30,6 +37,12 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
 
 ``neardup`` is mapped ``dynamic: strict``: a misspelt field is refused instead of silently mapped.
 
+``sig`` and ``bands`` were added after ``positions``: documents indexed before them have positions only.
+:func:`ensure_index` adds the two fields to an existing index; ``neardup es backfill --force`` (or re-indexing)
+writes them. Group discovery refuses an index where some sketched documents lack ``sig`` (the error names
+``neardup es backfill``); candidate queries fall back to positions for them (see
+:mod:`es_integration.candidates`).
+
 Why 16 bits: besides matching the embedded index, a token is shared by about ``N / 65536`` documents of an
 index of ``N``, so at scale most tokens already exist in the term dictionary, which makes indexing them
 cheaper (measured: the cost of the sketch fields per document falls by half when tokens repeat, at 8 bits);
@@ -45,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrapy_neardup.core.sketch import Sketch
+from scrapy_neardup.core.stored import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
 
 from .client import EsError
 from .names import validate_index_name
@@ -52,7 +66,7 @@ from .names import validate_index_name
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from elasticsearch import Elasticsearch
+    from elasticsearch import AsyncElasticsearch, Elasticsearch
 
 __all__ = [
     "COMPONENT_TEMPLATE",
@@ -64,12 +78,16 @@ __all__ = [
     "F_FINGERPRINT",
     "F_GROUP",
     "F_KEY",
+    "F_BANDS",
     "F_POSITIONS",
+    "F_SIG",
     "F_SEQ",
     "F_SHARED",
     "F_STATUS",
     "F_TAG",
     "ensure_index",
+    "ensure_index_async",
+    "error_type",
     "fingerprint_hex",
     "index_mappings",
     "position_tokens",
@@ -78,6 +96,7 @@ __all__ = [
     "signatures_from_token_lists",
     "sketch_fields",
     "sketch_properties",
+    "stored_fields",
     "stored_values",
 ]
 
@@ -85,6 +104,8 @@ logger = logging.getLogger(__name__)
 
 ROOT = "neardup"
 F_POSITIONS = f"{ROOT}.positions"
+F_SIG = f"{ROOT}.sig"
+F_BANDS = f"{ROOT}.bands"
 F_FINGERPRINT = f"{ROOT}.fingerprint"
 F_TAG = f"{ROOT}.tag"
 F_EMPTY = f"{ROOT}.empty"
@@ -101,11 +122,8 @@ COMPONENT_TEMPLATE = "neardup-sketch-fields"
 INDEX_TEMPLATE = "neardup"
 #: Keys longer than this (bytes) are stored but not indexed (a keyword term must stay below 32766 bytes).
 _KEY_IGNORE_ABOVE = 4096
-_MAX_POSITIONS = 65536
-#: Bits of each signature value kept in a token (see the module doc).
-VALUE_BITS = 16
-_VALUE_MASK = (1 << VALUE_BITS) - 1
-_PREFIXES = [f"{i}_" for i in range(1024)]
+#: ``error.type`` of creating an index that exists (a race between two creators).
+ALREADY_EXISTS = "resource_already_exists_exception"
 
 
 def sketch_properties() -> dict[str, Any]:
@@ -115,6 +133,8 @@ def sketch_properties() -> dict[str, Any]:
         "dynamic": "strict",
         "properties": {
             "positions": {"type": "keyword", "doc_values": False},
+            "sig": {"type": "binary", "doc_values": True},
+            "bands": {"type": "keyword", "doc_values": False},
             "fingerprint": {"type": "keyword"},
             "tag": {"type": "keyword"},
             "empty": {"type": "boolean"},
@@ -164,6 +184,10 @@ def ensure_index(
 ) -> bool:
     """Create ``index`` with the ``neardup`` mapping, or add the mapping to an existing index.
 
+    The one place indices are created (the crawler backend awaits :func:`ensure_index_async`, the same steps).
+    Two processes creating it at once are fine: the loser's ``resource_already_exists_exception`` (recognised
+    by its ``error.type``) is taken as "exists".
+
     Args:
         shards: primary shards of a new index (default: the cluster's, normally 1).
         settings: further index settings for a new index.
@@ -177,24 +201,56 @@ def ensure_index(
     from elasticsearch import ApiError, BadRequestError
 
     validate_index_name(index)
+    if not client.indices.exists(index=index):
+        try:
+            client.indices.create(index=index, **_create_arguments(shards, settings))
+            logger.debug("created index %s", index)
+            return True
+        except BadRequestError as exc:
+            if error_type(exc) != ALREADY_EXISTS:
+                raise
+    try:
+        client.indices.put_mapping(index=index, properties={ROOT: sketch_properties()})
+    except ApiError as exc:
+        raise _mapping_conflict(index, exc) from None
+    return False
+
+
+async def ensure_index_async(
+    client: AsyncElasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None
+) -> bool:
+    """:func:`ensure_index` with an asynchronous client (the same requests and error handling)."""
+    from elasticsearch import ApiError, BadRequestError
+
+    validate_index_name(index)
+    if not await client.indices.exists(index=index):
+        try:
+            await client.indices.create(index=index, **_create_arguments(shards, settings))
+            logger.debug("created index %s", index)
+            return True
+        except BadRequestError as exc:
+            if error_type(exc) != ALREADY_EXISTS:
+                raise
+    try:
+        await client.indices.put_mapping(index=index, properties={ROOT: sketch_properties()})
+    except ApiError as exc:
+        if exc.meta.status in (400, 409):  # a mapping conflict; other failures are the caller's to retry
+            raise _mapping_conflict(index, exc) from None
+        raise
+    return False
+
+
+def _create_arguments(shards: int | None, settings: dict[str, Any] | None) -> dict[str, Any]:
     body_settings = {**REPLICA_SETTINGS, **(settings or {})}
     if "number_of_replicas" in body_settings:  # the caller's fixed count wins over the auto range
         body_settings.pop("auto_expand_replicas")
     if shards is not None:
         body_settings["number_of_shards"] = shards
-    if not client.indices.exists(index=index):
-        try:
-            client.indices.create(index=index, mappings=index_mappings(), settings=body_settings or None)
-            logger.debug("created index %s", index)
-            return True
-        except BadRequestError as exc:
-            if _error_type(exc) != "resource_already_exists_exception":
-                raise
-    try:
-        client.indices.put_mapping(index=index, properties={ROOT: sketch_properties()})
-    except ApiError as exc:
-        raise EsError(f"index {index} cannot take the near-duplicate fields: {_error_reason(exc)}") from None
-    return False
+    return {"mappings": index_mappings(), "settings": body_settings or None}
+
+
+def _mapping_conflict(index: str, exc: Any) -> EsError:
+    return EsError(f"index {index} cannot take the near-duplicate fields: {_error_reason(exc)}")
 
 
 class TagMismatch(EsError):
@@ -227,124 +283,22 @@ def require_tag(client: Elasticsearch, index: str, tag: str) -> None:
 
 
 def position_tokens(signature: np.ndarray) -> list[str]:
-    """Broder's ``"i_v"`` tokens of a signature: position ``i`` in decimal, the low 16 bits of its value ``v`` in
-    lowercase hex."""
-    values = (np.asarray(signature, dtype=np.uint32) & _VALUE_MASK).tolist()
-    if len(values) <= len(_PREFIXES):
-        return [p + format(v, "x") for p, v in zip(_PREFIXES, values, strict=False)]
-    return [f"{i}_{v:x}" for i, v in enumerate(values)]
+    """Broder's ``"i_v"`` tokens of a signature's stored values (:meth:`StoredSignature.tokens`)."""
+    return StoredSignature(stored_values(signature), "").tokens()
 
 
 def signature_from_tokens(tokens: Sequence[str], num_perm: int) -> np.ndarray:
-    """The stored signature (``uint32[k]`` holding each value's low 16 bits) back from its tokens (the inverse
-    of :func:`position_tokens` up to those bits; compare it with :func:`stored_values` of a sketch).
+    """The stored values (``uint16[k]``) back from position tokens (:meth:`StoredSignature.from_tokens`).
 
     Raises:
-        ValueError: a malformed token, a position outside ``[0, k)``, a position missing or repeated, or a
-            value of more than 16 bits.
+        ValueError: malformed tokens (see there).
     """
-    if not 0 < num_perm <= _MAX_POSITIONS:
-        raise ValueError(f"num_perm must lie in [1, {_MAX_POSITIONS}], got {num_perm}")
-    signature = np.zeros(num_perm, dtype=np.uint32)
-    seen = np.zeros(num_perm, dtype=bool)
-    for token in tokens:
-        position, sep, value = token.partition("_")
-        if not sep:
-            raise ValueError(f"malformed position token {token!r}")
-        i = int(position)
-        if not 0 <= i < num_perm or seen[i]:
-            raise ValueError(f"position {i} out of range or repeated in a signature of {num_perm} positions")
-        stored = int(value, 16)
-        if stored > _VALUE_MASK:
-            raise ValueError(f"value of position token {token!r} has more than {VALUE_BITS} bits")
-        signature[i] = stored
-        seen[i] = True
-    if not seen.all():
-        raise ValueError(f"signature has {int(seen.sum())} of {num_perm} positions")
-    return signature
+    return StoredSignature.from_tokens(tokens, num_perm, "").values
 
 
 def signatures_from_token_lists(token_lists: Sequence[Sequence[str]], num_perm: int) -> tuple[np.ndarray, np.ndarray]:
-    """Many stored signatures back from their tokens at once (what :func:`signature_from_tokens` does for one).
-
-    A sweep of a million documents reads 128 million tokens; parsing them one by one in Python would take a
-    minute, so the tokens of all documents are joined into one byte string and their decimal positions and
-    hex values are read with array arithmetic (digit times its power of 10 or 16, summed per token).
-
-    Returns:
-        ``(signatures, valid)``: ``uint32[n, k]`` (rows of invalid lists are zero) and ``bool[n]``; a list is
-        invalid when it does not hold exactly one well-formed token ``"i_v"`` for each position ``i < k``
-        with ``v < 2**16``.
-    """
-    n = len(token_lists)
-    signatures = np.zeros((n, num_perm), dtype=np.uint32)
-    valid = np.fromiter((len(tokens) == num_perm for tokens in token_lists), dtype=bool, count=n)
-    rows = np.flatnonzero(valid)
-    if rows.size == 0:
-        return signatures, valid
-    try:
-        blob = "_".join(token for i in rows.tolist() for token in token_lists[i]).encode("ascii")
-    except (UnicodeEncodeError, TypeError):
-        return _parse_one_by_one(token_lists, num_perm, signatures, valid)
-    parsed = _parse_fields(np.frombuffer(blob, dtype=np.uint8), 2 * rows.size * num_perm)
-    if parsed is None:
-        return _parse_one_by_one(token_lists, num_perm, signatures, valid)
-    positions = parsed[0::2].reshape(rows.size, num_perm)
-    values = parsed[1::2].reshape(rows.size, num_perm)
-    good = (positions < num_perm).all(axis=1) & (values <= _VALUE_MASK).all(axis=1)
-    # Each position exactly once: the positions of a row, sorted, are 0 .. k-1.
-    good &= (np.sort(np.where(positions < num_perm, positions, 0), axis=1) == np.arange(num_perm)).all(axis=1)
-    take = rows[good]
-    signatures[take[:, None], positions[good]] = values[good]
-    valid[rows[~good]] = False
-    return signatures, valid
-
-
-# Value of each ASCII digit in hex ("0"-"9", "a"-"f"); 255 for any other byte.
-_DIGIT = np.full(256, 255, dtype=np.int64)
-_DIGIT[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16)
-_UNDERSCORE = ord("_")
-_MAX_FIELD_DIGITS = 5
-# Weight of a digit by field parity (0: decimal position, 1: hex value) and digits after it.
-_WEIGHTS = np.array([[10**e for e in range(_MAX_FIELD_DIGITS)], [16**e for e in range(_MAX_FIELD_DIGITS)]])
-
-
-def _parse_fields(data: np.ndarray, fields: int) -> np.ndarray | None:
-    """The ``fields`` numbers of ``"p_v_p_v..."`` (``p`` decimal, ``v`` hex), or ``None`` if malformed."""
-    seps = np.flatnonzero(data == _UNDERSCORE)
-    if seps.size != fields - 1:
-        return None
-    starts = np.concatenate(([0], seps + 1))
-    ends = np.concatenate((seps, [data.size]))
-    lengths = ends - starts
-    if lengths.min() < 1 or lengths.max() > _MAX_FIELD_DIGITS:
-        return None
-    field_of = np.repeat(np.arange(fields), lengths)
-    chars = np.delete(data, seps)
-    digits = _DIGIT[chars]
-    parity = field_of & 1  # even fields are positions
-    if (digits == 255).any() or (digits[parity == 0] > 9).any():
-        return None
-    power = np.repeat(ends, lengths) - (np.arange(chars.size) + field_of) - 1  # digits after this one
-    weight = _WEIGHTS[parity, power]
-    return np.bincount(field_of, weights=digits * weight, minlength=fields).astype(np.int64)
-
-
-def _parse_one_by_one(
-    token_lists: Sequence[Sequence[str]], num_perm: int, signatures: np.ndarray, valid: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The slow path, for a page of hits holding a malformed token: each list on its own."""
-    for i in np.flatnonzero(valid).tolist():
-        try:
-            signatures[i] = signature_from_tokens(token_lists[i], num_perm)
-        except (ValueError, TypeError, AttributeError):
-            valid[i] = False
-    return signatures, valid
-
-
-def stored_values(signature: np.ndarray) -> np.ndarray:
-    """The part of a signature that Elasticsearch stores and compares: each value's low 16 bits (uint32)."""
-    return (np.asarray(signature) & _VALUE_MASK).astype(np.uint32)
+    """Many stored signatures back from their tokens (:func:`scrapy_neardup.core.stored.values_from_token_lists`)."""
+    return values_from_token_lists(token_lists, num_perm)
 
 
 def fingerprint_hex(fingerprint: int) -> str:
@@ -363,14 +317,20 @@ def sketch_fields(sketch: Sketch, *, seq: int | None = None, **extra: Any) -> di
         "empty": sketch.empty,
     }
     if not sketch.empty:
-        fields["positions"] = position_tokens(sketch.signature)
+        fields.update(stored_fields(StoredSignature.from_sketch(sketch)))
     if seq is not None:
         fields["seq"] = seq
     fields.update(extra)
     return fields
 
 
-def _error_type(exc: Any) -> str:
+def stored_fields(stored: StoredSignature) -> dict[str, Any]:
+    """The fields holding a stored signature: ``positions``, ``sig`` and ``bands`` (by short name)."""
+    return {"positions": stored.tokens(), "sig": stored.encode(), "bands": stored.band_tokens()}
+
+
+def error_type(exc: Any) -> str:
+    """The ``error.type`` of an Elasticsearch error response (``""`` when it has none)."""
     body = getattr(exc, "body", None)
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         return str(body["error"].get("type", ""))

@@ -62,10 +62,9 @@ from typing import Any
 
 import numpy as np
 
-from .hashing import derive_constant
-from .params import check_min_shared
 from .sketch import Sketch
 from .storage import atomic_writer
+from .stored import StoredSignature, band_bounds, band_sums, shared_counts, stored_values
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +125,20 @@ class Match:
     exact: bool
 
 
-def band_bounds(num_perm: int, min_shared: int) -> np.ndarray:
-    """Start offsets of the ``b = k - t + 1`` pigeonhole bands (sizes differ by at most one)."""
-    check_min_shared(min_shared, num_perm)
-    bands = num_perm - min_shared + 1
-    return (np.arange(bands, dtype=np.int64) * num_perm) // bands
+def best_first(
+    exact: np.ndarray | list[bool], shared: np.ndarray | list[int], order: np.ndarray | list[float],
+    keys: np.ndarray | list[str] | None = None,
+) -> np.ndarray:
+    """The one ranking of matches: indices of the matches, best first.
+
+    Exact duplicates (equal fingerprints) first, then most shared positions, then the earliest kept (smallest
+    ``order``: insertion number, ``neardup.seq`` or ``_seq_no``), then the smallest key. Used by the embedded
+    index, the Elasticsearch candidate queries and the crawler backend, so all pick the same best match.
+    """
+    columns: list[np.ndarray] = [] if keys is None else [np.asarray(keys)]
+    columns += [np.asarray(order, dtype=np.float64), -np.asarray(shared, dtype=np.int64),
+                ~np.asarray(exact, dtype=bool)]
+    return np.lexsort(columns)
 
 
 class SketchIndex:
@@ -149,7 +157,6 @@ class SketchIndex:
         self._band_starts = band_bounds(num_perm, min_shared)
         self._bands = int(self._band_starts.size)
         self._shape = (num_perm,)
-        self._multipliers = np.array([derive_constant(0xBA4D, i, odd=True) for i in range(num_perm)], dtype=np.uint64)
         self._buckets = np.empty((2, self._bands), dtype=np.uint64)
         self._bucket_numbers = self._buckets.view(np.intp)
         # Per page.
@@ -181,9 +188,14 @@ class SketchIndex:
         return self._key_blob[start : int(self._key_ends[doc])].decode("utf-8", errors="surrogatepass")
 
     def query(self, sketch: Sketch) -> list[Match]:
-        """Every kept page sharing >= t positions with ``sketch``, most shared first."""
+        """Every kept page sharing >= t positions with ``sketch``, best first (:func:`best_first`)."""
         values = self._check(sketch)
         return self._matches(values, self._candidates(self._band_sums(values))[0], sketch.fingerprint)
+
+    def query_stored(self, stored: StoredSignature, fingerprint: int) -> list[Match]:
+        """:meth:`query` for a stored signature (as read back from a journal or an index) and its fingerprint."""
+        values = self._check_stored(stored)
+        return self._matches(values, self._candidates(self._band_sums(values))[0], fingerprint)
 
     def best_match(self, sketch: Sketch) -> Match | None:
         """The kept page sharing the most positions (exact duplicates first), or ``None``."""
@@ -192,9 +204,15 @@ class SketchIndex:
 
     def add(self, key: str, sketch: Sketch) -> None:
         """Keep ``sketch`` under ``key`` (no check: see :meth:`check_and_add`)."""
-        values = self._check(sketch)
+        self._add(key, self._check(sketch), sketch.fingerprint)
+
+    def add_stored(self, key: str, stored: StoredSignature, fingerprint: int) -> None:
+        """:meth:`add` for a stored signature and its fingerprint."""
+        self._add(key, self._check_stored(stored), fingerprint)
+
+    def _add(self, key: str, values: np.ndarray, fingerprint: int) -> None:
         keys = self._band_sums(values).view(np.uint32)[_KEY_WORD::2]
-        self._insert(key, values, keys, keys.tolist(), sketch.fingerprint)
+        self._insert(key, values, keys, keys.tolist(), fingerprint)
 
     def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
         """First seen is kept: return the best kept match, or keep ``sketch`` and return ``None``."""
@@ -211,10 +229,16 @@ class SketchIndex:
         """Every kept page sharing >= t positions with ``sketch`` (most shared first), then keep ``sketch``
         too, whatever was found: the pair-finding step of Broder's clustering, where every page must be
         findable by the pages after it (see :class:`~scrapy_neardup.core.clustering.GroupBuilder`)."""
-        values = self._check(sketch)
+        return self._query_and_add(key, self._check(sketch), sketch.fingerprint)
+
+    def query_and_add_stored(self, key: str, stored: StoredSignature, fingerprint: int) -> list[Match]:
+        """:meth:`query_and_add` for a stored signature and its fingerprint."""
+        return self._query_and_add(key, self._check_stored(stored), fingerprint)
+
+    def _query_and_add(self, key: str, values: np.ndarray, fingerprint: int) -> list[Match]:
         candidates, keys, band_keys = self._candidates(self._band_sums(values))
-        matches = self._matches(values, candidates, sketch.fingerprint)
-        self._insert(key, values, keys, band_keys, sketch.fingerprint)
+        matches = self._matches(values, candidates, fingerprint)
+        self._insert(key, values, keys, band_keys, fingerprint)
         return matches
 
     def memory_bytes(self) -> int:
@@ -228,6 +252,16 @@ class SketchIndex:
 
     # -- lookups ---------------------------------------------------------------------------------------------
 
+    def _check_stored(self, stored: StoredSignature) -> np.ndarray:
+        """The values of a stored signature, after checking its tag and length."""
+        if stored.tag != self.tag:
+            from .sketch import IncompatibleSketches
+
+            raise IncompatibleSketches(f"index holds {self.tag!r} sketches, got one made with {stored.tag!r}")
+        if stored.values.shape != self._shape:
+            raise ValueError(f"expected a signature of {self.num_perm} positions, got shape {stored.values.shape}")
+        return stored.values
+
     def _check(self, sketch: Sketch) -> np.ndarray:
         """The stored form of a sketch's signature (its low 16 bits), after checking it can be indexed."""
         signature = sketch.signature
@@ -239,11 +273,11 @@ class SketchIndex:
             raise ValueError("an empty sketch (text without shingles) cannot be indexed")
         if signature.shape != self._shape:
             raise ValueError(f"expected a signature of {self.num_perm} positions, got shape {signature.shape}")
-        return signature.astype(np.uint16)  # astype keeps the low 16 bits
+        return stored_values(signature)
 
     def _band_sums(self, values: np.ndarray) -> np.ndarray:
         """Per band, ``sum_i v_i * a_i mod 2**64``; its top 32 bits are the band key (see module doc)."""
-        return np.add.reduceat(values * self._multipliers, self._band_starts, axis=-1)
+        return band_sums(values, self._band_starts)
 
     def _candidates(self, sums: np.ndarray) -> tuple[set[int], np.ndarray, list[int]]:
         """Pages sharing a band key with ``sums`` (a superset of the t-of-k matches), and the band keys."""
@@ -277,14 +311,15 @@ class SketchIndex:
                 found.update(self._pages[lo:hi][self._low[lo:hi] == (key & 0xFFFF)].tolist())
 
     def _matches(self, values: np.ndarray, candidates: set[int], fingerprint: int) -> list[Match]:
-        """The verified matches among ``candidates`` (>= t positions shared), most shared first, then earliest."""
+        """The verified matches among ``candidates`` (>= t positions shared), best first (:func:`best_first`)."""
         if not candidates:
             return []
         docs = np.fromiter(candidates, dtype=np.intp, count=len(candidates))
         docs.sort()
-        shared = np.count_nonzero(self._values[docs] == values, axis=1)
+        shared = shared_counts(self._values[docs], values)
         hits = np.flatnonzero(shared >= self.min_shared)
-        order = hits[np.argsort(-shared[hits], kind="stable")]
+        exact = self._fingerprints[docs[hits]] == np.uint64(fingerprint)
+        order = hits[best_first(exact, shared[hits], docs[hits])]
         return [self._match(int(docs[i]), int(shared[i]), fingerprint) for i in order.tolist()]
 
     def _best(self, values: np.ndarray, candidates: set[int], fingerprint: int) -> Match | None:
@@ -293,17 +328,16 @@ class SketchIndex:
             return None
         if len(candidates) == 1:
             doc = next(iter(candidates))
-            shared = int(np.count_nonzero(self._values[doc] == values))
+            shared = int(shared_counts(self._values[doc], values))
             return self._match(doc, shared, fingerprint) if shared >= self.min_shared else None
-        docs = np.array(sorted(candidates), dtype=np.intp)
-        shared_all = np.count_nonzero(self._values[docs] == values, axis=1)
-        best: tuple[bool, int, int] | None = None
-        for i in np.flatnonzero(shared_all >= self.min_shared).tolist():
-            doc, shared = int(docs[i]), int(shared_all[i])
-            rank = (int(self._fingerprints[doc]) == fingerprint, shared, -doc)
-            if best is None or rank > best:
-                best = rank
-        return None if best is None else self._match(-best[2], best[1], fingerprint)
+        docs = np.fromiter(candidates, dtype=np.intp, count=len(candidates))
+        shared_all = shared_counts(self._values[docs], values)
+        hits = np.flatnonzero(shared_all >= self.min_shared)
+        if hits.size == 0:
+            return None
+        exact = self._fingerprints[docs[hits]] == np.uint64(fingerprint)
+        best = int(hits[best_first(exact, shared_all[hits], docs[hits])[0]])
+        return self._match(int(docs[best]), int(shared_all[best]), fingerprint)
 
     def _match(self, doc: int, shared: int, fingerprint: int) -> Match:
         return Match(

@@ -41,6 +41,7 @@ from .backend import BackendError
 from .index import SketchIndex, StateError
 from .sketch import Sketch
 from .storage import write_atomically
+from .stored import StoredSignature, stored_values
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +127,11 @@ class Journal:
                         record, length = self._parse_record(data, offset, records)
                         if record is None:
                             return Replay(base, records, replayed, size - offset)
-                        seq, (key, sketch) = base + records, record
+                        seq, (key, stored, fingerprint) = base + records, record
                         if seq >= snapshot_size:
-                            index.add(key, sketch)
+                            index.add_stored(key, stored, fingerprint)
                             replayed += 1
-                        elif not any(m.key == key for m in index.query(sketch)):
+                        elif not any(m.key == key for m in index.query_stored(stored, fingerprint)):
                             # Written before the snapshot that should now hold it (a crash between saving the
                             # snapshot and starting a new journal): it must be there, or the snapshot is not
                             # the one this journal continues.
@@ -172,7 +173,9 @@ class Journal:
             raise StateError(f"near-duplicate journal {path} is damaged: base {base!r}")
         return base, _HEADER.size + length
 
-    def _parse_record(self, data: mmap.mmap, offset: int, number: int) -> tuple[tuple[str, Sketch] | None, int]:
+    def _parse_record(
+        self, data: mmap.mmap, offset: int, number: int
+    ) -> tuple[tuple[str, StoredSignature, int] | None, int]:
         """The record at ``offset`` and its length; ``(None, 0)`` when the rest of the file is a torn tail.
 
         A torn tail is what a write cut short leaves: a last record that is incomplete, or that fails a check
@@ -199,9 +202,8 @@ class Journal:
         (fingerprint,) = _FINGERPRINT.unpack_from(payload)
         signature = np.frombuffer(payload, dtype="<u4", count=self.num_perm, offset=_FINGERPRINT.size)
         key = payload[min_size:].decode("utf-8", errors="surrogatepass")
-        # The shingle count is not journaled: only non-empty sketches are kept, and the index needs no more.
-        sketch = Sketch(signature.astype(np.uint32), fingerprint, self.tag, num_shingles=1)
-        return (key, sketch), stop - offset
+        # Only non-empty sketches are kept and journaled; the index compares their stored form.
+        return (key, StoredSignature(stored_values(signature), self.tag), fingerprint), stop - offset
 
     def _damaged(self, offset: int, number: int, what: str) -> StateError:
         return StateError(

@@ -7,6 +7,7 @@ shingling, seed and hash scheme); comparing across tags raises :class:`Incompati
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -114,9 +115,37 @@ def check_compatible(a: Sketch, b: Sketch) -> None:
 def make_tag(num_perm: int, shingle: str, width: int, seed: int, content: ContentMode = "body") -> str:
     """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``, plus ``-main`` for main-content
     sketches (``content="main"``): they never compare with whole-page ones. The default adds nothing, so
-    default tags read as before."""
+    default tags read as before. Read back by :func:`parse_tag`."""
     suffix = "" if content == "body" else f"-{content}"
     return f"mh{SCHEME_VERSION}-k{num_perm}-{shingle}{width}-s{seed}{suffix}"
+
+
+@dataclass(frozen=True)
+class TagParts:
+    """The parameters a tag names (see :func:`make_tag`)."""
+
+    scheme: int
+    num_perm: int
+    shingle: str
+    width: int
+    seed: int
+    content: str = "body"
+
+
+_TAG = re.compile(r"mh(\d+)-k(\d+)-(word|char)(\d+)-s(\d+)(?:-(main))?")
+
+
+def parse_tag(tag: str) -> TagParts:
+    """The parameters of a tag made by :func:`make_tag`.
+
+    Raises:
+        ValueError: not a sketch parameter tag.
+    """
+    match = _TAG.fullmatch(tag)
+    if match is None:
+        raise ValueError(f"not a sketch parameter tag (mh<scheme>-k<k>-<word|char><width>-s<seed>[-main]): {tag!r}")
+    scheme, num_perm, shingle, width, seed, content = match.groups()
+    return TagParts(int(scheme), int(num_perm), shingle, int(width), int(seed), content or "body")
 
 
 class Sketcher:

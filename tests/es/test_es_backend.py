@@ -22,10 +22,11 @@ from elasticsearch import Elasticsearch
 
 from es_integration.backend import ElasticsearchBackend
 from es_integration.client import EsError
-from es_integration.mapping import fingerprint_hex, position_tokens
+from es_integration.mapping import fingerprint_hex, position_tokens, stored_fields
 from scrapy_neardup.core.backend import Backend
 from scrapy_neardup.core.index import Match, SketchIndex
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch, Sketcher
+from scrapy_neardup.core.stored import StoredSignature
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
@@ -250,7 +251,7 @@ async def _open_close(url: str, index: str) -> None:
 
 def _pending_doc(es: Elasticsearch, index: str, key: str, sketch: Sketch) -> str:
     doc_id = uuid.uuid4().hex
-    fields = {"key": key, "tag": sketch.tag, "positions": position_tokens(sketch.signature), "empty": False,
+    fields = {"key": key, "tag": sketch.tag, **stored_fields(StoredSignature.from_sketch(sketch)), "empty": False,
               "fingerprint": fingerprint_hex(sketch.fingerprint), "status": "pending", "group": doc_id}
     es.index(index=index, id=doc_id, document={"neardup": fields}, refresh=True)
     return doc_id
@@ -352,3 +353,36 @@ def test_unreachable_node_fails_after_bounded_retries() -> None:
     assert "cannot connect" in str(info.value) and "after 3 attempts" in str(info.value)
     assert backend.errors == 3 and backend.retried == 2
     assert time.monotonic() - started < 10
+
+
+def test_positions_only_index_falls_back_to_the_position_query(
+    es_url: str, es_client: Elasticsearch, index_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An index written before neardup.sig/bands existed: its kept pages have positions only. The band query
+    would miss them, so the backend uses the position query for the run (and says so), and finds them."""
+    a, b = SKETCHER.sketch_many(near_duplicates(seed=12, count=2))
+    from es_integration.mapping import ensure_index
+
+    ensure_index(es_client, index_name, shards=1)
+    fields = {"key": "old-page", "tag": a.tag, "positions": position_tokens(a.signature), "empty": False,
+              "fingerprint": fingerprint_hex(a.fingerprint), "status": "kept", "group": "old", "seq": 0}
+    es_client.index(index=index_name, id="old", document={"neardup": fields}, refresh=True)
+
+    async def run(fresh: bool) -> tuple[bool, Match | None]:
+        backend = make_backend(es_url, index_name)
+        await backend.open()
+        try:
+            return backend._bands, await backend.check_and_add("new-page" if fresh else "again", b)
+        finally:
+            await backend.close()
+
+    with caplog.at_level(logging.WARNING, logger="es_integration.backend"):
+        bands, match = asyncio.run(run(True))
+    assert not bands and "no band fields" in caplog.text
+    assert match is not None and match.key == "old-page" and match.shared >= T
+    # Once the old page has the new fields (what `neardup es backfill` writes), bands are used and agree.
+    from es_integration.indexing import upgrade_signatures
+
+    assert upgrade_signatures(es_client, index_name, a.tag) == 1
+    bands, again = asyncio.run(run(False))
+    assert bands and again == match

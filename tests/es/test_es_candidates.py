@@ -156,3 +156,33 @@ def test_tag_isolation(es_client: Elasticsearch, corpus: dict[str, Any]) -> None
         assert [c.id for c in find_exact_duplicates(es_client, index, other.sketch(text))] == ["seed2"]
     finally:
         es_client.indices.delete(index=index, ignore_unavailable=True)
+
+
+@pytest.mark.parametrize("t", [T, T + 9])
+def test_band_query_equals_position_query_and_brute_force(
+    es_client: Elasticsearch, corpus: dict[str, Any], t: int
+) -> None:
+    """Every document as the query: the band query (verified on the compact signatures) and the
+    minimum_should_match position query return the same candidates, with the same counts and order, and they
+    are exactly the brute-force t-of-k matches; over an index of several unmerged segments."""
+    index = f"nd-bands-{uuid.uuid4().hex[:10]}"
+    records = [{"id": key, "text": text} for key, text in corpus["docs"].items()]
+    for lo in range(0, len(records), 60):  # a refresh per chunk: one segment each
+        index_records(es_client, index, records[lo : lo + 60], corpus["sketcher"])
+    segments = es_client.indices.segments(index=index)["indices"][index]["shards"]["0"][0]["num_search_segments"]
+    assert segments >= 2
+    keys = [k for k, s in corpus["sketches"].items() if not s.empty]
+    matrix = stored_values(np.vstack([corpus["sketches"][k].signature for k in keys]))
+    found = 0
+    for key in keys:
+        sketch = corpus["sketches"][key]
+        bands = find_candidates(es_client, index, sketch, t, method="bands", size=1000)
+        positions = find_candidates(es_client, index, sketch, t, method="positions", size=1000)
+        assert [(c.id, c.shared, c.exact) for c in bands] == [(c.id, c.shared, c.exact) for c in positions], key
+        shared = np.count_nonzero(matrix == stored_values(sketch.signature), axis=1)
+        assert {c.id: c.shared for c in bands} == {keys[i]: int(shared[i]) for i in np.flatnonzero(shared >= t)}
+        found += len(bands)
+    assert found > len(keys) + 100  # queries do have near-duplicates beyond themselves
+    with pytest.raises(ValueError, match="method='positions'"):
+        find_candidates(es_client, index, corpus["sketches"]["b0-e0"], 70, method="bands")
+    es_client.indices.delete(index=index)

@@ -93,7 +93,6 @@ def test_groups_equal_broder_clusters(es_client: Elasticsearch, grouped: dict[st
     got = [set(g.members) for g in report.groups]
     assert sorted(map(sorted, got)) == sorted(map(sorted, expected))
     assert report.documents == sum(1 for r in grouped["records"] if r["text"].strip())
-    assert report.truncated == 0
     # Identical signatures are joined without querying each copy.
     assert report.queries < report.documents
     # The workload has real chains: members of one group that are not near-duplicates of each other.
@@ -218,3 +217,107 @@ def test_groups_hold_every_pair_the_candidate_query_finds(es_client: Elasticsear
         assert bool(hits) == (record["id"] in group_of)
         checked += 1
     assert checked == report.documents
+
+
+def test_groups_equal_the_position_token_method(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+    """The compact-signature sweep gives the groups of the method it replaces: position tokens read from
+    _source, fed page by page to the in-memory GroupBuilder."""
+    from es_integration.mapping import F_POSITIONS, F_TAG, signatures_from_token_lists
+    from es_integration.sweep import point_in_time, sweep
+    from scrapy_neardup.core.clustering import GroupBuilder
+    from scrapy_neardup.core.stored import StoredSignature
+
+    index, tag = grouped["index"], grouped["sketcher"].tag
+    builder = GroupBuilder(K, T, tag)
+    query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}]}}
+    with point_in_time(es_client, index) as pit:
+        for hits in sweep(es_client, pit, query=query, source=[F_POSITIONS], page_size=50):
+            lists = [hit["_source"]["neardup"]["positions"] for hit in hits]
+            values, valid = signatures_from_token_lists(lists, K)
+            assert valid.all()
+            for hit, row in zip(hits, values, strict=True):
+                builder.add_stored(hit["_id"], StoredSignature(row, tag))
+    for slices in (1, 3):
+        report = find_groups(es_client, index, tag, T, slices=slices, page_size=40)
+        assert sorted(sorted(g.members) for g in report.groups) == sorted(map(sorted, builder.groups()))
+
+
+def test_index_without_compact_signatures_is_refused_until_backfilled(
+    es_client: Elasticsearch, grouped: dict[str, Any]
+) -> None:
+    """Documents indexed before neardup.sig existed (positions only): group discovery names the fix, and
+    backfill writes the new fields from the positions, without the text."""
+    from es_integration.client import EsError
+    from es_integration.indexing import backfill
+
+    sketcher = grouped["sketcher"]
+    index = f"nd-groups-old-{uuid.uuid4().hex[:8]}"
+    records = grouped["records"][:60]
+    index_records(es_client, index, records, sketcher)
+    ids = [r["id"] for r in records if r["text"].strip()][:25]
+    for doc_id in ids:  # as an older version wrote them
+        es_client.index(index=index, id=doc_id, document=_without_new_fields(es_client, index, doc_id))
+    es_client.indices.refresh(index=index)
+    with pytest.raises(EsError, match="neardup es backfill"):
+        find_groups(es_client, index, sketcher.tag, T)
+    stats = backfill(es_client, index, sketcher, text_field="missing-field")
+    assert stats.upgraded == len(ids) and stats.indexed == 0  # nothing re-sketched: every document had a tag
+    full = find_groups(es_client, index, sketcher.tag, T)
+    texts = [r["text"] for r in records if r["text"].strip()]
+    expected = broder_clusters(stored_values(np.vstack([s.signature for s in sketcher.sketch_many(texts)])), T)
+    ids_all = [r["id"] for r in records if r["text"].strip()]
+    assert sorted(sorted(g.members) for g in full.groups) == sorted(sorted(ids_all[i] for i in c) for c in expected)
+    es_client.indices.delete(index=index)
+
+
+def _without_new_fields(es: Elasticsearch, index: str, doc_id: str) -> dict[str, Any]:
+    source = es.get(index=index, id=doc_id)["_source"]
+    source["neardup"].pop("sig")
+    source["neardup"].pop("bands")
+    return dict(source)
+
+
+def test_new_equals_a_full_run_and_assign_writes_only_changes(
+    es_client: Elasticsearch, grouped: dict[str, Any]
+) -> None:
+    """Index a first part, group it (--assign), index the rest (joining, merging and starting groups), then
+    --new --assign: every document's group fields are those of a full run, which then has nothing to write."""
+    from es_integration.client import EsError
+    from es_integration.groups import find_new_groups
+
+    sketcher, tag = grouped["sketcher"], grouped["sketcher"].tag
+    records = list(grouped["records"])
+    random.Random(5).shuffle(records)
+    index = f"nd-groups-new-{uuid.uuid4().hex[:8]}"
+    first, rest = records[: len(records) * 2 // 3], records[len(records) * 2 // 3 :]
+    index_records(es_client, index, first, sketcher)
+    with pytest.raises(EsError, match="--assign"):
+        find_new_groups(es_client, index, tag, T)
+    before = find_groups(es_client, index, tag, T)
+    written = assign_groups(es_client, index, before)
+    assert written == sum(len(g.members) - 1 for g in before.groups)  # only members change: reps stay "kept"
+    index_records(es_client, index, rest, sketcher)
+    new = find_new_groups(es_client, index, tag, T, page_size=30)
+    assert new.documents == sum(1 for r in rest if r["text"].strip())
+    assign_groups(es_client, index, new)
+    fields_after_new = _group_fields(es_client, index)
+    full = find_groups(es_client, index, tag, T)
+    assert assign_groups(es_client, index, full) == 0  # --new left exactly the fields of a full run
+    assert _group_fields(es_client, index) == fields_after_new
+    rest_ids = {r["id"] for r in rest}
+    touched = [g for g in full.groups if rest_ids & set(g.members)]
+    assert sorted(sorted(g.members) for g in new.groups) == sorted(sorted(g.members) for g in touched)
+    # New documents did join older groups, and an older group's representative is kept.
+    assert any(set(g.members) - rest_ids and set(g.members) & rest_ids for g in touched)
+    # A second --new finds no new document.
+    assert find_new_groups(es_client, index, tag, T).documents == 0
+    with pytest.raises(EsError, match="t="):
+        find_new_groups(es_client, index, tag, T + 1)
+    es_client.indices.delete(index=index)
+
+
+def _group_fields(es: Elasticsearch, index: str) -> dict[str, tuple[Any, ...]]:
+    hits = es.search(index=index, size=1000, source_includes=["neardup.group", "neardup.status",
+                                                              "neardup.duplicate_of"])["hits"]["hits"]
+    return {h["_id"]: (h["_source"]["neardup"].get("group"), h["_source"]["neardup"].get("status"),
+                       h["_source"]["neardup"].get("duplicate_of")) for h in hits}

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.es
 
 EXPECTED_TYPES = {
     "positions": "keyword",
+    "sig": "binary",
+    "bands": "keyword",
     "fingerprint": "keyword",
     "tag": "keyword",
     "empty": "boolean",
@@ -50,6 +52,8 @@ def _check_neardup_mapping(mapping: dict[str, Any]) -> None:
     props = mapping["properties"]
     assert {name: spec["type"] for name, spec in props.items()} == EXPECTED_TYPES
     assert props["positions"].get("doc_values") is False  # term queries only
+    assert props["bands"].get("doc_values") is False
+    assert props["sig"].get("doc_values") is True  # read by the group sweep without _source
     assert props["group"].get("doc_values", True) is True  # collapse needs doc values
     assert mapping.get("dynamic") == "strict"
 
