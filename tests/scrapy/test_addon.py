@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neardup_testkit import check_kinds_outcome, kinds_site
+from neardup_testkit import check_kinds_outcome, kinds_site, path_of
 from scrapy.settings import Settings
 from scrapy.utils.misc import load_object
 
@@ -18,12 +18,29 @@ ADDON = "scrapy_neardup.NearDuplicateAddon"
 def test_addon_alone_drops_near_duplicates_in_a_real_crawl(run_crawl: Any, serve_kinds_site: Any) -> None:
     site = kinds_site()
     server = serve_kinds_site(site)
-    # No ITEM_PIPELINES entry: the add-on is the only thing that enables the pipeline.
+    # No ITEM_PIPELINES entry: the add-on is the only thing that enables the pipeline (and the middlewares).
     result = run_crawl(settings={"ITEM_PIPELINES": {}, "ADDONS": {ADDON: 0}}, spider={"start_url": server.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    assert "Enabled addons:" in result.log and "NearDuplicateAddon" in result.log
+    assert "Soft404Middleware" in result.log and "MirrorHostsMiddleware" in result.log
+    kept = {path_of(u) for u in result.kept_urls}
+    drops = {path_of(u): d for u, d in result.drops_by_url().items()}
+    assert kept == set(site.distinct)  # the soft-404 template is no page: the add-on's probe finds it
+    for copy, original in site.original_of.items():
+        assert drops[copy]["reason"] == "NearDuplicateDropped"
+        assert drops[copy]["duplicate_of"] == server.url + original
+    assert site.soft_404 and all(drops[path]["reason"] == "Soft404Dropped" for path in site.soft_404)
+    assert result.stat("neardup/soft404") == len(site.soft_404)
+
+
+def test_addon_with_soft404_off_keeps_one_template_page(run_crawl: Any, serve_kinds_site: Any) -> None:
+    site = kinds_site()
+    server = serve_kinds_site(site)
+    settings = {"ITEM_PIPELINES": {}, "ADDONS": {ADDON: 0}, "NEARDUP_SOFT404_ENABLED": False}
+    result = run_crawl(settings=settings, spider={"start_url": server.url + "/"})
     assert result.returncode == 0, result.log[-3000:]
     check_kinds_outcome(result, site, server)
     assert result.stat("neardup/dropped") == len(result.dropped) > 0
-    assert "Enabled addons:" in result.log and "NearDuplicateAddon" in result.log
 
 
 def test_addon_keeps_a_users_own_pipeline_entry() -> None:
