@@ -45,6 +45,7 @@ from ..core.backend import Backend, BackendError, Decision
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.index import Match
 from ..core.text import looks_binary
+from ..core.theory import describe_rule
 from .hooks import CrawlHooks, crawl_hooks
 from .settings import NearDupSettings, NearDupSettingsError
 from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
@@ -181,9 +182,10 @@ class NearDuplicatePipeline:
         self._worker()  # start the sketch worker now if the reactor runs (else on the first item)
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
         self._add_backend_stats()
-        logger.debug(
-            "near-duplicate pipeline: %s backend, k=%d t=%d (%s), action=%s", self.config.backend,
-            self.config.num_perm, self.config.min_shared, self.sketcher.tag, self.config.action,
+        # Once, at INFO: NEARDUP_THRESHOLD is read as a sharp cut, but t of k flags a band of resemblances.
+        logger.info(
+            "Near-duplicates: %s (%s backend, %s, action %s)", describe_rule(self.config.num_perm,
+            self.config.min_shared), self.config.backend, self.sketcher.tag, self.config.action,
         )
 
     async def close_spider(self, spider: Any = None) -> None:

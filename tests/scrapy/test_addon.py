@@ -23,6 +23,9 @@ def test_addon_alone_drops_near_duplicates_in_a_real_crawl(run_crawl: Any, serve
     assert result.returncode == 0, result.log[-3000:]
     assert "Enabled addons:" in result.log and "NearDuplicateAddon" in result.log
     assert "Soft404Middleware" in result.log and "MirrorHostsMiddleware" in result.log
+    # What the threshold means, said once at start-up.
+    rule = "Near-duplicates: t = 107 of k = 128: flags r >= 0.90 in 99% of cases, r = 0.83 in 50%"
+    assert result.log.count(rule) == 1
     kept = {path_of(u) for u in result.kept_urls}
     drops = {path_of(u): d for u, d in result.drops_by_url().items()}
     assert kept == set(site.distinct)  # the soft-404 template is no page: the add-on's probe finds it
