@@ -193,7 +193,9 @@ def make_client(settings: ConnectionSettings, **overrides: Any) -> Elasticsearch
     logger.debug("connecting to %s", settings.url)
     client = Elasticsearch(settings.urls, **settings.client_options(**overrides))
     with translate_errors(settings.url):
-        response = client.transport.perform_request("GET", "/", headers=_probe_headers(settings))
+        response = client.transport.perform_request(
+            "GET", "/", headers=_probe_headers(settings), **_probe_retries(overrides)
+        )
     return _for_engine(client, settings, int(response.meta.status), response.body, overrides)
 
 
@@ -216,7 +218,9 @@ async def connect_async(settings: ConnectionSettings, **overrides: Any) -> Async
     """
     client = make_async_client(settings, **overrides)
     try:
-        response = await client.transport.perform_request("GET", "/", headers=_probe_headers(settings))
+        response = await client.transport.perform_request(
+            "GET", "/", headers=_probe_headers(settings), **_probe_retries(overrides)
+        )
         if engine_from_root(int(response.meta.status), response.body) == "elasticsearch":
             return client
     except BaseException:
@@ -229,6 +233,12 @@ async def connect_async(settings: ConnectionSettings, **overrides: Any) -> Async
         return async_opensearch_client(settings, **overrides)  # type: ignore[return-value]
     except ImportError:
         raise EsError(missing_opensearch_py(_safe(settings.url))) from None
+
+
+def _probe_retries(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The caller's retry options for the probe too: the transport's own defaults (3 retries, each logged with a
+    traceback) would otherwise apply, as a raw transport request does not see the client's options."""
+    return {name: overrides[name] for name in ("max_retries", "retry_on_timeout") if name in overrides}
 
 
 def _probe_headers(settings: ConnectionSettings) -> dict[str, str]:

@@ -31,6 +31,7 @@ from ..core.mirrors import MirrorDecision, MirrorTable, discard, host_of
 from .hooks import crawl_hooks
 from .host_settings import HostSettings
 from .settings import NearDupSettings
+from .startup import reporting_settings_errors
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -55,8 +56,9 @@ class MirrorHostsMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MirrorHostsMiddleware:
-        config = NearDupSettings.from_settings(crawler.settings)
-        hosts = HostSettings.from_settings(crawler.settings)
+        with reporting_settings_errors(crawler.settings):
+            config = NearDupSettings.from_settings(crawler.settings)
+            hosts = HostSettings.from_settings(crawler.settings)
         if not config.enabled:
             raise NotConfigured("NEARDUP_ENABLED is False")
         if not hosts.mirrors:

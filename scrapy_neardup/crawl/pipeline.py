@@ -50,7 +50,7 @@ from .hooks import CrawlHooks, crawl_hooks
 from .settings import NearDupSettings, NearDupSettingsError
 from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
 from .soft404 import Soft404Dropped
-from .startup import report_startup_failure
+from .startup import report_startup_failure, reporting_settings_errors
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -146,14 +146,11 @@ class NearDuplicatePipeline:
                 first request and logs the message (which names the setting and its value).
         """
         log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
-        try:
+        with reporting_settings_errors(crawler.settings):
             config = NearDupSettings.from_settings(crawler.settings)
             if not config.enabled:
                 raise NotConfigured("NEARDUP_ENABLED is False")
             backend = config.make_backend(crawler.settings)
-        except NearDupSettingsError as exc:
-            report_startup_failure(exc, log_level=log_level)
-            raise
         pipeline = cls(config, stats=crawler.stats, crawler=crawler, backend=backend)
         pipeline._log_level = log_level
         return pipeline

@@ -53,6 +53,7 @@ from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_
 from .hooks import crawl_hooks
 from .host_settings import HostSettings
 from .settings import NearDupSettings
+from .startup import reporting_settings_errors
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -125,8 +126,9 @@ class Soft404Middleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Soft404Middleware:
-        config = NearDupSettings.from_settings(crawler.settings)
-        hosts = HostSettings.from_settings(crawler.settings)
+        with reporting_settings_errors(crawler.settings):
+            config = NearDupSettings.from_settings(crawler.settings)
+            hosts = HostSettings.from_settings(crawler.settings)
         if not config.enabled:
             raise NotConfigured("NEARDUP_ENABLED is False")
         if not hosts.soft404:

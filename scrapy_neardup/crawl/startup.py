@@ -16,7 +16,10 @@ crawl run at ``LOG_LEVEL = "DEBUG"`` shows their tracebacks.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
+from typing import Any
 
 from ..core.config import NearDupSettingsError
 
@@ -75,3 +78,15 @@ def report_startup_failure(exc: BaseException, *, log_level: str | int = "DEBUG"
         if _filter not in log.filters:
             log.addFilter(_filter)
     logger.critical("%s", one_line(exc))
+
+
+@contextlib.contextmanager
+def reporting_settings_errors(settings: Any) -> Iterator[None]:
+    """Around a component's ``from_crawler``: a :class:`NearDupSettingsError` raised inside is reported as one
+    line (:func:`report_startup_failure`) and re-raised. Every component of the plugin reads its settings
+    inside one, since whichever Scrapy builds first (middlewares before pipelines) meets a wrong one first."""
+    try:
+        yield
+    except NearDupSettingsError as exc:
+        report_startup_failure(exc, log_level=settings.get("LOG_LEVEL", "DEBUG"))
+        raise
