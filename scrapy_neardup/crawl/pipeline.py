@@ -96,6 +96,21 @@ class NearDuplicateDropped(DropItem):
         self.match = match
 
 
+class RevisitDropped(DropItem):
+    """An item dropped because its page was seen before under the same key with the same content
+    (``NEARDUP_REVISIT = "drop_unchanged"``: incremental crawls that want only new and changed pages).
+
+    Raised with ``log_level="DEBUG"``; Scrapy counts it as ``item_dropped_reasons_count/RevisitDropped``.
+
+    Attributes:
+        url: the page's key, which is also the kept page it names.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"unchanged revisit of {url}", log_level="DEBUG")
+        self.url = url
+
+
 class MarkFieldError(NearDupSettingsError):
     """``NEARDUP_ACTION='mark'`` but the item class does not declare ``NEARDUP_MARK_FIELD``.
 
@@ -235,6 +250,10 @@ class NearDuplicatePipeline:
             f"Near-duplicates: checked {c('checked', 0)} items, kept {c('kept', 0)}, {verdict} "
             f"({c('exact_duplicates', 0)} exact), passed through {skipped} without usable text"
         )
+        if c("revisited", 0) or c("changed", 0):
+            line += f", revisited {c('revisited', 0)} unchanged and {c('changed', 0)} changed pages"
+            if c("revisits_dropped", 0):
+                line += f" ({c('revisits_dropped')} unchanged dropped)"
         if c("soft404", 0):
             line += f", {c('soft404')} soft 404s {'marked' if self.config.action == 'mark' else 'dropped'}"
         if c("backend_errors", 0):
@@ -292,7 +311,9 @@ class NearDuplicatePipeline:
             return self._unchecked(item, adapter)
         if self.hooks is not None:
             self.hooks.page_checked(key, None if decision.match is None else decision.match.key)
-        if decision.match is None:  # kept (today's backends answer no revisits)
+        if decision.outcome == "revisit":
+            return self._revisit(item, adapter, key, decision.changed)
+        if decision.match is None:
             self._inc("kept")
             return item
         return self._duplicate(item, adapter, key, decision.match)
@@ -377,6 +398,24 @@ class NearDuplicatePipeline:
             return item
         self._inc("dropped")
         raise NearDuplicateDropped(key, match)
+
+    def _revisit(self, item: Any, adapter: ItemAdapter, key: str, changed: bool) -> Any:
+        """A page seen again under its key (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`):
+        counted in ``neardup/revisited`` (unchanged) or ``neardup/changed`` (the store now holds the new
+        content); emitted, marked ``{"revisit": True, "changed": changed}`` in mark mode, or - unchanged, with
+        ``NEARDUP_REVISIT = "drop_unchanged"`` - dropped (:class:`RevisitDropped`)."""
+        if key.startswith(NO_URL_PREFIX):
+            # Such a key is the text's fingerprint, not a page: "seen again" means an exact copy of the page
+            # kept under that very key.
+            exact = Match(key=key, shared=self.config.num_perm, resemblance=1.0, exact=True)
+            return self._duplicate(item, adapter, key, exact)
+        self._inc("changed" if changed else "revisited")
+        if not changed and self.config.revisit == "drop_unchanged":
+            self._inc("revisits_dropped")
+            raise RevisitDropped(key)
+        if self.config.action == "mark":
+            adapter[self.config.mark_field] = {"revisit": True, "changed": changed}
+        return item
 
     def _soft404(self, item: Any, adapter: ItemAdapter, soft404: Soft404Match) -> Any:
         """A page that near-duplicates its host's soft-404 template: dropped or marked, never kept."""
@@ -528,4 +567,4 @@ def _describe(match: Match) -> str:
     return f"resemblance {match.resemblance:.3f}, {match.shared} positions shared{exact}"
 
 
-__all__ = ["MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError"]
+__all__ = ["MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError", "RevisitDropped"]
