@@ -19,8 +19,10 @@ Extension points, so that later features need no ``getattr`` past this class:
   network backend overrides it to decide a batch in a constant number of requests.
 * **Recrawls.** A :class:`Decision` is ``kept``, ``duplicate`` (naming the kept :class:`Match`) or
   ``revisit`` (the key is stored already; ``changed`` tells whether its content changed, in which case the
-  backend replaced the stored sketch, or removed it when the new content near-duplicates another kept page).
-  Today's backends never answer ``revisit``.
+  backend replaced the stored sketch). A key whose new content near-duplicates another kept page better than
+  its own stored version is a ``duplicate`` naming that page, and the backend removes the key's stale entry.
+  The embedded backend answers revisits (the rule: :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`);
+  a backend that never does inherits the default :meth:`Backend.check_and_add_many`.
 """
 
 from __future__ import annotations

@@ -7,8 +7,15 @@ With a state directory, the embedded store is two files:
 * ``neardup-index.bin``, the *snapshot*: the whole index, written atomically (temporary file, fsync, rename)
   by :meth:`SketchIndex.save` when the spider closes gracefully.
 * ``neardup-journal.bin``, the *journal* (:mod:`scrapy_neardup.core.journal`, which gives the format): every
-  page kept since that snapshot, appended the moment ``check_and_add`` keeps it, so that a crawl killed with
-  ``kill -9`` (or an out-of-memory kill, or a crash) still knows, when resumed, every page it kept and passed on.
+  change since that snapshot (a page kept, a kept page's content replaced on a recrawl, a stale page removed),
+  appended the moment a check makes it, so that a crawl killed with ``kill -9`` (or an out-of-memory kill, or
+  a crash) still knows, when resumed, every change it made and passed on.
+
+Recurring crawls: a page's key identifies it across crawls; :meth:`EmbeddedBackend.check_and_add_many`
+answers :meth:`~scrapy_neardup.core.backend.Decision.revisit` for a key whose best match is its own stored
+version (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key` for the rule). The snapshot holds the
+latest content of each kept key only (removed and replaced versions are compacted away when it is written),
+so its size is bounded by the number of distinct kept keys, however many crawls refreshed them.
 
 Guarantees:
 
@@ -19,20 +26,22 @@ Guarantees:
   per kept page (0.1-10 ms each) would bound a crawl to a few hundred pages a second. The snapshot and a
   new journal's header are fsynced. An OS crash or power loss can therefore lose the records of the last
   seconds (whatever the kernel had not written back); what it leaves is detected as below.
-* *Open.* The snapshot is loaded (if any), then the journal is replayed: records ``base + i`` at or beyond the
-  snapshot's size are added, earlier ones must already be in the snapshot (a crash between writing the
-  snapshot and starting a new journal) and are checked there. A torn last record (the one in flight when the
-  process died: incomplete, or failing a checksum with nothing but zero bytes after it, i.e. blocks allocated
-  but never written after a power loss) is ignored, logged at WARNING, and counted
-  (:attr:`EmbeddedBackend.open_stats`, which the pipeline adds to its ``neardup/*`` stats). After a replay the
-  store is compacted: a new snapshot, then an empty journal.
+* *Open.* The snapshot is loaded (if any), then the journal is replayed. Each snapshot has a random identity
+  and names its predecessor; a journal names the snapshot it continues: a journal continuing the snapshot
+  present is replayed, one continuing its predecessor is already in it (a crash between writing the snapshot
+  and starting a new journal) and is skipped. Records are idempotent (see the journal format). A store
+  written by an older version (a format-1 journal, a snapshot without identity) is read and rewritten. A
+  torn last record (the one in flight when the process died: incomplete, or failing a checksum with nothing
+  but zero bytes after it, i.e. blocks allocated but never written after a power loss) is ignored, logged at
+  WARNING, and counted (:attr:`EmbeddedBackend.open_stats`, which the pipeline adds to its ``neardup/*``
+  stats). After a replay the store is compacted: a new snapshot, then an empty journal.
 * *Never silently wrong.* A damaged record *before* the end, a damaged header, a journal made with another
-  tag, ``k`` or ``t``, a journal that continues a snapshot other than the one present (missing, older, or
-  not holding the journal's earlier records) raise :class:`~scrapy_neardup.core.index.StateError` naming the
+  tag, ``k`` or ``t``, a journal that continues a snapshot other than the one present (missing, or another)
+  raise :class:`~scrapy_neardup.core.index.StateError` naming the
   file, before any page is checked, and leave both files untouched. ``NEARDUP_RESET`` (``reset=True``)
   discards both files.
-* *Close.* The snapshot is written atomically, then the journal is replaced (atomically) by an empty one whose
-  ``base`` is the snapshot's size. A crash between the two is the case handled above.
+* *Close.* The snapshot is written atomically (compacted), then the journal is replaced (atomically) by an
+  empty one continuing it. A crash between the two is the case handled above.
 * *One writer.* The state directory is locked (``flock``, :func:`~scrapy_neardup.core.storage.lock_directory`)
   while open; a second process opening it gets a :class:`~scrapy_neardup.core.index.StateError`. The lock goes
   away with the process, ``kill -9`` included.
@@ -45,11 +54,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .backend import Backend
+from .backend import Backend, Decision
 from .config import job_state_dir, read_bool, read_str
 from .index import Match, SketchIndex, StateError
 from .journal import Journal
@@ -91,7 +101,7 @@ class EmbeddedBackend(Backend):
 
     Attributes:
         open_stats: what opening found, for the crawl's stats: ``state_loaded`` (pages in the snapshot),
-            ``journal_replayed`` (pages recovered from the journal), ``journal_torn`` (torn records ignored:
+            ``journal_replayed`` (changes recovered from the journal), ``journal_torn`` (torn records ignored:
             at most one after ``kill -9``), ``journal_torn_bytes``. Zero counts are left out.
     """
 
@@ -153,10 +163,29 @@ class EmbeddedBackend(Backend):
             raise
 
     async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
-        match = self.index.check_and_add(key, sketch)
-        if match is None and self.journal is not None and self.journal.is_open:
-            self.journal.append(key, sketch)
-        return match
+        """The duplicate's kept match, else ``None`` (kept, or a revisit: see :meth:`decide`)."""
+        return self.decide(key, sketch).match
+
+    async def check_and_add_many(self, pages: Sequence[tuple[str, Sketch]]) -> list[Decision]:
+        return [self.decide(key, sketch) for key, sketch in pages]
+
+    def decide(self, key: str, sketch: Sketch) -> Decision:
+        """Apply the recrawl rule (:meth:`SketchIndex.check_key`) and journal what changed the store: a kept
+        page or a changed revisit (a *put*), a stored key that now duplicates another page (a *delete*).
+
+        Raises:
+            JournalWriteError: the change holds for this run but could not be journaled.
+        """
+        checked = self.index.check_key(key, sketch)
+        journal = self.journal if self.journal is not None and self.journal.is_open else None
+        if checked.kind == "duplicate":
+            assert checked.match is not None
+            if checked.removed and journal is not None:
+                journal.append_delete(key)
+            return Decision.duplicate(checked.match)
+        if journal is not None and (checked.kind == "kept" or checked.changed):
+            journal.append(key, sketch)
+        return Decision.kept() if checked.kind == "kept" else Decision.revisit(checked.changed)
 
     async def close(self) -> None:
         self.save()
@@ -204,8 +233,11 @@ class EmbeddedBackend(Backend):
                 raise StateError(f"{exc}; use another state directory or reset it (NEARDUP_RESET=True)") from exc
             logger.info("loaded %d kept sketches from %s", len(index), self.state_path)
             self._count("state_loaded", len(index))
+        legacy_snapshot = self.state_path.exists() and "id" not in index.meta
         if not self.journal_path.exists():
             self.index = index
+            if legacy_snapshot:
+                self._checkpoint()  # give it an identity for the journal to continue
             return
         replay = self.journal.replay(index)
         # Only now, with the whole journal read and checked, does the recovered index replace the empty one.
@@ -219,26 +251,37 @@ class EmbeddedBackend(Backend):
             )
         if replay.replayed:
             self._count("journal_replayed", replay.replayed)
-            logger.info("replayed %d kept sketches from %s", replay.replayed, self.journal_path)
-            # Compact now, so that a crash later in this run replays only this run's pages.
-            self.index.save(self.state_path)
-        if replay.replayed or replay.torn or replay.base + replay.records != len(index):
+            logger.info("replayed %d changes from %s", replay.replayed, self.journal_path)
+        if replay.replayed or replay.legacy or legacy_snapshot:
+            # Compact now, so that a crash later in this run replays only this run's changes (and a store of
+            # an older version is rewritten in the current formats).
+            self._checkpoint()
+        elif replay.torn or replay.absorbed:
             # A new journal continuing the current snapshot: new records must follow intact ones only, and
-            # a journal that stopped short of the snapshot cannot be continued.
-            self.journal.write_new(len(self.index))
+            # a journal already in the snapshot must not be continued.
+            self.journal.write_new(len(self.index), self.index.meta.get("id"))
 
     def _open_journal(self) -> None:
         """Open the journal for appending, creating it (with an fsynced header) when there is none."""
         assert self.journal is not None
         if not self.journal.path.exists():
-            self.journal.write_new(len(self.index))
+            # An empty store gets an identity too, so that the first snapshot can name it as its predecessor.
+            self.index.meta.setdefault("id", uuid.uuid4().hex)
+            self.journal.write_new(len(self.index), self.index.meta["id"])
         self.journal.open_for_append()
 
     def _checkpoint(self) -> None:
-        """Snapshot first, then an empty journal: a crash in between leaves a journal the snapshot covers."""
-        assert self.state_path is not None and self.journal is not None
-        self.index.save(self.state_path)
-        self.journal.write_new(len(self.index))
+        """Snapshot first, then an empty journal: a crash in between leaves a journal the snapshot covers
+        (and names as its predecessor)."""
+        assert self.journal is not None
+        self._write_snapshot()
+        self.journal.write_new(len(self.index), self.index.meta["id"])
+
+    def _write_snapshot(self) -> None:
+        """The first half of a checkpoint: a compacted snapshot with a new identity naming the previous one."""
+        assert self.state_path is not None
+        previous = self.index.meta.get("id")
+        self.index.save(self.state_path, meta={"id": uuid.uuid4().hex, "previous": previous})
 
     # -- the lock --------------------------------------------------------------------------------------------
 

@@ -39,6 +39,16 @@ recounted directory with more bits. Each entry is rewritten a few times in its l
 insert, amortized. After a merge, freed heap memory is handed back to the OS (glibc keeps freed temporaries
 of many megabytes otherwise, which would count as resident memory).
 
+**Keys, replacements, removals (recurring crawls).** A page's key identifies it across crawls:
+:meth:`SketchIndex.find` gives the live page stored under a key (a sorted array of the keys' 64-bit hashes,
+12 bytes a page, plus a dict of the keys added since its last merge; a hash hit is confirmed on the key
+itself). :meth:`SketchIndex.remove` marks a page dead (a tombstone: lookups skip it; its band entries stay,
+which only adds candidates that are then rejected, so retrieval stays exact for the live pages), and a
+replacement is a removal plus an insert. :meth:`SketchIndex.compact` drops dead pages and renumbers the rest
+(one sort of the band entries); :meth:`SketchIndex.save` compacts first, so a saved index holds only live
+pages: its size is bounded by the number of distinct live keys however often they were replaced.
+:meth:`SketchIndex.check_key` applies the recrawl rule (see there).
+
 **Persistence.** ``save`` writes the per-page arrays (band entries are derived from the stored values and are
 rebuilt on load: one sort) as a zip of ``.npy`` files with a JSON header holding the parameters and a SHA-256
 of every array, checked on load.
@@ -58,7 +68,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -68,8 +78,10 @@ from .stored import StoredSignature, band_bounds, band_sums, shared_counts, stor
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
-_READABLE_FORMATS = (1, 2)  # format 1 has no runs: they are rebuilt from the values
+FORMAT_VERSION = 3
+# Format 1 has no runs (they are rebuilt from the values); format 3 adds the store's metadata to the header
+# (see SketchIndex.save: the embedded store's snapshot identity); the arrays of 2 and 3 are the same.
+_READABLE_FORMATS = (1, 2, 3)
 _MAGIC = "scrapy-neardup-index"
 _ARRAYS = ("values", "fingerprints", "key_ends", "key_blob")
 _RUN_ARRAYS = ("band_low", "band_pages", "directory")
@@ -102,6 +114,30 @@ _MIN_SEGMENT_BITS = 12
 _MAX_OFFSET32 = 0xFFFFFFFF
 # Pages whose band entries are computed per numpy pass when rebuilding after load (bounds temporaries).
 _REBUILD_CHUNK = 1 << 16
+# Keys added since the sorted key-hash array was last merged, held in a dict (about 100 bytes a key).
+_RECENT_KEYS = 1 << 15
+
+
+Kind = Literal["kept", "duplicate", "revisit"]
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What :meth:`SketchIndex.check_key` did with a page.
+
+    Attributes:
+        kind: ``"kept"`` (a new key, stored), ``"duplicate"`` (``match`` names the kept page it
+            near-duplicates; nothing stored) or ``"revisit"`` (the key was stored and its best match is its
+            own stored version, or it matches nothing any more).
+        match: the kept page a duplicate names.
+        changed: a revisit whose content differs from the stored version (which was replaced).
+        removed: a duplicate whose key was stored: its stale entry was removed.
+    """
+
+    kind: Kind
+    match: Match | None = None
+    changed: bool = False
+    removed: bool = False
 
 
 class StateError(RuntimeError):
@@ -165,6 +201,15 @@ class SketchIndex:
         self._fingerprints = np.empty(1024, dtype=np.uint64)
         self._key_ends = np.empty(1024, dtype=np.uint32)  # int64 once the blob passes 4 GB
         self._key_blob = bytearray()
+        # Removed pages (tombstones, see the module doc) and the key lookup, built on the first find().
+        self._dead = np.zeros(1024, dtype=bool)
+        self._dead_count = 0
+        self._keys_indexed = False
+        self._key_hashes = np.empty(0, dtype=np.int64)  # sorted hashes of the keys of pages < _keys_sorted_upto
+        self._key_docs = np.empty(0, dtype=np.uint32)
+        self._recent_key_docs: dict[str, int] = {}
+        #: The store's metadata saved in the header (see save); empty for a new index.
+        self.meta: dict[str, Any] = {}
         # Recent tier: pages _recent_first .. _size - 1.
         self._recent: set[int] = set()
         self._recent_keys = np.empty((self._bands, _RECENT_PAGES), dtype=np.uint32)
@@ -180,7 +225,8 @@ class SketchIndex:
         self._set_main_directory(self._main_bits)
 
     def __len__(self) -> int:
-        return self._size
+        """Live pages (removed ones are not counted)."""
+        return self._size - self._dead_count
 
     def key(self, doc: int) -> str:
         """The key of the ``doc``-th kept page."""
@@ -241,6 +287,139 @@ class SketchIndex:
         self._insert(key, values, keys, band_keys, fingerprint)
         return matches
 
+    # -- keys: recurring crawls ------------------------------------------------------------------------------
+
+    def find(self, key: str) -> int | None:
+        """The live page stored under ``key`` (its number), or ``None``."""
+        if not self._keys_indexed:
+            self._index_keys()
+        doc = self._recent_key_docs.get(key)
+        if doc is not None:
+            return None if self._dead[doc] else doc
+        hashes = self._key_hashes
+        h = hash(key)
+        at = int(np.searchsorted(hashes, h))
+        while at < hashes.size and int(hashes[at]) == h:
+            doc = int(self._key_docs[at])
+            if not self._dead[doc] and self.key(doc) == key:
+                return doc
+            at += 1
+        return None
+
+    def remove(self, doc: int) -> None:
+        """Mark page ``doc`` dead: no lookup finds it any more (see the module doc)."""
+        if not self._dead[doc]:
+            self._dead[doc] = True
+            self._dead_count += 1
+            if self._keys_indexed:
+                key = self.key(doc)
+                if self._recent_key_docs.get(key) == doc:
+                    del self._recent_key_docs[key]
+
+    def put(self, key: str, sketch: Sketch) -> bool:
+        """Make ``sketch`` the stored content of ``key`` (adding it, or replacing the stored version unless
+        that is identical); whether anything changed. Idempotent: the journal replays with it."""
+        return self._put(key, self._check(sketch), sketch.fingerprint)
+
+    def put_stored(self, key: str, stored: StoredSignature, fingerprint: int) -> bool:
+        """:meth:`put` for a stored signature and its fingerprint (a journal's replay)."""
+        return self._put(key, self._check_stored(stored), fingerprint)
+
+    def _put(self, key: str, values: np.ndarray, fingerprint: int) -> bool:
+        doc = self.find(key)
+        if doc is not None:
+            if int(self._fingerprints[doc]) == fingerprint and np.array_equal(self._values[doc], values):
+                return False
+            self.remove(doc)
+        self._add(key, values, fingerprint)
+        return True
+
+    def delete(self, key: str) -> bool:
+        """Remove the page stored under ``key``; whether there was one. Idempotent."""
+        doc = self.find(key)
+        if doc is None:
+            return False
+        self.remove(doc)
+        return True
+
+    def check_key(self, key: str, sketch: Sketch) -> Checked:
+        """The recrawl rule: a page seen again under its key is a revisit, never a copy of itself.
+
+        * ``key`` not stored: as :meth:`check_and_add` (a duplicate of its best match, else kept).
+        * ``key`` stored, and its best match (exact duplicates first, then most positions shared; a tie goes
+          to its own version) is its own stored version: a revisit, ``changed`` unless the fingerprints (the
+          normalized texts) are equal; a changed page replaces the stored version.
+        * ``key`` stored, no match at all (the content changed completely): a changed revisit (replaced).
+        * ``key`` stored, but another kept page matches better: a duplicate naming that page; the key's stale
+          entry is removed, so that pages once dropped as its copies are judged afresh later.
+
+        No duplicate ever names a page whose stored content does not share ``>= t`` positions with ``sketch``.
+        """
+        own = self.find(key)
+        values = self._check(sketch)
+        candidates, keys, band_keys = self._candidates(self._band_sums(values))
+        best = self._best_doc(values, candidates, sketch.fingerprint, own) if candidates else None
+        if own is None:
+            if best is not None:
+                return Checked("duplicate", self._match(best[0], best[1], sketch.fingerprint))
+            self._insert(key, values, keys, band_keys, sketch.fingerprint)
+            return Checked("kept")
+        if best is not None and best[0] != own:
+            self.remove(own)
+            return Checked("duplicate", self._match(best[0], best[1], sketch.fingerprint), removed=True)
+        if int(self._fingerprints[own]) == sketch.fingerprint:
+            return Checked("revisit")
+        self.remove(own)
+        self._insert(key, values, keys, band_keys, sketch.fingerprint)
+        return Checked("revisit", changed=True)
+
+    def compact(self) -> None:
+        """Drop the removed pages, renumbering the live ones in order (rebuilds the band runs: one sort)."""
+        if not self._dead_count:
+            return
+        n = self._size
+        live = ~self._dead[:n]
+        ends = self._key_ends[:n].astype(np.int64)
+        lengths = np.diff(ends, prepend=0)
+        blob = np.frombuffer(bytes(self._key_blob), dtype=np.uint8)
+        self._key_blob = bytearray(blob[np.repeat(live, lengths)].tobytes())
+        kept_ends = np.cumsum(lengths[live])
+        self._key_ends = kept_ends.astype(np.uint32 if len(self._key_blob) <= _MAX_OFFSET32 else np.int64)
+        self._values = self._values[:n][live]
+        self._fingerprints = self._fingerprints[:n][live]
+        self._size = int(self._values.shape[0])
+        self._dead = np.zeros(max(self._size, 1), dtype=bool)
+        self._dead_count = 0
+        self._keys_indexed = False
+        self._recent_key_docs = {}
+        self._key_hashes = np.empty(0, dtype=np.int64)
+        self._key_docs = np.empty(0, dtype=np.uint32)
+        if self._size:
+            self._rebuild_bands()
+        else:
+            fresh = SketchIndex(self.num_perm, self.min_shared, self.tag)
+            fresh.meta = self.meta
+            self.__dict__.update(fresh.__dict__)
+
+    def _index_keys(self) -> None:
+        """Build the key lookup over every page (once; later inserts keep it up to date)."""
+        hashes = np.fromiter((hash(self.key(doc)) for doc in range(self._size)), dtype=np.int64, count=self._size)
+        order = np.argsort(hashes, kind="stable")
+        self._key_hashes = hashes[order]
+        self._key_docs = order.astype(np.uint32)
+        self._recent_key_docs = {}
+        self._keys_indexed = True
+
+    def _merge_recent_keys(self) -> None:
+        recent = self._recent_key_docs
+        hashes = np.fromiter((hash(k) for k in recent), dtype=np.int64, count=len(recent))
+        docs = np.fromiter(recent.values(), dtype=np.uint32, count=len(recent))
+        order = np.argsort(hashes, kind="stable")
+        at = np.searchsorted(self._key_hashes, hashes[order])
+        self._key_hashes = np.insert(self._key_hashes, at, hashes[order])
+        self._key_docs = np.insert(self._key_docs, at, docs[order])
+        self._recent_key_docs = {}
+
     def memory_bytes(self) -> int:
         """Bytes the index uses: its arrays as far as written (room reserved for growth and not yet written is
         not resident and not counted), plus the set of recent band keys at about 60 bytes a key."""
@@ -248,7 +427,9 @@ class SketchIndex:
         per_page = self._values[:n].nbytes + self._fingerprints[:n].nbytes + self._key_ends[:n].nbytes
         runs = self._low[:entries].nbytes + self._pages[:entries].nbytes + self._directory.nbytes
         recent = self._recent_keys.nbytes + 60 * len(self._recent)
-        return per_page + len(self._key_blob) + runs + recent
+        keys = self._dead[:n].nbytes + self._key_hashes.nbytes + self._key_docs.nbytes
+        keys += 100 * len(self._recent_key_docs)
+        return per_page + len(self._key_blob) + runs + recent + keys
 
     # -- lookups ---------------------------------------------------------------------------------------------
 
@@ -316,6 +497,8 @@ class SketchIndex:
             return []
         docs = np.fromiter(candidates, dtype=np.intp, count=len(candidates))
         docs.sort()
+        if self._dead_count:
+            docs = docs[~self._dead[docs]]
         shared = shared_counts(self._values[docs], values)
         hits = np.flatnonzero(shared >= self.min_shared)
         exact = self._fingerprints[docs[hits]] == np.uint64(fingerprint)
@@ -324,20 +507,30 @@ class SketchIndex:
 
     def _best(self, values: np.ndarray, candidates: set[int], fingerprint: int) -> Match | None:
         """The best verified match among ``candidates``: exact duplicate, then most shared, then earliest."""
-        if not candidates:
-            return None
+        best = self._best_doc(values, candidates, fingerprint) if candidates else None
+        return None if best is None else self._match(best[0], best[1], fingerprint)
+
+    def _best_doc(
+        self, values: np.ndarray, candidates: set[int], fingerprint: int, own: int | None = None,
+    ) -> tuple[int, int] | None:
+        """``(page, shared)`` of the best live verified match: exact duplicate, then most shared, then
+        ``own`` (a key's own stored version wins ties), then earliest."""
         if len(candidates) == 1:
             doc = next(iter(candidates))
             shared = int(shared_counts(self._values[doc], values))
-            return self._match(doc, shared, fingerprint) if shared >= self.min_shared else None
+            return (doc, shared) if shared >= self.min_shared and not self._dead[doc] else None
         docs = np.fromiter(candidates, dtype=np.intp, count=len(candidates))
+        if self._dead_count:
+            docs = docs[~self._dead[docs]]
         shared_all = shared_counts(self._values[docs], values)
         hits = np.flatnonzero(shared_all >= self.min_shared)
         if hits.size == 0:
             return None
         exact = self._fingerprints[docs[hits]] == np.uint64(fingerprint)
-        best = int(hits[best_first(exact, shared_all[hits], docs[hits])[0]])
-        return self._match(int(docs[best]), int(shared_all[best]), fingerprint)
+        # The one ranking (best_first); a key's own stored version wins ties before "earliest": order -1.
+        order = np.where(docs[hits] == own, -1, docs[hits]) if own is not None else docs[hits]
+        best = int(hits[best_first(exact, shared_all[hits], order)[0]])
+        return int(docs[best]), int(shared_all[best])
 
     def _match(self, doc: int, shared: int, fingerprint: int) -> Match:
         return Match(
@@ -360,7 +553,12 @@ class SketchIndex:
         if len(blob) > _MAX_OFFSET32 and self._key_ends.dtype != np.int64:
             self._key_ends = self._key_ends.astype(np.int64)
         self._key_ends[doc] = len(blob)
+        self._dead[doc] = False
         self._size = doc + 1
+        if self._keys_indexed:
+            self._recent_key_docs[key] = doc
+            if len(self._recent_key_docs) >= _RECENT_KEYS:
+                self._merge_recent_keys()
         self._recent_keys[:, doc - self._recent_first] = keys
         self._recent.update(band_keys)
         if self._size - self._recent_first >= self._recent_limit:
@@ -371,6 +569,8 @@ class SketchIndex:
         self._values = _resized(self._values, capacity)
         self._fingerprints = _resized(self._fingerprints, capacity)
         self._key_ends = _resized(self._key_ends, capacity)
+        if self._dead.shape[0] < capacity:
+            self._dead = _resized(self._dead, capacity)
 
     def _flush_recent(self) -> None:
         """Merge the recent pages' band entries into mid (and mid into main when mid has grown large)."""
@@ -539,8 +739,10 @@ class SketchIndex:
 
     # -- persistence -----------------------------------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the index to ``path`` atomically (temporary file, fsync, rename).
+    def save(self, path: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
+        """Compact the index (:meth:`compact`: removed pages are not saved), then write it to ``path``
+        atomically (temporary file, fsync, rename). ``meta`` (JSON) is saved in the header and becomes
+        :attr:`meta`, here and in the loaded index (the embedded store keeps its snapshot identity there).
 
         A crash while saving leaves the previous file intact. The file is a zip of numpy arrays plus a JSON
         header with the parameters and a SHA-256 of every array, checked on load. Besides the per-page arrays
@@ -548,6 +750,9 @@ class SketchIndex:
         only checks them instead of sorting all band keys again.
         """
         path = Path(path)
+        self.compact()
+        if meta is not None:
+            self.meta = dict(meta)
         n = self._size
         arrays: dict[str, np.ndarray] = {
             "values": self._values[:n],
@@ -573,6 +778,7 @@ class SketchIndex:
                 "recent_first": self._recent_first,
             },
             "sha256": {name: _digest(a) for name, a in arrays.items()},
+            "meta": self.meta,
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_writer(path) as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
@@ -636,6 +842,9 @@ class SketchIndex:
             index._key_ends = key_ends.astype(np.uint32 if key_ends[-1] <= _MAX_OFFSET32 else np.int64)
         index._key_blob = bytearray(arrays["key_blob"].tobytes())
         index._size = size
+        index._dead = np.zeros(max(size, 1024), dtype=bool)
+        meta = header.get("meta")
+        index.meta = dict(meta) if isinstance(meta, dict) else {}
         if not ("runs" in header and index._restore_runs(header["runs"], arrays)):
             index._rebuild_bands()
         return index

@@ -1,18 +1,27 @@
-"""The journal of the embedded store: every page kept since the last snapshot, one record per page.
+"""The journal of the embedded store: every change since the last snapshot, one record per change.
 
-The embedded store (:mod:`scrapy_neardup.core.embedded`) appends a record the moment ``check_and_add`` keeps a
-page, so that a crawl killed with ``kill -9`` (or an out-of-memory kill, or a crash) still knows, when resumed,
-every page it kept and passed on.
+The embedded store (:mod:`scrapy_neardup.core.embedded`) appends a record the moment a check changes the store
+(a page kept, a kept page's content replaced on a recrawl, a stale page removed), so that a crawl killed with
+``kill -9`` (or an out-of-memory kill, or a crash) still knows, when resumed, every change it made.
 
-Journal format (all integers little-endian)::
+Journal format 2 (all integers little-endian)::
 
-    header   b"NDUPJRNL" | u32 format (1) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON
-             {"tag": ..., "num_perm": k, "min_shared": t, "base": B}
+    header   b"NDUPJRNL" | u32 format (2) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON
+             {"tag": ..., "num_perm": k, "min_shared": t, "base": B, "snapshot": S}
     record   u32 size | u32 crc32(size) | u32 crc32(payload) | payload: size bytes
-             payload = u64 fingerprint | k x u32 signature | key (UTF-8, lone surrogates kept)
+             payload = u8 1 (put) | u64 fingerprint | k x u32 signature | key (UTF-8, lone surrogates kept)
+                     | u8 2 (delete) | key
 
-``base`` is the number of pages in the snapshot the journal continues: record ``i`` is the index's page
-``base + i``. A record costs one ``write(2)`` of ``12 + 8 + 4k + len(key)`` bytes (about 600 bytes for k = 128).
+``snapshot`` is the identity of the snapshot the journal continues (``None``: no snapshot yet) and ``base`` its
+number of pages (for messages). Records are idempotent: *put* makes a sketch the stored content of its key
+(adding the key, or replacing its stored version), *delete* removes a key. Replaying them in order onto the
+snapshot they continue gives the store as it was; replaying them onto a snapshot that already holds them (a
+crash between writing the snapshot and starting a new journal) changes nothing, which is why such a journal
+is recognized (the snapshot names its predecessor, ``previous``) and skipped. A put costs one ``write(2)``
+of ``12 + 1 + 8 + 4k + len(key)`` bytes (about 600 bytes for k = 128), a delete ``13 + len(key)``.
+
+Format 1 (read, never written: a store written by an older version) has only puts, without the kind byte,
+and no snapshot identity: record ``i`` is the snapshot's page ``base + i``.
 
 A record is handed to the kernel (an unbuffered ``write(2)``) before :meth:`Journal.append` returns; it is not
 fsynced (see :mod:`scrapy_neardup.core.embedded` for why). A new journal's header is written atomically and
@@ -33,7 +42,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -46,7 +55,11 @@ from .stored import StoredSignature, stored_values
 logger = logging.getLogger(__name__)
 
 JOURNAL_MAGIC = b"NDUPJRNL"
-JOURNAL_FORMAT = 1
+JOURNAL_FORMAT = 2
+_READABLE = (1, 2)
+#: Record kinds (format 2).
+PUT = 1
+DELETE = 2
 
 _HEADER = struct.Struct("<8sIII")  # magic, format, params length, crc32(params)
 _RECORD = struct.Struct("<III")  # payload size, crc32(size), crc32(payload)
@@ -62,12 +75,20 @@ class JournalWriteError(StateError, BackendError):
 @dataclass(frozen=True, slots=True)
 class Replay:
     """What :meth:`Journal.replay` found: the ``base`` in the header, the intact ``records`` read, how many
-    were ``replayed`` (added to the index), and the bytes of a ``torn`` tail (0: none)."""
+    were ``replayed`` (applied to the index), the bytes of a ``torn`` tail (0: none), whether the journal was
+    ``absorbed`` (already in the snapshot: skipped) and whether it is of the ``legacy`` format 1."""
 
     base: int
     records: int
     replayed: int
     torn: int
+    absorbed: bool = False
+    legacy: bool = False
+
+
+#: A parsed record: (kind, key, sketch or None for a delete).
+#: ``(kind, key, (stored signature, fingerprint) or None for a delete)``.
+Record = tuple[int, str, tuple[StoredSignature, int] | None]
 
 
 class Journal:
@@ -95,17 +116,18 @@ class Journal:
     # -- reading ---------------------------------------------------------------------------------------------
 
     def replay(self, index: SketchIndex) -> Replay:
-        """Add the journal's records that ``index`` (the snapshot) lacks.
+        """Apply to ``index`` (the snapshot just loaded, whose :attr:`~SketchIndex.meta` holds its ``id`` and
+        ``previous``) the journal's records it lacks.
 
-        Records ``base + i`` at or beyond the snapshot's size are added; earlier ones must already be in the
-        snapshot (a crash between writing the snapshot and starting a new journal) and are checked there.
+        A journal continuing this snapshot is replayed; one continuing its predecessor is already in it
+        (skipped, ``absorbed``). A format-1 journal: records ``base + i`` at or beyond the snapshot's size are
+        added, earlier ones must already be in the snapshot and are checked there.
 
         Raises:
             StateError: the journal is damaged before its end, made with other parameters, or continues
                 another snapshot.
         """
         path = self.path
-        snapshot_size = len(index)
         try:
             with open(path, "rb") as handle:
                 size = os.fstat(handle.fileno()).st_size
@@ -114,46 +136,97 @@ class Journal:
                         f"near-duplicate journal {path} is damaged: {size} bytes, shorter than its header"
                     )
                 with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                    base, offset = self._parse_header(data)
-                    if base > snapshot_size:
-                        found = f"a snapshot of {snapshot_size} sketches" if snapshot_size else "no snapshot"
-                        raise StateError(
-                            f"near-duplicate journal {path} continues a snapshot of {base} sketches, but "
-                            f"{self.snapshot.parent} holds {found}: the snapshot was replaced or deleted; use "
-                            "another state directory or reset it (NEARDUP_RESET=True)"
-                        )
+                    version, params, offset = self._parse_header(data)
+                    if version == 1:
+                        return self._replay_legacy(index, data, params["base"], offset)
+                    absorbed = self._continues(index, params)
                     records = replayed = 0
                     while offset < size:
-                        record, length = self._parse_record(data, offset, records)
+                        record, length = self._parse_record(data, offset, records, version)
                         if record is None:
-                            return Replay(base, records, replayed, size - offset)
-                        seq, (key, stored, fingerprint) = base + records, record
-                        if seq >= snapshot_size:
-                            index.add_stored(key, stored, fingerprint)
+                            return Replay(params["base"], records, replayed, size - offset, absorbed)
+                        if not absorbed:
+                            kind, key, content = record
+                            if kind == PUT:
+                                assert content is not None
+                                index.put_stored(key, *content)
+                            else:
+                                index.delete(key)
                             replayed += 1
-                        elif not any(m.key == key for m in index.query_stored(stored, fingerprint)):
-                            # Written before the snapshot that should now hold it (a crash between saving the
-                            # snapshot and starting a new journal): it must be there, or the snapshot is not
-                            # the one this journal continues.
-                            raise StateError(
-                                f"near-duplicate journal {path} does not belong to the snapshot "
-                                f"{self.snapshot}: its page {seq} ({key!r}) is not in the snapshot; use "
-                                "another state directory or reset it (NEARDUP_RESET=True)"
-                            )
                         records += 1
                         offset += length
-                    return Replay(base, records, replayed, 0)
+                    return Replay(params["base"], records, replayed, 0, absorbed)
         except OSError as exc:
             raise StateError(f"near-duplicate journal {path} is unreadable: {exc}") from exc
 
-    def _parse_header(self, data: mmap.mmap) -> tuple[int, int]:
-        """``(base, offset of the first record)``."""
+    def _continues(self, index: SketchIndex, params: dict[str, Any]) -> bool:
+        """Check the journal continues ``index`` (the snapshot); ``True`` when it is already in it."""
+        continued, base = params.get("snapshot"), params["base"]
+        current, previous = index.meta.get("id"), index.meta.get("previous")
+        if continued == current:
+            return False
+        if continued is not None and continued == previous:
+            return True
+        if current is None and not base and continued is not None:
+            # No snapshot yet: the journal continues the empty store it was started on, whose identity only
+            # the journal holds; the next snapshot will name it as its predecessor.
+            index.meta["id"] = continued
+            return False
+        if current is None and base:
+            raise StateError(
+                f"near-duplicate journal {self.path} continues a snapshot of {base} sketches, but "
+                f"{self.snapshot.parent} holds no snapshot: the snapshot was replaced or deleted; use another "
+                "state directory or reset it (NEARDUP_RESET=True)"
+            )
+        raise StateError(
+            f"near-duplicate journal {self.path} does not belong to the snapshot {self.snapshot} (it continues "
+            f"snapshot {continued}, a snapshot of {base} sketches; found {current}); use another state "
+            "directory or reset it (NEARDUP_RESET=True)"
+        )
+
+    def _replay_legacy(self, index: SketchIndex, data: mmap.mmap, base: int, offset: int) -> Replay:
+        """A format-1 journal (see the module doc)."""
+        path, size = self.path, len(data)
+        snapshot_size = len(index)
+        if base > snapshot_size:
+            found = f"a snapshot of {snapshot_size} sketches" if snapshot_size else "no snapshot"
+            raise StateError(
+                f"near-duplicate journal {path} continues a snapshot of {base} sketches, but "
+                f"{self.snapshot.parent} holds {found}: the snapshot was replaced or deleted; use "
+                "another state directory or reset it (NEARDUP_RESET=True)"
+            )
+        records = replayed = 0
+        while offset < size:
+            record, length = self._parse_record(data, offset, records, 1)
+            if record is None:
+                return Replay(base, records, replayed, size - offset, legacy=True)
+            _, key, content = record
+            assert content is not None
+            seq = base + records
+            if seq >= snapshot_size:
+                index.add_stored(key, *content)
+                replayed += 1
+            elif not any(m.key == key for m in index.query_stored(*content)):
+                # Written before the snapshot that should now hold it (a crash between saving the
+                # snapshot and starting a new journal): it must be there, or the snapshot is not
+                # the one this journal continues.
+                raise StateError(
+                    f"near-duplicate journal {path} does not belong to the snapshot "
+                    f"{self.snapshot}: its page {seq} ({key!r}) is not in the snapshot; use "
+                    "another state directory or reset it (NEARDUP_RESET=True)"
+                )
+            records += 1
+            offset += length
+        return Replay(base, records, replayed, 0, legacy=True)
+
+    def _parse_header(self, data: mmap.mmap) -> tuple[int, dict[str, Any], int]:
+        """``(format, params, offset of the first record)``."""
         path = self.path
         magic, version, length, crc = _HEADER.unpack_from(data)
         if magic != JOURNAL_MAGIC:
             raise StateError(f"{path} is not a scrapy-neardup journal (or its header is damaged)")
-        if version != JOURNAL_FORMAT:
-            raise StateError(f"{path} is a journal of format {version}; this version reads format {JOURNAL_FORMAT}")
+        if version not in _READABLE:
+            raise StateError(f"{path} is a journal of format {version}; this version reads formats 1 and 2")
         raw = data[_HEADER.size : _HEADER.size + length]
         if len(raw) != length or zlib.crc32(raw) != crc:
             raise StateError(f"near-duplicate journal {path} is damaged: header checksum mismatch")
@@ -171,11 +244,9 @@ class Journal:
             )
         if not isinstance(base, int) or base < 0:
             raise StateError(f"near-duplicate journal {path} is damaged: base {base!r}")
-        return base, _HEADER.size + length
+        return version, params, _HEADER.size + length
 
-    def _parse_record(
-        self, data: mmap.mmap, offset: int, number: int
-    ) -> tuple[tuple[str, StoredSignature, int] | None, int]:
+    def _parse_record(self, data: mmap.mmap, offset: int, number: int, version: int) -> tuple[Record | None, int]:
         """The record at ``offset`` and its length; ``(None, 0)`` when the rest of the file is a torn tail.
 
         A torn tail is what a write cut short leaves: a last record that is incomplete, or that fails a check
@@ -186,7 +257,7 @@ class Journal:
         if end - offset < _RECORD.size:
             return None, 0
         size, size_crc, crc = _RECORD.unpack_from(data, offset)
-        min_size = _FINGERPRINT.size + 4 * self.num_perm
+        min_size = 1 if version >= 2 else _FINGERPRINT.size + 4 * self.num_perm
         if size_crc != zlib.crc32(data[offset : offset + _SIZE.size]) or size < min_size:
             if _zero_tail(data) < offset + _RECORD.size:  # the header itself runs into unwritten blocks
                 return None, 0
@@ -199,11 +270,17 @@ class Journal:
             if _zero_tail(data) <= stop:  # nothing but unwritten blocks after it: the last record
                 return None, 0
             raise self._damaged(offset, number, "record checksum mismatch")
-        (fingerprint,) = _FINGERPRINT.unpack_from(payload)
-        signature = np.frombuffer(payload, dtype="<u4", count=self.num_perm, offset=_FINGERPRINT.size)
-        key = payload[min_size:].decode("utf-8", errors="surrogatepass")
+        kind, at = (payload[0], 1) if version >= 2 else (PUT, 0)
+        sketch_end = at + _FINGERPRINT.size + 4 * self.num_perm
+        if kind == DELETE:
+            return (DELETE, payload[at:].decode("utf-8", errors="surrogatepass"), None), stop - offset
+        if kind != PUT or size < sketch_end:  # intact (checksums agree) but not a record this version wrote
+            raise self._damaged(offset, number, f"unknown record kind {kind} of {size} bytes")
+        (fingerprint,) = _FINGERPRINT.unpack_from(payload, at)
+        signature = np.frombuffer(payload, dtype="<u4", count=self.num_perm, offset=at + _FINGERPRINT.size)
+        key = payload[sketch_end:].decode("utf-8", errors="surrogatepass")
         # Only non-empty sketches are kept and journaled; the index compares their stored form.
-        return (key, StoredSignature(stored_values(signature), self.tag), fingerprint), stop - offset
+        return (PUT, key, (StoredSignature(stored_values(signature), self.tag), fingerprint)), stop - offset
 
     def _damaged(self, offset: int, number: int, what: str) -> StateError:
         return StateError(
@@ -218,28 +295,38 @@ class Journal:
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
         self._end = self._file.seek(0, os.SEEK_END)
 
-    def write_new(self, base: int) -> None:
-        """Atomically replace the journal by an empty one continuing a snapshot of ``base`` pages."""
-        params = json.dumps(
-            {"tag": self.tag, "num_perm": self.num_perm, "min_shared": self.min_shared, "base": base}
-        ).encode()
+    def write_new(self, base: int, snapshot: str | None) -> None:
+        """Atomically replace the journal by an empty one continuing the snapshot ``snapshot`` (its id;
+        ``None``: none) of ``base`` pages."""
+        params = json.dumps({
+            "tag": self.tag, "num_perm": self.num_perm, "min_shared": self.min_shared, "base": base,
+            "snapshot": snapshot,
+        }).encode()
         header = _HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT, len(params), zlib.crc32(params)) + params
         write_atomically(self.path, header)
 
     def append(self, key: str, sketch: Sketch) -> None:
-        """One record, handed to the kernel before returning (not fsynced: see the module doc).
+        """A *put* record: ``sketch`` is now the stored content of ``key`` (a page kept, or a kept page whose
+        content changed); handed to the kernel before returning (not fsynced: see the module doc).
 
         Raises:
             JournalWriteError: the write failed; a partial record is cut off, so later records still follow
                 intact ones.
         """
-        journal = self._file
-        assert journal is not None
-        payload = b"".join((
+        self._write(key, b"".join((
+            bytes((PUT,)),
             _FINGERPRINT.pack(sketch.fingerprint),
             np.asarray(sketch.signature, dtype="<u4").tobytes(),
             key.encode("utf-8", errors="surrogatepass"),
-        ))
+        )))
+
+    def append_delete(self, key: str) -> None:
+        """A *delete* record: ``key`` is no longer stored. As :meth:`append` otherwise."""
+        self._write(key, bytes((DELETE,)) + key.encode("utf-8", errors="surrogatepass"))
+
+    def _write(self, key: str, payload: bytes) -> None:
+        journal = self._file
+        assert journal is not None
         size = _SIZE.pack(len(payload))
         record = b"".join((size, _SIZE.pack(zlib.crc32(size)), _SIZE.pack(zlib.crc32(payload)), payload))
         try:
@@ -255,8 +342,8 @@ class Journal:
             except OSError:
                 logger.exception("could not cut a partial record off %s", self.path)
             raise JournalWriteError(
-                f"could not append to the near-duplicate journal {self.path}: {exc}; {key!r} is kept "
-                "for this run but would be forgotten after a crash"
+                f"could not append to the near-duplicate journal {self.path}: {exc}; the change to {key!r} "
+                "holds for this run but would be forgotten after a crash"
             ) from exc
         self._end += len(record)
 
@@ -279,4 +366,4 @@ def _zero_tail(data: mmap.mmap) -> int:
     return 0
 
 
-__all__ = ["JOURNAL_FORMAT", "JOURNAL_MAGIC", "Journal", "JournalWriteError", "Replay"]
+__all__ = ["DELETE", "JOURNAL_FORMAT", "JOURNAL_MAGIC", "PUT", "Journal", "JournalWriteError", "Replay"]

@@ -46,6 +46,7 @@ from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.index import Match
 from ..core.text import looks_binary
 from ..core.theory import describe_rule
+from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
 from .settings import NearDupSettings, NearDupSettingsError
 from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
@@ -72,6 +73,8 @@ SKIP_STATS = {
 }
 #: Spider close reason when NEARDUP_ACTION='mark' meets an item class without the mark field.
 MARK_FIELD_MISSING = "neardup_mark_field_missing"
+#: Items looked at before warning that none of them has NEARDUP_TEXT_FIELD.
+TEXT_FIELD_PROBE = 20
 #: Key prefix for items without a URL; the rest is the text's exact fingerprint, so the key is stable.
 NO_URL_PREFIX = "no-url:"
 
@@ -94,8 +97,27 @@ class NearDuplicateDropped(DropItem):
         self.match = match
 
 
+class RevisitDropped(DropItem):
+    """An item dropped because its page was seen before under the same key with the same content
+    (``NEARDUP_REVISIT = "drop_unchanged"``: incremental crawls that want only new and changed pages).
+
+    Raised with ``log_level="DEBUG"``; Scrapy counts it as ``item_dropped_reasons_count/RevisitDropped``.
+
+    Attributes:
+        url: the page's key, which is also the kept page it names.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"unchanged revisit of {url}", log_level="DEBUG")
+        self.url = url
+
+
 class MarkFieldError(NearDupSettingsError):
-    """``NEARDUP_ACTION='mark'`` but the item class does not declare ``NEARDUP_MARK_FIELD``."""
+    """``NEARDUP_ACTION='mark'`` but the item class does not declare ``NEARDUP_MARK_FIELD``.
+
+    Not raised through Scrapy (that would lose the item): the pipeline logs its message, passes such items
+    through unmarked (``neardup/mark_field_missing``), stops the crawl and makes its exit status non-zero
+    (:mod:`scrapy_neardup.crawl.exit_status`). Raised by :meth:`NearDuplicatePipeline.check_mark_field`."""
 
 
 class NearDuplicatePipeline:
@@ -127,7 +149,11 @@ class NearDuplicatePipeline:
         self._opened = False
         self._lock = DeferredLock()
         self._counts: dict[str, int] = {}
-        self._mark_checked: set[type] = set()
+        self._mark_checked: dict[type, bool] = {}  # item class -> can it hold the mark field?
+        self._probed = 0  # items looked at for NEARDUP_TEXT_FIELD, until one has it
+        self._probe_fields: set[str] = set()  # the fields those items have
+        self._text_field_seen = False
+        self._text_field_warned = False
         self._backend_error_logged = False
         self._stopping = False
         self._sketch_worker: SketchWorker | None = None
@@ -199,7 +225,8 @@ class NearDuplicatePipeline:
             await self.backend.close()
         finally:
             self._add_backend_stats()
-            logger.info(self.summary())
+            # A crawl in which no item had the text field checked nothing: say it at WARNING, again.
+            logger.log(logging.WARNING if self._no_text_field() else logging.INFO, "%s", self.summary())
 
     def _add_backend_stats(self) -> None:
         """Add what the backend's counters (:meth:`Backend.stats`) grew by since the last read: read after
@@ -222,6 +249,10 @@ class NearDuplicatePipeline:
             f"Near-duplicates: checked {c('checked', 0)} items, kept {c('kept', 0)}, {verdict} "
             f"({c('exact_duplicates', 0)} exact), passed through {skipped} without usable text"
         )
+        if c("revisited", 0) or c("changed", 0):
+            line += f", revisited {c('revisited', 0)} unchanged and {c('changed', 0)} changed pages"
+            if c("revisits_dropped", 0):
+                line += f" ({c('revisits_dropped')} unchanged dropped)"
         if c("soft404", 0):
             line += f", {c('soft404')} soft 404s {'marked' if self.config.action == 'mark' else 'dropped'}"
         if c("backend_errors", 0):
@@ -231,6 +262,11 @@ class NearDuplicatePipeline:
                      f"afterwards, {c('unchecked_unindexed', 0)} not")
         if c("missing_url", 0):
             line += f", {c('missing_url')} without {self.config.url_field!r}"
+        if c("mark_field_missing", 0):
+            line += (f", {c('mark_field_missing')} passed through unmarked and unchecked (their item class has "
+                     f"no field {self.config.mark_field!r})")
+        if self._no_text_field():
+            line += "; " + self._text_field_missing(f"all {self._probed} items")
         return line
 
     # -- items -----------------------------------------------------------------------------------------------
@@ -238,8 +274,10 @@ class NearDuplicatePipeline:
     async def process_item(self, item: Any, spider: Any = None) -> Any:
         """Return ``item`` when kept, skipped or marked; raise :class:`NearDuplicateDropped` when dropped."""
         adapter = ItemAdapter(item)
-        if self.config.action == "mark":
-            self._check_mark_field(item)
+        if self.config.action == "mark" and not self._can_mark(item, adapter):
+            return item
+        if not self._text_field_seen:
+            self._probe_text_field(adapter)
         if self.hooks is not None:
             soft404 = self.hooks.soft404(str(adapter.get(self.config.url_field)))
             if soft404 is not None:
@@ -272,7 +310,9 @@ class NearDuplicatePipeline:
             return self._unchecked(item, adapter)
         if self.hooks is not None:
             self.hooks.page_checked(key, None if decision.match is None else decision.match.key)
-        if decision.match is None:  # kept (today's backends answer no revisits)
+        if decision.outcome == "revisit":
+            return self._revisit(item, adapter, key, decision.changed)
+        if decision.match is None:
             self._inc("kept")
             return item
         return self._duplicate(item, adapter, key, decision.match)
@@ -358,6 +398,24 @@ class NearDuplicatePipeline:
         self._inc("dropped")
         raise NearDuplicateDropped(key, match)
 
+    def _revisit(self, item: Any, adapter: ItemAdapter, key: str, changed: bool) -> Any:
+        """A page seen again under its key (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`):
+        counted in ``neardup/revisited`` (unchanged) or ``neardup/changed`` (the store now holds the new
+        content); emitted, marked ``{"revisit": True, "changed": changed}`` in mark mode, or - unchanged, with
+        ``NEARDUP_REVISIT = "drop_unchanged"`` - dropped (:class:`RevisitDropped`)."""
+        if key.startswith(NO_URL_PREFIX):
+            # Such a key is the text's fingerprint, not a page: "seen again" means an exact copy of the page
+            # kept under that very key.
+            exact = Match(key=key, shared=self.config.num_perm, resemblance=1.0, exact=True)
+            return self._duplicate(item, adapter, key, exact)
+        self._inc("changed" if changed else "revisited")
+        if not changed and self.config.revisit == "drop_unchanged":
+            self._inc("revisits_dropped")
+            raise RevisitDropped(key)
+        if self.config.action == "mark":
+            adapter[self.config.mark_field] = {"revisit": True, "changed": changed}
+        return item
+
     def _soft404(self, item: Any, adapter: ItemAdapter, soft404: Soft404Match) -> Any:
         """A page that near-duplicates its host's soft-404 template: dropped or marked, never kept."""
         url = str(adapter.get(self.config.url_field))
@@ -382,37 +440,87 @@ class NearDuplicatePipeline:
         self._inc(SKIP_STATS[reason])
         return item
 
-    def _check_mark_field(self, item: Any) -> None:
-        """Fail on the first item of a class that cannot hold the mark field (an undeclared Item field)."""
+    # -- mark mode -------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def check_mark_field(item_class: type, field: str) -> None:
+        """Raise :class:`MarkFieldError` when ``item_class`` declares its fields and ``field`` is not one."""
+        names = ItemAdapter.get_field_names_from_class(item_class)
+        if names is not None and field not in names:
+            raise MarkFieldError(
+                f"NEARDUP_ACTION='mark' needs item field NEARDUP_MARK_FIELD={field!r}, which "
+                f"{item_class.__module__}.{item_class.__qualname__} does not declare: add "
+                f"`{field} = scrapy.Field()` (or a dataclass/attrs field) to the item class, or set "
+                "NEARDUP_MARK_FIELD to a declared field"
+            )
+
+    def _can_mark(self, item: Any, adapter: ItemAdapter) -> bool:
+        """Whether ``item`` can hold the mark field; if so it gets ``None`` unless it holds a value already,
+        so that every item of a mark-mode crawl carries the field (feed exports then have a stable schema:
+        Scrapy's CSV exporter takes its columns from the first item).
+
+        An item of a class that does not declare the field is passed through unmarked and unchecked (counted
+        in ``neardup/mark_field_missing``; never lost, never dropped); the first one logs the error, stops the
+        crawl (close reason ``neardup_mark_field_missing``) and makes its exit status non-zero.
+        """
         cls = type(item)
-        if cls in self._mark_checked:
-            return
-        names = ItemAdapter.get_field_names_from_class(cls)
-        field = self.config.mark_field
-        if names is None or field in names:
-            self._mark_checked.add(cls)
-            return
-        message = (
-            f"NEARDUP_ACTION='mark' needs item field NEARDUP_MARK_FIELD={field!r}, which "
-            f"{cls.__module__}.{cls.__qualname__} does not declare: add `{field} = scrapy.Field()` "
-            "(or a dataclass/attrs field) to the item class, or set NEARDUP_MARK_FIELD to a declared field"
-        )
-        self._stop_crawl(message)
-        raise MarkFieldError(message)
+        can = self._mark_checked.get(cls)
+        if can is None:
+            try:
+                self.check_mark_field(cls, self.config.mark_field)
+            except MarkFieldError as exc:
+                self._stop_crawl(str(exc))
+                can = False
+            else:
+                can = True
+            self._mark_checked[cls] = can
+        if not can:
+            self._inc("mark_field_missing")
+            return False
+        with contextlib.suppress(KeyError, TypeError, AttributeError):  # a field the class cannot hold
+            if adapter.get(self.config.mark_field) is None:
+                adapter[self.config.mark_field] = None
+        return True
 
     def _stop_crawl(self, message: str) -> None:
-        """Log ``message`` once and close the spider: a misconfiguration must not let the crawl run on."""
+        """Log ``message`` once, close the spider and make the crawl's exit status non-zero: a
+        misconfiguration must not let the crawl run on, nor look like a success to whoever scheduled it."""
         if self._stopping:
             return
         self._stopping = True
         logger.error(message)
         if self.crawler is None:
             return
+        field = self.config.mark_field
+        fail_exit_status(self.crawler, f"NEARDUP_MARK_FIELD={field!r} is missing from an item class (see above)")
         try:
             engine = self.crawler.engine
         except RuntimeError:  # not crawling (the pipeline is used on its own)
             return
         deferred_from_coro(engine.close_spider_async(reason=MARK_FIELD_MISSING))
+
+    # -- a text field that no item has -----------------------------------------------------------------------
+
+    def _probe_text_field(self, adapter: ItemAdapter) -> None:
+        """Warn once when the first :data:`TEXT_FIELD_PROBE` items all lack ``NEARDUP_TEXT_FIELD`` (a wrong
+        setting turns the pipeline into a no-op otherwise), naming the fields they do have."""
+        if adapter.get(self.config.text_field) is not None:
+            self._text_field_seen = True
+            return
+        self._probed += 1
+        self._probe_fields.update(name for name in adapter if adapter.get(name) is not None)
+        if self._probed == TEXT_FIELD_PROBE and not self._text_field_warned:
+            self._text_field_warned = True
+            logger.warning("%s", self._text_field_missing(f"the first {TEXT_FIELD_PROBE} items"))
+
+    def _text_field_missing(self, which: str) -> str:
+        fields = ", ".join(sorted(self._probe_fields)) or "none"
+        return (f"NEARDUP_TEXT_FIELD={self.config.text_field!r} is missing from {which}, which have fields: "
+                f"{fields}; nothing is being checked")
+
+    def _no_text_field(self) -> bool:
+        """No item so far had the text field (and at least one item came)."""
+        return self._probed > 0 and not self._text_field_seen
 
     def _backend_failed(self, key: str) -> None:
         self._inc("backend_errors")
@@ -458,4 +566,4 @@ def _describe(match: Match) -> str:
     return f"resemblance {match.resemblance:.3f}, {match.shared} positions shared{exact}"
 
 
-__all__ = ["MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError"]
+__all__ = ["MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError", "RevisitDropped"]

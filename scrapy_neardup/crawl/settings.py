@@ -24,7 +24,10 @@ NEARDUP_SHINGLE_SIZE  units per shingle (default 5 words / 9 characters).
 NEARDUP_SEED          hash seed (default 1).
 NEARDUP_CONTENT       ``"body"`` (default: all visible text of HTML) or ``"main"`` (main content only).
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
-NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode.
+NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode
+                      (``{"revisit": True, "changed": bool}`` for a revisit, ``None`` for a kept page).
+NEARDUP_REVISIT       ``"emit"`` (default) or ``"drop_unchanged"``: what becomes of a page seen again under
+                      its key (a recurring crawl) whose content did not change.
 NEARDUP_BACKEND       ``"embedded"`` (default), ``"elasticsearch"``, or the dotted path of a
                       :class:`~scrapy_neardup.core.backend.Backend` subclass.
 NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT of the Elasticsearch backend.
@@ -61,6 +64,8 @@ if TYPE_CHECKING:
 Action = Literal["drop", "mark"]
 
 ACTIONS: tuple[Action, ...] = ("drop", "mark")
+Revisit = Literal["emit", "drop_unchanged"]
+REVISITS: tuple[Revisit, ...] = ("emit", "drop_unchanged")
 #: ``NEARDUP_BACKEND`` aliases and the classes they stand for.
 BACKEND_ALIASES: dict[str, str] = {
     "embedded": "scrapy_neardup.core.embedded.EmbeddedBackend",
@@ -82,6 +87,8 @@ class NearDupSettings:
         action: ``"drop"`` raises :class:`~scrapy_neardup.crawl.pipeline.NearDuplicateDropped`; ``"mark"`` keeps the
             item and fills ``mark_field``.
         mark_field: item field that receives ``{"duplicate_of": url, "resemblance": r, "exact": bool}``.
+        revisit: a page seen again under its key with unchanged content is emitted (``"emit"``) or dropped
+            (``"drop_unchanged"``, :class:`~scrapy_neardup.crawl.pipeline.RevisitDropped`).
         backend: ``NEARDUP_BACKEND`` as given (an alias, lowercased, or a dotted path).
         backend_class: the :class:`~scrapy_neardup.core.backend.Backend` subclass it names.
         debug: log every drop at INFO instead of DEBUG.
@@ -95,6 +102,7 @@ class NearDupSettings:
     params: SketchParams = field(default_factory=SketchParams)
     action: Action = "drop"
     mark_field: str = "neardup"
+    revisit: Revisit = "emit"
     backend: str = "embedded"
     backend_class: type[Backend] = EmbeddedBackend
     debug: bool = False
@@ -121,6 +129,7 @@ class NearDupSettings:
             params=params,
             action=action,
             mark_field=read_field_name(settings, "NEARDUP_MARK_FIELD", "neardup"),
+            revisit=cast(Revisit, read_choice(settings, "NEARDUP_REVISIT", "emit", REVISITS)),
             backend=backend,
             backend_class=backend_class,
             debug=read_bool(settings, "NEARDUP_DEBUG", False),

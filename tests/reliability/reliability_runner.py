@@ -44,7 +44,7 @@ def main(spec_path: str, out_path: str) -> int:
     crawler = process.create_crawler(ReliabilitySpider)
 
     def scraped(item: Any, **kwargs: Any) -> None:
-        result["scraped"].append({"url": item["url"], "length": item["length"]})
+        result["scraped"].append({"url": item["url"], "length": item["length"], "neardup": item.get("neardup")})
 
     def dropped(item: Any, exception: BaseException, **kwargs: Any) -> None:
         match = getattr(exception, "match", None)

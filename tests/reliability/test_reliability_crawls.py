@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from neardup_testkit import Page, article_words, html_page, path_of
+from neardup_testkit import Page, article_words, edit_words, html_page, path_of
 from reliability_kit import CrawlOutcome, Ledger, RawPage, RawSiteServer, links_page, run_crawl
 
 from scrapy_neardup.core.embedded import JOURNAL_FILE, STATE_FILE
@@ -148,7 +148,7 @@ def articles(urls: list[str]) -> list[str]:
 
 
 def replayed_from_log(log: str) -> int:
-    found = re.search(r"replayed (\d+) kept sketches from", log)
+    found = re.search(r"replayed (\d+) changes from", log)
     return int(found.group(1)) if found else 0
 
 
@@ -194,6 +194,41 @@ def test_kill_9_mid_crawl_then_resume_loses_nothing_kept(
         notes=f"{in_flight} recorded while in flight (kept, not yet passed on); unrecorded: only items not yet "
               "through the check",
         journal_replayed=f"{journaled_1}+{journaled_2}", mirrors_dropped=len(drops),
+    )
+
+
+def test_kill_9_mid_recrawl_then_resume_keeps_every_change_passed_on(
+    serve_raw_site: ServeRawSite, tmp_path: Path, ledger: Ledger
+) -> None:
+    """A recrawl in which every article changed, killed with SIGKILL mid-way: each changed page it passed on
+    must be stored with its new content (the resumed crawl finds it unchanged); the others are still changed."""
+    pages = state_site()
+    server = serve_raw_site(pages, delay=0.04)
+    state = tmp_path / "state"
+    settings = {**SLOW, "NEARDUP_STATE_DIR": str(state)}
+    first = run_crawl(tmp_path, start_url=server.url + "/originals", name="first", settings=settings)
+    assert first.returncode == 0 and first.stat("neardup/kept") == ORIGINALS + 1, first.log[-3000:]
+    for i in range(ORIGINALS):
+        words = edit_words(article_words(3000 + i, 250), 2, seed=i)
+        pages[f"/a/{i}.html"] = Page(html_page(f"Article {i}", words, nav="Home News"))
+    killed = run_crawl(tmp_path, start_url=server.url + "/originals", name="killed", kill_after=10,
+                       settings=settings)
+    assert killed.returncode == -9 and 10 <= len(killed.witnessed) < ORIGINALS, "the kill did not land mid-crawl"
+    resumed = run_crawl(tmp_path, start_url=server.url + "/originals", name="resumed",
+                        settings={**settings, "NEARDUP_ACTION": "mark"})
+    assert resumed.returncode == 0, resumed.log[-3000:]
+    marks = {item["url"]: item["neardup"] for item in resumed.scraped}
+    assert len(marks) == ORIGINALS + 1 and resumed.dropped == []
+    passed_on = articles(killed.witnessed)
+    lost = [u for u in passed_on if marks[u] != {"revisit": True, "changed": False}]
+    assert not lost, f"changes passed on before kill -9 and forgotten: {lost}"
+    recorded = sum(m == {"revisit": True, "changed": False} for u, m in marks.items() if "/a/" in u)
+    assert resumed.stat("neardup/changed") == ORIGINALS - recorded
+    assert resumed.stat("neardup/kept") == 0 and resumed.stat("neardup/state_loaded") == ORIGINALS + 1
+    ledger.record(
+        f"recrawl of {ORIGINALS} changed pages killed with SIGKILL after {len(passed_on)} were passed on, then "
+        "resumed", lost=len(lost),
+        notes=f"{recorded - len(passed_on)} more recorded while in flight; the rest counted changed on resume",
     )
 
 

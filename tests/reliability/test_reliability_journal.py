@@ -109,6 +109,37 @@ def test_kill_after_a_graceful_close_replays_only_the_new_pages(tmp_path: Path, 
     ledger.record("10 pages closed gracefully + 10 kept then killed", lost=lost)
 
 
+def test_kill_during_a_recrawl_replays_replacements_and_removals(tmp_path: Path, ledger: Ledger) -> None:
+    """A recrawl journals *put* records (changed pages) and *delete* records (a kept page turned into a copy of
+    another); killed, the store comes back exactly as it was, and a graceful close compacts it."""
+    first = opened(tmp_path)
+    keep(first, PAGES[:10])
+    asyncio.run(first.close())
+    second = opened(tmp_path)
+    changed = _pages(3, seed=9)  # new content for keys 0-2
+    recrawl = [(PAGES[i][0], changed[i][1]) for i in range(3)] + [(PAGES[3][0], PAGES[4][1])] + PAGES[5:10]
+    decisions = asyncio.run(second.check_and_add_many(recrawl))
+    assert [d.outcome for d in decisions] == ["revisit"] * 3 + ["duplicate"] + ["revisit"] * 5
+    assert [d.changed for d in decisions[:3]] == [True] * 3 and decisions[3].match is not None
+    assert decisions[3].match.key == PAGES[4][0]
+    expected = {PAGES[i][0]: changed[i][1].fingerprint for i in range(3)} | {
+        PAGES[i][0]: PAGES[i][1].fingerprint for i in (4, 5, 6, 7, 8, 9)}
+    die(second)
+
+    def stored(store: EmbeddedBackend) -> dict[str, int]:
+        return {store.index.key(d): int(store.index._fingerprints[d]) for k in expected | {PAGES[3][0]: 0}
+                if (d := store.index.find(k)) is not None}
+
+    third = opened(tmp_path)
+    assert third.open_stats == {"state_loaded": 10, "journal_replayed": 4}  # 3 puts, 1 delete
+    assert stored(third) == expected and len(third.index) == 9
+    asyncio.run(third.close())
+    final = opened(tmp_path)
+    assert stored(final) == expected and final.index._size == 9  # compacted: no dead version saved
+    lost = sum(stored(final).get(k) != v for k, v in expected.items())
+    ledger.record("recrawl of 10 kept pages (3 changed, 1 turned into a copy), killed, reopened", lost=lost)
+
+
 def test_torn_last_record_is_ignored_and_counted(tmp_path: Path, ledger: Ledger) -> None:
     store = opened(tmp_path)
     keep(store, PAGES[:8])
@@ -163,7 +194,7 @@ def test_crash_between_snapshot_and_new_journal_counts_nothing_twice(tmp_path: P
     store = opened(tmp_path)
     keep(store, PAGES[:10])
     # The first half of a checkpoint (the snapshot), then death before the journal is replaced.
-    store.index.save(tmp_path / STATE_FILE)
+    store._write_snapshot()
     die(store)
     again = opened(tmp_path)
     assert len(again.index) == 10 and all(known(again, PAGES[:10]))

@@ -173,6 +173,34 @@ def run_crawl_process(
     return CrawlResult(proc.returncode, proc.stderr, data)
 
 
+def run_scrapy_command(
+    workdir: Path, *args: str, settings: dict[str, Any] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``scrapy <args>`` (e.g. ``crawl neardup_test -a start_url=... -O out.csv``) as a user does, in a
+    project made in ``workdir`` whose only spider is :class:`NearDupTestSpider` and whose pipeline is ours."""
+    project = workdir / "cmdproject"
+    (project / "cmdproject" / "spiders").mkdir(parents=True, exist_ok=True)
+    (project / "scrapy.cfg").write_text("[settings]\ndefault = cmdproject.settings\n")
+    (project / "cmdproject" / "__init__.py").write_text("")
+    base = {
+        "SPIDER_MODULES": ["cmdproject.spiders"],
+        "ITEM_PIPELINES": {"scrapy_neardup.NearDuplicatePipeline": 300},
+        "LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": False, "ROBOTSTXT_OBEY": False, "RETRY_ENABLED": False,
+        **(settings or {}),
+    }
+    (project / "cmdproject" / "settings.py").write_text(
+        "".join(f"{name} = {value!r}\n" for name, value in base.items())
+    )
+    (project / "cmdproject" / "spiders" / "__init__.py").write_text(
+        # Scrapy lists the spiders defined in SPIDER_MODULES, not the ones imported there.
+        "from neardup_testkit import NearDupTestSpider\n\n\nclass Spider(NearDupTestSpider):\n    pass\n"
+    )
+    pythonpath = [str(project), str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
+    return subprocess.run([sys.executable, "-m", "scrapy", *args], capture_output=True, text=True,
+                          timeout=CRAWL_TIMEOUT, cwd=project, env=env)
+
+
 # -- generated text ----------------------------------------------------------------------------------------------
 
 _SYLLABLES = [
@@ -341,15 +369,18 @@ class NearDupTestSpider(scrapy.Spider):
         overrides: path -> fields to set on that page's item (``{"text": None}``), or ``{"__drop__": [..]}``
             to remove fields.
         burst: items (dicts) to yield all at once from the start page's callback, instead of following links.
+        rename: field -> name it gets in every item (``{"text": "body"}``: a spider whose text field differs).
     """
 
     name = "neardup_test"
 
     def __init__(
         self, start_url: str, item_type: str = "dict", overrides: dict[str, Any] | None = None,
-        burst: list[dict[str, Any]] | None = None, **kwargs: Any,
+        burst: list[dict[str, Any]] | None = None, rename: dict[str, str] | str | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # From the command line (scrapy crawl -a rename=...) it arrives as JSON.
+        self.rename = json.loads(rename) if isinstance(rename, str) else (rename or {})
         self.start_url = start_url
         self.item_type = item_type
         self.overrides = overrides or {}
@@ -374,6 +405,9 @@ class NearDupTestSpider(scrapy.Spider):
         for name in override.pop("__drop__", []):
             fields.pop(name, None)
         fields.update(override)
+        for old, new in self.rename.items():
+            if old in fields:
+                fields[new] = fields.pop(old)
         yield make_item(self.item_type, fields)
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import re
 import shutil
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from neardup_testkit import (
     html_page,
     kinds_site,
     path_of,
+    run_scrapy_command,
 )
 
 from scrapy_neardup.core.embedded import STATE_FILE
@@ -79,17 +81,73 @@ def test_mark_keeps_items_and_records_the_kept_page(
     assert result.stat("neardup/dropped") == 0 and result.stat("item_dropped_count") == 0
 
 
-def test_mark_with_undeclared_field_stops_the_crawl(run_crawl: RunCrawl, serve_kinds_site: Any) -> None:
+def test_mark_with_undeclared_field_stops_the_crawl_loses_no_item_and_exits_1(
+    run_crawl: RunCrawl, serve_kinds_site: Any, tmp_path: Path,
+) -> None:
     site = kinds_site(articles=3)
     server = serve_kinds_site(site)
     result = run_crawl(settings={"NEARDUP_ACTION": "mark"},
                        spider={"start_url": server.url + "/", "item_type": "item_without_mark"})
-    assert result.scraped == []
-    assert result.data["item_errors"] and all("MarkFieldError" in e["error"] for e in result.data["item_errors"])
+    assert result.returncode == 1 and result.data["bootstrap_failed"]
+    assert result.data["item_errors"] == [] and result.dropped == []
+    # Every item the spider yielded came out (unmarked), one per page fetched.
+    assert result.scraped and len(result.scraped) == result.stat("downloader/response_count")
+    assert result.stat("neardup/mark_field_missing") == len(result.scraped)
     assert result.stats["finish_reason"] == "neardup_mark_field_missing"
     assert "NEARDUP_MARK_FIELD='neardup'" in result.log and "neardup_testkit.PageItemWithoutMark" in result.log
+    assert result.log.count("does not declare") == 1  # said once
     # The crawl stopped instead of fetching the whole site.
     assert result.stat("downloader/response_count") < len(site.pages)
+
+    # The same through `scrapy crawl`, as a scheduler runs it: exit status 1, every item in the feed.
+    out = tmp_path / "items.jsonl"
+    proc = run_scrapy_command(
+        tmp_path, "crawl", "neardup_test", "-a", f"start_url={server.url}/", "-a", "item_type=item_without_mark",
+        "-O", str(out), settings={"NEARDUP_ACTION": "mark"},
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = out.read_text().splitlines()
+    fetched = int(re.search(r"'downloader/response_count': (\d+)", proc.stderr).group(1))  # type: ignore[union-attr]
+    assert lines and len(lines) == fetched
+    assert "non-zero exit status" in proc.stderr
+
+
+def test_mark_mode_csv_export_has_the_mark_column_on_every_row(serve_kinds_site: Any, tmp_path: Path) -> None:
+    site = kinds_site(articles=2, soft_404s=2)
+    server = serve_kinds_site(site)
+    out = tmp_path / "items.csv"
+    proc = run_scrapy_command(tmp_path, "crawl", "neardup_test", "-a", f"start_url={server.url}/", "-O", str(out),
+                              settings={"NEARDUP_ACTION": "mark", "CONCURRENT_REQUESTS": 1})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with out.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and "neardup" in rows[0]  # the column is there although the first item was kept
+    by_path = {path_of(row["url"]): row for row in rows}
+    for path in site.distinct:
+        assert by_path[path]["neardup"] == ""  # kept: the field is None
+    for copy, original in site.original_of.items():
+        assert f"'duplicate_of': '{server.url}{original}'" in by_path[copy]["neardup"]
+
+
+def test_wrong_text_field_warns_after_20_items_and_in_the_summary(run_crawl: RunCrawl, serve_site: Any) -> None:
+    paths = [f"/p{i}.html" for i in range(30)]
+    pages = {p: Page(html_page(f"Page {i}", article_words(300 + i, 80))) for i, p in enumerate(paths)}
+    server = serve_site({"/": Page(html_page("Home", article_words(299, 50), links=paths))} | pages)
+    result = run_crawl(spider={"start_url": server.url + "/", "rename": {"text": "body"}})
+    assert result.returncode == 0, result.log[-3000:]
+    assert len(result.scraped) == 31 and result.stat("neardup/checked") == 0
+    warning = ("WARNING: NEARDUP_TEXT_FIELD='text' is missing from the first 20 items, which have fields: "
+               "body, title, url; nothing is being checked")
+    assert result.log.count(warning) == 1
+    assert ("WARNING: Near-duplicates: checked 0 items, kept 0, dropped 0 (0 exact), passed through 31 without "
+            "usable text; NEARDUP_TEXT_FIELD='text' is missing from all 31 items, which have fields: body, "
+            "title, url; nothing is being checked") in result.log
+
+    # Control: with the right field there is no warning, and the summary is INFO.
+    right = run_crawl(settings={"NEARDUP_TEXT_FIELD": "body"}, name="right",
+                      spider={"start_url": server.url + "/", "rename": {"text": "body"}})
+    assert right.stat("neardup/checked") == 31 and "is missing from" not in right.log
+    assert "INFO: Near-duplicates: checked 31 items" in right.log
 
 
 def test_items_without_usable_text_pass_through_and_are_counted(run_crawl: RunCrawl, serve_site: Any) -> None:

@@ -203,16 +203,21 @@ class RecordWithoutMark:
     text: str
 
 
-def test_mark_needs_a_declared_field_on_dataclass_items() -> None:
+def test_mark_needs_a_declared_field_on_dataclass_items(caplog: pytest.LogCaptureFixture) -> None:
     pipeline = make_pipeline(NEARDUP_ACTION="mark")
+    items = [RecordWithoutMark("a", ARTICLE), RecordWithoutMark("b", ARTICLE)]
 
     async def scenario() -> list[Any]:
         await pipeline.open_spider()
-        return await process_all(pipeline, [RecordWithoutMark("a", ARTICLE)])
+        return await process_all(pipeline, items)
 
-    (error,) = run(scenario())
-    assert isinstance(error, MarkFieldError)
-    assert "NEARDUP_MARK_FIELD='neardup'" in str(error) and "RecordWithoutMark" in str(error)
+    # Passed through unmarked and unchecked (never lost, never dropped), the error said once.
+    assert run(scenario()) == items
+    assert stats(pipeline) == {"neardup/mark_field_missing": 2}
+    (message,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "NEARDUP_MARK_FIELD='neardup'" in message and "RecordWithoutMark" in message
+    with pytest.raises(MarkFieldError, match="RecordWithoutMark does not declare"):
+        NearDuplicatePipeline.check_mark_field(RecordWithoutMark, "neardup")
 
 
 def test_mark_dict_items_get_the_field() -> None:
@@ -223,7 +228,7 @@ def test_mark_dict_items_get_the_field() -> None:
         return await process_all(pipeline, [{"url": "a", "text": ARTICLE}, {"url": "b", "text": ARTICLE}])
 
     first, second = run(scenario())
-    assert "dup" not in first
+    assert first["dup"] is None  # kept items carry the field too: feed exports get a stable schema
     assert second["dup"] == {"duplicate_of": "a", "resemblance": 1.0, "exact": True}
     assert stats(pipeline) == {"neardup/checked": 2, "neardup/kept": 1, "neardup/exact_duplicates": 1,
                                "neardup/marked": 1}
