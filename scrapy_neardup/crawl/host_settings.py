@@ -25,10 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from scrapy.exceptions import NotConfigured
+
 from ..core.config import SettingsLike, read_bool, read_float, read_int, settings_error
 from ..core.mirrors import DEFAULT_MIN_PAGES, DEFAULT_SHARE
+from .settings import NearDupSettings
+from .startup import reporting_settings_errors
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 
@@ -62,6 +67,20 @@ class HostSettings:
         )
 
 
+def enabled_feature(crawler: Crawler, setting: str) -> tuple[NearDupSettings, HostSettings]:
+    """The settings of a host middleware's ``from_crawler``, read under the start-up reporter; ``NotConfigured``
+    when the plugin (``NEARDUP_ENABLED``) or the feature (``setting``: ``NEARDUP_SOFT404_ENABLED``,
+    ``NEARDUP_MIRRORS_ENABLED``) is switched off."""
+    with reporting_settings_errors(crawler.settings):
+        config = NearDupSettings.from_settings(crawler.settings)
+        hosts = HostSettings.from_settings(crawler.settings)
+    if not config.enabled:
+        raise NotConfigured("NEARDUP_ENABLED is False")
+    if not {"NEARDUP_SOFT404_ENABLED": hosts.soft404, "NEARDUP_MIRRORS_ENABLED": hosts.mirrors}[setting]:
+        raise NotConfigured(f"{setting} is False")
+    return config, hosts
+
+
 def _ranged_int(settings: SettingsLike, name: str, default: int, *, low: int, high: int | None = None) -> int:
     expected = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
     value = read_int(settings, name, expected)
@@ -72,4 +91,4 @@ def _ranged_int(settings: SettingsLike, name: str, default: int, *, low: int, hi
     return value
 
 
-__all__ = ["HostSettings"]
+__all__ = ["HostSettings", "enabled_feature"]

@@ -24,14 +24,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.exceptions import IgnoreRequest
 
 from ..core.embedded import EmbeddedBackend, state_settings
 from ..core.mirrors import MirrorDecision, MirrorTable, discard, host_of
 from .hooks import crawl_hooks
-from .host_settings import HostSettings
+from .host_settings import HostSettings, enabled_feature
 from .settings import NearDupSettings
-from .startup import reporting_settings_errors
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -56,13 +55,7 @@ class MirrorHostsMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MirrorHostsMiddleware:
-        with reporting_settings_errors(crawler.settings):
-            config = NearDupSettings.from_settings(crawler.settings)
-            hosts = HostSettings.from_settings(crawler.settings)
-        if not config.enabled:
-            raise NotConfigured("NEARDUP_ENABLED is False")
-        if not hosts.mirrors:
-            raise NotConfigured("NEARDUP_MIRRORS_ENABLED is False")
+        config, hosts = enabled_feature(crawler, "NEARDUP_MIRRORS_ENABLED")
         middleware = cls(crawler, config, hosts)
         crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from scrapy import Request
-from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.exceptions import DropItem
 from scrapy.http import TextResponse
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.defer import maybe_deferred_to_future
@@ -51,9 +51,8 @@ from twisted.internet.defer import Deferred
 from ..core.mirrors import host_of
 from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_path
 from .hooks import crawl_hooks
-from .host_settings import HostSettings
+from .host_settings import HostSettings, enabled_feature
 from .settings import NearDupSettings
-from .startup import reporting_settings_errors
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -126,13 +125,7 @@ class Soft404Middleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Soft404Middleware:
-        with reporting_settings_errors(crawler.settings):
-            config = NearDupSettings.from_settings(crawler.settings)
-            hosts = HostSettings.from_settings(crawler.settings)
-        if not config.enabled:
-            raise NotConfigured("NEARDUP_ENABLED is False")
-        if not hosts.soft404:
-            raise NotConfigured("NEARDUP_SOFT404_ENABLED is False")
+        config, hosts = enabled_feature(crawler, "NEARDUP_SOFT404_ENABLED")
         return cls(crawler, config, hosts)
 
     # -- requests: start the probes --------------------------------------------------------------------------
