@@ -95,14 +95,11 @@ class MirrorHostsMiddleware:
         for decision in self.table.load(self.state_dir):
             self._decided(decision, " (saved state)")
 
-    def spider_closed(self, spider: Any = None) -> Deferred[None] | None:
+    async def spider_closed(self, spider: Any = None) -> None:
         if self.state_dir is not None:
             self.table.save(self.state_dir)
-        if self.store is None:
-            return None
-        from scrapy.utils.defer import deferred_from_coro
-
-        return deferred_from_coro(self._close_store())
+        if self.store is not None:
+            await self._close_store()
 
     def process_request(self, request: Request, spider: Any = None) -> None:
         self._sync_soon()
