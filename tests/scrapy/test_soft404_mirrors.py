@@ -210,6 +210,7 @@ def test_mark_mode_marks_soft_404s(hosts: Hosts, run_crawl: RunCrawl, tmp_path: 
     ("NEARDUP_MIRROR_MIN_PAGES", "0", "NEARDUP_MIRROR_MIN_PAGES='0' is not valid: expected an integer >= 1"),
     ("NEARDUP_SOFT404_ENABLED", "maybe", "NEARDUP_SOFT404_ENABLED='maybe' is not valid: expected a boolean"),
     ("NEARDUP_SOFT404_TIMEOUT", "-1", "NEARDUP_SOFT404_TIMEOUT='-1' is not valid: expected seconds > 0"),
+    ("NEARDUP_MIRROR_SYNC_INTERVAL", "0", "NEARDUP_MIRROR_SYNC_INTERVAL='0' is not valid: expected seconds > 0"),
 ])
 def test_wrong_setting_stops_the_crawl_at_start(
     name: str, value: str, message: str, hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path
