@@ -70,6 +70,7 @@ class MirrorHostsMiddleware:
         self._store_failing = False
         self._store_warned = False
         self._closing = False
+        self._spider_open = False
         crawl_hooks(crawler).observers.append(self)
 
     @classmethod
@@ -86,6 +87,7 @@ class MirrorHostsMiddleware:
         return middleware
 
     def spider_opened(self, spider: Any = None) -> None:
+        self._spider_open = True
         self._sync_soon()  # learn what the fleet (or earlier crawls on the index) knows
         if self.state_dir is None:
             return
@@ -98,7 +100,7 @@ class MirrorHostsMiddleware:
     async def spider_closed(self, spider: Any = None) -> None:
         if self.state_dir is not None:
             self.table.save(self.state_dir)
-        if self.store is not None:
+        if self.store is not None and self._spider_open:  # not when the crawl failed to start (backend down)
             await self._close_store()
 
     def process_request(self, request: Request, spider: Any = None) -> None:
