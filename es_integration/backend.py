@@ -145,6 +145,7 @@ if TYPE_CHECKING:
     from tenacity import RetryCallState
 
     from scrapy_neardup.core.config import SettingsLike
+    from scrapy_neardup.core.mirrors import HostStore
     from scrapy_neardup.core.params import SketchParams
 
 __all__ = ["ElasticsearchBackend"]
@@ -271,6 +272,13 @@ class ElasticsearchBackend(Backend):
         """``backend_retries``, and what :meth:`close` did with the pages passed through unchecked."""
         counts = {"backend_retries": self.retried, **self.close_stats}
         return {name: count for name, count in counts.items() if count}
+
+    def host_store(self) -> HostStore:
+        """The mirror-host counts of every crawler on this index, in its sibling index ``<index>-hosts``
+        (:mod:`es_integration.hosts`); with its own connection, so it works before :meth:`open`."""
+        from .hosts import ElasticsearchHostStore, hosts_index
+
+        return ElasticsearchHostStore(self.settings, hosts_index(self.index))
 
     def __repr__(self) -> str:
         return f"ElasticsearchBackend(url={self.settings.url!r}, index={self.index!r}, tag={self.tag!r})"

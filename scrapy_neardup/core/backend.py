@@ -23,6 +23,9 @@ Extension points, so that later features need no ``getattr`` past this class:
   its own stored version is a ``duplicate`` naming that page, and the backend removes the key's stale entry.
   The embedded backend answers revisits (the rule: :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`);
   a backend that never does inherits the default :meth:`Backend.check_and_add_many`.
+* **Mirror hosts.** :meth:`Backend.host_store` gives the store through which the crawler processes sharing
+  this backend's data also share their mirror-host counts (:mod:`scrapy_neardup.core.mirrors`); ``None`` (the
+  default): each process counts alone.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from typing import Self
 
     from .config import SettingsLike
+    from .mirrors import HostStore
     from .params import SketchParams
     from .sketch import Sketch
 
@@ -142,6 +146,15 @@ class Backend(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Persist what must survive a graceful stop and release resources."""
+
+    def host_store(self) -> HostStore | None:
+        """A new, unopened :class:`~scrapy_neardup.core.mirrors.HostStore` shared by every crawler process
+        using this backend's store, so that a fleet agrees on mirror hosts; ``None`` (the default): the mirror
+        table is local to the process (the embedded backend saves it in its state directory instead).
+
+        Called on a backend built by :meth:`from_settings` and never opened: the store connects on its own.
+        """
+        return None
 
     def stats(self) -> Mapping[str, int]:
         """Counters for the crawl's ``neardup/*`` stats, cumulative since the backend was built: what opening

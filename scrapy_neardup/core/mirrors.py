@@ -17,13 +17,25 @@ expected among the unfetched ones. ``share = 1.0`` skips only perfect mirrors.
 
 State (:meth:`MirrorTable.save`, :meth:`MirrorTable.load`): a small JSON file written atomically; decisions are
 not stored but recomputed from the counts with the current ``min_pages`` and ``share``.
+
+A fleet (several crawler processes on one shared store, :class:`HostStore`): each process pushes its own counts
+(:meth:`MirrorTable.local_counts`, a :class:`HostCounts`) and pulls the sum over the *other* processes
+(:meth:`MirrorTable.set_fleet`); the rule above then runs on the totals
+
+    n_B = own n_B + others' n_B,   |twins(B, A)| = own + others',   first_seen(H) = min over the fleet,
+
+so every process reaches the same decision from the same totals, at its next pull at the latest. "Seen
+first" compares first-seen wall-clock times (``time.time()``; a tie keeps both hosts). A page checked by two
+processes counts twice on both sides of the share, which leaves it about unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +48,8 @@ MIRRORS_FILE = "neardup-hosts.json"
 MIRRORS_FORMAT = 1
 DEFAULT_MIN_PAGES = 20
 DEFAULT_SHARE = 0.9
+#: Seconds between two exchanges with a fleet's :class:`HostStore`.
+DEFAULT_SYNC_INTERVAL = 5.0
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -68,6 +82,46 @@ class MirrorDecision:
                 "copies; skipping its requests")
 
 
+@dataclass(frozen=True, slots=True)
+class HostCounts:
+    """The counts a process shares with its fleet (or, pulled, the sum over the other processes).
+
+    Attributes:
+        checked: host -> checked pages ``n_H``.
+        first_seen: host -> when it was first met (``time.time()`` seconds; pulled: the fleet's minimum).
+        twins: ``(B, A)`` -> ``|twins(B, A)|``, checked pages of B with a near-duplicate on A.
+    """
+
+    checked: dict[str, int] = field(default_factory=dict)
+    first_seen: dict[str, float] = field(default_factory=dict)
+    twins: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class HostStore(ABC):
+    """Where the processes of a fleet share their mirror counts (see the module doc); a backend that has one
+    returns it from :meth:`scrapy_neardup.core.backend.Backend.host_store`.
+
+    Every method may raise any exception: the caller (the crawl's mirror middleware) logs, counts and goes on
+    with its local counts, so a failing store never fails the crawl.
+    """
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and create the store when missing."""
+
+    @abstractmethod
+    async def push(self, counts: HostCounts) -> None:
+        """Replace this process's counts in the store by ``counts`` (cumulative since the process started)."""
+
+    @abstractmethod
+    async def pull(self) -> HostCounts:
+        """The sums over every *other* process (checked and twins summed, first-seen the minimum)."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections."""
+
+
 class MirrorTable:
     """Counts, per pair of hosts, the checked pages of one that have a near-duplicate on the other.
 
@@ -81,16 +135,21 @@ class MirrorTable:
             raise ValueError(f"min_pages must be >= 1 and share in (0, 1], got {min_pages}, {share}")
         self.min_pages = min_pages
         self.share = share
-        self._order: dict[str, int] = {}  # host -> rank in first-seen order
+        self._seen: dict[str, float] = {}  # host -> first met (time.time(), strictly increasing here)
+        self._last_seen = 0.0
         self._checked: dict[str, int] = {}
         self._twins: dict[str, dict[str, set[str]]] = {}  # B -> A -> B's pages with a twin on A
         self._mirror_of: dict[str, MirrorDecision] = {}
+        self._fleet = HostCounts()  # the other processes' sums (set_fleet)
+        self._fleet_twins: dict[str, dict[str, int]] = {}  # B -> A -> others' |twins(B, A)|
 
     # -- feeding ---------------------------------------------------------------------------------------------
 
     def see(self, host: str) -> None:
         """Record that ``host`` was met (its first request); the first seen of two mirrors is kept."""
-        self._order.setdefault(host, len(self._order))
+        if host not in self._seen:
+            # Strictly increasing, so that two hosts met within one clock tick keep their order.
+            self._last_seen = self._seen[host] = max(time.time(), self._last_seen + 1e-6)
 
     def record(self, key: str, duplicate_of: str | None) -> list[MirrorDecision]:
         """Record one checked page: kept (``duplicate_of=None``) or found a near-duplicate of ``duplicate_of``.
@@ -118,11 +177,16 @@ class MirrorTable:
         return self._mirror_of.get(host)
 
     def checked(self, host: str) -> int:
-        return self._checked.get(host, 0)
+        """Checked pages of ``host``, the fleet's included."""
+        return self._checked.get(host, 0) + self._fleet.checked.get(host, 0)
 
     def copies(self, host: str, on: str) -> int:
-        """Checked pages of ``host`` with a near-duplicate on ``on``."""
-        return len(self._twins.get(host, {}).get(on, ()))
+        """Checked pages of ``host`` with a near-duplicate on ``on``, the fleet's included."""
+        return len(self._twins.get(host, {}).get(on, ())) + self._fleet_twins.get(host, {}).get(on, 0)
+
+    def first_seen(self, host: str) -> float:
+        """When ``host`` was first met by this process or the fleet (``inf``: never)."""
+        return min(self._seen.get(host, float("inf")), self._fleet.first_seen.get(host, float("inf")))
 
     @property
     def decisions(self) -> list[MirrorDecision]:
@@ -131,27 +195,50 @@ class MirrorTable:
     def _decide(self, host: str) -> list[MirrorDecision]:
         if host in self._mirror_of:
             return []
-        checked = self._checked.get(host, 0)
+        checked = self.checked(host)
         if checked < self.min_pages:
             return []
-        rank = self._order[host]
+        seen = self.first_seen(host)
         best: MirrorDecision | None = None
-        for other, pages in self._twins.get(host, {}).items():
+        for other in self._twins.get(host, {}).keys() | self._fleet_twins.get(host, {}).keys():
+            copies = self.copies(host, other)
             # Only a host seen earlier is kept at this one's expense (the tolerance absorbs 0.9 * 10 != 9.0).
-            qualifies = self._order[other] < rank and len(pages) >= self.share * checked - 1e-9
-            if qualifies and (best is None or len(pages) > best.copies):
-                best = MirrorDecision(host, other, len(pages), checked)
+            qualifies = self.first_seen(other) < seen and copies >= self.share * checked - 1e-9
+            if qualifies and (best is None or copies > best.copies):
+                best = MirrorDecision(host, other, copies, checked)
         if best is None:
             return []
         self._mirror_of[host] = best
         return [best]
+
+    # -- the fleet -------------------------------------------------------------------------------------------
+
+    def local_counts(self) -> HostCounts:
+        """This process's own counts, to push to the fleet's :class:`HostStore`."""
+        return HostCounts(
+            checked=dict(self._checked),
+            first_seen=dict(self._seen),
+            twins={(b, a): len(pages) for b, row in self._twins.items() for a, pages in row.items()},
+        )
+
+    def set_fleet(self, others: HostCounts) -> list[MirrorDecision]:
+        """Replace the other processes' counts by ``others`` (what :meth:`HostStore.pull` returned; sums, so
+        each pull replaces the previous one); returns the decisions the new totals imply."""
+        self._fleet = others
+        self._fleet_twins = {}
+        for (b, a), copies in others.twins.items():
+            self._fleet_twins.setdefault(b, {})[a] = copies
+        decisions: list[MirrorDecision] = []
+        for host in self._checked.keys() | others.checked.keys():
+            decisions += self._decide(host)
+        return decisions
 
     # -- state -----------------------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": MIRRORS_FORMAT,
-            "hosts": sorted(self._order, key=self._order.__getitem__),
+            "hosts": sorted(self._seen, key=self._seen.__getitem__),
             "checked": self._checked,
             "twins": [[b, a, sorted(pages)] for b, row in self._twins.items() for a, pages in row.items()],
         }
@@ -169,7 +256,7 @@ class MirrorTable:
             self.see(a)
             self._twins.setdefault(b, {}).setdefault(a, set()).update(map(str, pages))
         decisions: list[MirrorDecision] = []
-        for host in list(self._order):
+        for host in list(self._seen):
             decisions += self._decide(host)
         return decisions
 
@@ -204,4 +291,4 @@ def discard(state_dir: str | os.PathLike[str]) -> None:
     (Path(state_dir) / MIRRORS_FILE).unlink(missing_ok=True)
 
 
-__all__ = ["MIRRORS_FILE", "MirrorDecision", "MirrorTable", "discard", "host_of"]
+__all__ = ["MIRRORS_FILE", "HostCounts", "HostStore", "MirrorDecision", "MirrorTable", "discard", "host_of"]

@@ -14,6 +14,9 @@ NEARDUP_MIRRORS_ENABLED            bool, default True: skip the requests of a ho
 NEARDUP_MIRROR_MIN_PAGES           int >= 1, default 20: checked pages a host needs before it can be a mirror.
 NEARDUP_MIRROR_SHARE               share in (0, 1], default 0.9: of those, the share with a near-duplicate on
                                    the other host (1.0: only perfect mirrors are skipped).
+NEARDUP_MIRROR_SYNC_INTERVAL       seconds > 0, default 5: with a backend shared by several crawler processes
+                                   (Elasticsearch), how often each pushes its mirror counts and pulls the
+                                   others' (also once at close).
 =================================  ===========================================================================
 
 A wrong value raises :class:`~scrapy_neardup.crawl.settings.NearDupSettingsError` from the middleware's
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import NotConfigured
 
 from ..core.config import SettingsLike, read_bool, read_float, read_int, settings_error
-from ..core.mirrors import DEFAULT_MIN_PAGES, DEFAULT_SHARE
+from ..core.mirrors import DEFAULT_MIN_PAGES, DEFAULT_SHARE, DEFAULT_SYNC_INTERVAL
 from .settings import NearDupSettings
 from .startup import reporting_settings_errors
 
@@ -47,6 +50,7 @@ class HostSettings:
     mirrors: bool = True
     mirror_min_pages: int = DEFAULT_MIN_PAGES
     mirror_share: float = DEFAULT_SHARE
+    mirror_sync_interval: float = DEFAULT_SYNC_INTERVAL
 
     @classmethod
     def from_settings(cls, settings: SettingsLike | BaseSettings) -> HostSettings:
@@ -57,6 +61,10 @@ class HostSettings:
         share = read_float(settings, "NEARDUP_MIRROR_SHARE")
         if share is not None and not 0 < share <= 1:
             raise settings_error("NEARDUP_MIRROR_SHARE", settings.get("NEARDUP_MIRROR_SHARE"), "a share in (0, 1]")
+        interval = read_float(settings, "NEARDUP_MIRROR_SYNC_INTERVAL")
+        if interval is not None and not interval > 0:
+            raise settings_error("NEARDUP_MIRROR_SYNC_INTERVAL", settings.get("NEARDUP_MIRROR_SYNC_INTERVAL"),
+                                 "seconds > 0")
         return cls(
             soft404=read_bool(settings, "NEARDUP_SOFT404_ENABLED", True),
             probes_per_host=_ranged_int(settings, "NEARDUP_SOFT404_PROBES_PER_HOST", 3, low=1, high=100),
@@ -64,6 +72,7 @@ class HostSettings:
             mirrors=read_bool(settings, "NEARDUP_MIRRORS_ENABLED", True),
             mirror_min_pages=_ranged_int(settings, "NEARDUP_MIRROR_MIN_PAGES", DEFAULT_MIN_PAGES, low=1),
             mirror_share=DEFAULT_SHARE if share is None else share,
+            mirror_sync_interval=DEFAULT_SYNC_INTERVAL if interval is None else interval,
         )
 
 

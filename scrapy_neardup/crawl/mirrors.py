@@ -14,20 +14,29 @@ counted in ``neardup/mirror_requests_skipped``). Requests already in the downloa
 
 With the embedded backend and a state directory (``NEARDUP_STATE_DIR``, default ``<JOBDIR>/neardup``) the table
 is saved there on close (``neardup-hosts.json``, written atomically) and loaded on open, so a resumed or
-recurring crawl keeps skipping a known mirror; ``NEARDUP_RESET`` discards it. With the Elasticsearch backend
-the table lives in the crawler process only.
+recurring crawl keeps skipping a known mirror; ``NEARDUP_RESET`` discards it.
+
+With a backend shared by several crawler processes (one whose :meth:`~scrapy_neardup.core.backend.Backend.host_store`
+gives a store: Elasticsearch), the processes share their counts: every ``NEARDUP_MIRROR_SYNC_INTERVAL`` seconds
+(5; checked when a request passes or a page is checked) this process pushes its own counts and pulls the sums
+over the others, off the crawl's path (the crawl never waits for it), and decides on the totals; once more at
+close, a last push. A store that fails (unreachable, refused) is logged once at WARNING and counted
+(``neardup/mirror_sync_errors``); the process goes on with what it knows (its own counts and the last pull)
+and tries again at the next interval. ``neardup/mirror_syncs`` counts the exchanges that succeeded.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
+from ..core.config import NearDupSettingsError
 from ..core.embedded import EmbeddedBackend, state_settings
-from ..core.mirrors import MirrorDecision, MirrorTable, discard, host_of
+from ..core.mirrors import HostStore, MirrorDecision, MirrorTable, discard, host_of
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature
 from .settings import NearDupSettings
@@ -35,6 +44,7 @@ from .settings import NearDupSettings
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +61,16 @@ class MirrorHostsMiddleware:
         # The table is saved with the embedded store's state (one directory, one reset switch).
         state_dir, self.reset = state_settings(crawler.settings)
         self.state_dir = state_dir if issubclass(config.backend_class, EmbeddedBackend) else None
+        #: the fleet's shared counts (None: this process counts alone)
+        self.store = None if issubclass(config.backend_class, EmbeddedBackend) else _host_store(crawler, config)
+        self.sync_interval = hosts.mirror_sync_interval
+        self._next_sync = 0.0  # time.monotonic() of the next exchange with the store
+        self._sync_running: Deferred[None] | None = None
+        self._store_open = False
+        self._store_failing = False
+        self._store_warned = False
+        self._closing = False
+        self._spider_open = False
         crawl_hooks(crawler).observers.append(self)
 
     @classmethod
@@ -62,6 +82,8 @@ class MirrorHostsMiddleware:
         return middleware
 
     def spider_opened(self, spider: Any = None) -> None:
+        self._spider_open = True
+        self._sync_soon()  # learn what the fleet (or earlier crawls on the index) knows
         if self.state_dir is None:
             return
         if self.reset:
@@ -70,11 +92,14 @@ class MirrorHostsMiddleware:
         for decision in self.table.load(self.state_dir):
             self._decided(decision, " (saved state)")
 
-    def spider_closed(self, spider: Any = None) -> None:
+    async def spider_closed(self, spider: Any = None) -> None:
         if self.state_dir is not None:
             self.table.save(self.state_dir)
+        if self.store is not None and self._spider_open:  # not when the crawl failed to start (backend down)
+            await self._close_store()
 
     def process_request(self, request: Request, spider: Any = None) -> None:
+        self._sync_soon()
         host = host_of(request.url)
         if host is None:
             return
@@ -87,6 +112,67 @@ class MirrorHostsMiddleware:
         """Called by the pipeline for each checked page (see :mod:`scrapy_neardup.crawl.hooks`)."""
         for decision in self.table.record(key, duplicate_of):
             self._decided(decision)
+        self._sync_soon()
+
+    # -- the fleet's store -----------------------------------------------------------------------------------
+
+    def _sync_soon(self) -> None:
+        """Start an exchange with the store when the interval has passed and none is running (never waits)."""
+        if self.store is None or self._closing or self._sync_running is not None:
+            return
+        if time.monotonic() < self._next_sync:
+            return
+        from scrapy.utils.defer import deferred_from_coro
+
+        running = deferred_from_coro(self._sync())
+        # A store that answered without suspending has finished already (and reset _sync_running).
+        self._sync_running = None if running.called else running
+
+    async def _sync(self, *, final: bool = False) -> None:
+        """Push this process's counts; unless ``final``, pull the others' and decide on the totals."""
+        assert self.store is not None
+        try:
+            if not self._store_open:
+                await self.store.open()
+                self._store_open = True
+            await self.store.push(self.table.local_counts())
+            if not final:
+                for decision in self.table.set_fleet(await self.store.pull()):
+                    self._decided(decision, " (the fleet's counts)")
+        except Exception as exc:
+            self._store_failing = True
+            self._inc("mirror_sync_errors")
+            if not self._store_warned:
+                self._store_warned = True
+                logger.warning(
+                    "mirror counts could not be shared through %r (%s); this process goes on with its own "
+                    "counts (later failures are counted in neardup/mirror_sync_errors)", self.store, exc)
+            else:
+                logger.debug("mirror counts not shared: %r", exc)
+        else:
+            self._store_failing = False
+            self._inc("mirror_syncs")
+        finally:
+            self._next_sync = time.monotonic() + self.sync_interval
+            self._sync_running = None
+
+    async def _close_store(self) -> None:
+        """Let a running exchange end, push the final counts (unless the store is failing: the crawl's end
+        does not wait for a node that is down), release the store."""
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        assert self.store is not None
+        self._closing = True
+        if self._sync_running is not None:
+            await maybe_deferred_to_future(self._sync_running)
+        try:
+            if not self._store_failing:
+                await self._sync(final=True)
+        finally:
+            try:
+                await self.store.close()
+            except Exception as exc:  # nothing left to share: closing a broken connection is no news
+                logger.debug("closing %r: %r", self.store, exc)
 
     def _decided(self, decision: MirrorDecision, note: str = "") -> None:
         self._inc("mirror_hosts")
@@ -95,6 +181,19 @@ class MirrorHostsMiddleware:
     def _inc(self, name: str, count: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value("neardup/" + name, count)
+
+
+def _host_store(crawler: Crawler, config: NearDupSettings) -> HostStore | None:
+    """The store of the crawl's backend (a backend built for this and never opened: the store connects on its
+    own); ``None`` when the backend has none. Only a wrong setting stops the crawl; any other failure leaves
+    the mirror table local, with a warning."""
+    try:
+        return config.make_backend(crawler.settings).host_store()
+    except NearDupSettingsError:
+        raise
+    except Exception as exc:
+        logger.warning("mirror counts will not be shared (%s); each crawler process counts its own", exc)
+        return None
 
 
 __all__ = ["MirrorHostsMiddleware"]

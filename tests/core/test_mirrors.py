@@ -68,3 +68,40 @@ def test_save_load_and_damaged_state(tmp_path: Path) -> None:
     with pytest.raises(StateError, match="damaged"):
         MirrorTable().load(tmp_path)
     assert (tmp_path / MIRRORS_FILE).read_text() == "{not json"
+
+
+def test_the_fleet_decides_on_the_totals_and_its_earliest_first_seen() -> None:
+    """Two processes each check 6 of B's pages (all copies of A's): alone neither reaches min_pages = 10;
+    with the other's counts pulled, both decide B mirrors A, and A was first seen by the fleet."""
+    one, two = MirrorTable(min_pages=10, share=0.9), MirrorTable(min_pages=10, share=0.9)
+    assert feed(one, 6, 6) == [] and feed(two, 6, 6) == []
+    assert one.checked(host_of(B)) == 6  # type: ignore[arg-type]
+    pushed_by_two = two.local_counts()
+    assert pushed_by_two.checked[host_of(B)] == 6 and pushed_by_two.twins[(host_of(B), host_of(A))] == 6
+    decisions = one.set_fleet(pushed_by_two)
+    assert [(d.mirror, d.original, d.copies, d.checked) for d in decisions] == [(host_of(B), host_of(A), 12, 12)]
+    assert one.set_fleet(pushed_by_two) == []  # decided once
+    assert [d.mirror for d in two.set_fleet(one.local_counts())] == [host_of(B)]
+
+
+def test_the_fleet_can_keep_a_partial_mirror_or_a_host_seen_first_elsewhere() -> None:
+    table = MirrorTable(min_pages=10, share=0.9)
+    feed(table, 6, 6)
+    # Others checked 8 pages of B without a twin: 6 of 14 copies, a partial mirror, never skipped.
+    others = MirrorTable(min_pages=10, share=0.9)
+    for i in range(8):
+        others.record(f"{B}/own-{i}", None)
+    assert table.set_fleet(others.local_counts()) == [] and table.checked(host_of(B)) == 14  # type: ignore[arg-type]
+    # Others met B before this process met A: B is the one seen first, so B is kept, whatever the copies.
+    table = MirrorTable(min_pages=10, share=0.9)
+    feed(table, 6, 6)
+    fleet = table.local_counts()
+    earlier = MirrorTable(min_pages=10, share=0.9)
+    earlier.see(host_of(B))  # type: ignore[arg-type]
+    earlier.record(f"{B}/{0}", f"{A}/{0}")
+    counts = earlier.local_counts()
+    counts.first_seen[host_of(B)] = fleet.first_seen[host_of(A)] - 1.0  # type: ignore[index]
+    counts.checked[host_of(B)] = 6  # type: ignore[index]
+    counts.twins[(host_of(B), host_of(A))] = 6  # type: ignore[index]
+    assert table.set_fleet(counts) == []
+    assert table.first_seen(host_of(B)) < table.first_seen(host_of(A))  # type: ignore[arg-type]
