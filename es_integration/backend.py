@@ -9,48 +9,68 @@ the low 16 bits of each position (see :mod:`es_integration.mapping`), so the cou
 
 Documents
 ---------
-One document per checked page that was not answered at once (step a below), ``_id`` a random UUID, holding
-only the ``neardup`` object: ``key`` (the page key, returned as ``Match.key``), ``positions``,
-``fingerprint``, ``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``; or ``unchecked``, below), ``seq``
-(the write order), ``group`` and ``duplicate_of``/``shared`` for duplicates. The index has **one primary shard**
-(created so when missing; refused otherwise), so ``_seq_no`` totally orders the writes.
+One document per key (``_id``: :func:`doc_id_of`, a 128-bit hash of the key), holding only the ``neardup``
+object: ``key`` (the page key, returned as ``Match.key``), ``positions``, ``sig``, ``bands``, ``fingerprint``,
+``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``; or ``unchecked``, below), ``seq`` (the write
+order), ``group`` and ``duplicate_of``/``shared`` for duplicates, ``writer`` (which process, and which of its
+batches, wrote a pending page). The index has **one primary shard** (created so when missing; refused
+otherwise), so ``_seq_no`` totally orders the writes.
 
-Protocol (one page P)
----------------------
-Within a process, calls are serialized by an ``asyncio.Lock``. Across processes:
+Protocol (a batch of pages, distinct keys)
+------------------------------------------
+Within a process, calls are serialized by an ``asyncio.Lock`` (the pipeline sends the pages ready at the same
+time as one call: :mod:`scrapy_neardup.crawl.batcher`). Across processes, for a batch:
 
-a. Search P's candidates among documents with status ``kept`` or ``pending`` (a status seen in search may be
-   stale; ``pending`` ones are re-read with a real-time multi-get, polled until they settle). If any is
-   ``kept``, return the best one: P is a duplicate and nothing is written.
-b. Write P as ``pending`` (``op_type=create``); its ``_seq_no`` is P's position in the write order.
-c. Wait until the local checkpoint of every started copy of the shard (primary and replicas) reaches P's
-   ``_seq_no`` (every earlier write is then applied wherever the search may run), refresh, and search again,
-   now considering only candidates written *before* P (``seq < P's``); settle
-   ``pending`` ones as in (a). If any is ``kept``, P is a duplicate of the best; else P is kept.
-d. Write P's final status (``kept``, or ``duplicate`` with ``duplicate_of``) and ``seq``.
+a. One search for the candidates of every page (one band query on the union of their band tokens, each hit
+   verified against each page; ``_search`` for one page) among documents with
+   status ``kept`` or ``pending``, and one real-time multi-get of the pages' own documents (by key). Pending
+   ones written by other crawlers are re-read (multi-get) until they settle. Then, in batch order: a page
+   whose key is stored ``kept`` with the same fingerprint is an **unchanged revisit** (nothing written); a
+   page with no stored version and a ``kept`` candidate is a **duplicate** of the best one (nothing written),
+   unless it near-duplicates an earlier page of the batch that is being written; every other page (new, or a
+   stored key whose content changed) is written.
+b. One bulk request writes those pages as ``pending`` (``create``, or ``index`` conditional on the
+   ``_seq_no`` read in (a)); the bulk's items keep their order on the one shard, so ``_seq_no`` follows the
+   batch order. A page whose key another crawler wrote meanwhile (a conflict) is decided again in a next round.
+c. Wait until the local checkpoint of every started copy of the shard reaches the batch's last ``_seq_no``
+   (every earlier write is applied wherever the search may run), refresh once, and search again, considering
+   for each page only candidates written *before* it (``seq < its own``; pending ones of other crawlers
+   settled as in (a)), plus, resolved locally, the earlier pages of the batch that ended kept and the stored
+   versions of later ones (as each page checked alone in turn would see them). A page whose key was stored is a
+   **changed revisit** when its stored version is its best match (ties go to it) or nothing matches (its new
+   content replaces the stored one), else a duplicate of the better kept page (its document becomes
+   ``duplicate``: no longer a candidate, so its former copies are judged afresh). A new page is a duplicate
+   of the best candidate, else kept.
+d. One bulk request writes the final statuses (``kept``/``duplicate``) and ``seq``.
 
 A pending page's outcome depends only on pages written before it, so waiting always ends (the earliest pending
-page waits for nobody).
+page waits for nobody). A batch costs about seven requests whatever its size: search, multi-get, bulk, index
+stats (polled until the checkpoint is reached), refresh, search, bulk; a batch answered in (a) alone costs two.
 
 Guarantees
 ----------
-* **One process** (any number of concurrent coroutines): identical answers to ``SketchIndex`` on the same
-  stream.
+* **One process** (any number of concurrent coroutines, any batch sizes): identical answers to ``SketchIndex``
+  on the same stream (for recrawls: the same revisit rule as the embedded store).
 * **Several processes**, while every process finishes its checks:
 
-  - every duplicate names a page whose status is ``kept``, and ``kept`` is final;
+  - every duplicate names a page whose status is ``kept`` (until a recrawl finds that page turned into a copy
+    of another, and removes it);
   - no two kept pages share ``>= t`` positions (of two near-duplicates written in steps b, the later one sees
-    the earlier one, settled, in step c);
+    the earlier one, settled, in step c), except a revisited page whose new content is closer to its own stored
+    version than to another kept page (the revisit rule, the same in the embedded store);
   - the kept pages and the answers are those of the embedded index run over the pages in write order
     (``_seq_no``), except that a page answered in step (a) names the best kept match visible at that moment
-    (a better one may still be pending): it is a duplicate either way. In particular, of concurrent
-    near-duplicates of one page exactly one is kept, the earliest writer, and every other names it.
+    (a better one may still be pending): it is a duplicate either way; and a page written while another
+    crawler replaces a kept page's content is compared with the content being written, not the old one. In
+    particular, of concurrent near-duplicates of one page exactly one is kept, the earliest writer, and every
+    other names it; of two crawlers recrawling one key at once, one writes (a changed revisit) and the other
+    waits for it, then finds it unchanged.
 * **Not guaranteed** when a process dies (or stalls longer than ``pending_timeout``) between steps b and d:
-  its page stays ``pending``; others wait up to ``pending_timeout`` (default 30 s) for it, then ignore it
-  (a warning is logged). If that process was only slow and later keeps its page, two near-duplicates may both
-  be kept. Also weaker without the ``monitor`` privilege on the index (no checkpoint wait; a warning is logged
-  once): a write that is still in flight when a later page refreshes may be missed, in a window of
-  microseconds.
+  its pages stay ``pending``; others wait up to ``pending_timeout`` (default 30 s) for them, then ignore them
+  (a warning is logged), and a later check of the same key replaces the abandoned document. If that process
+  was only slow and later keeps its page, two near-duplicates may both be kept. Also weaker without the
+  ``monitor`` privilege on the index (no checkpoint wait; a warning is logged once): a write that is still in
+  flight when a later page refreshes may be missed, in a window of microseconds.
 
 Replicas and failover
 ---------------------
@@ -80,9 +100,12 @@ with a 50-character URL; at most ``max_unchecked`` pages, 100,000 by default, be
 counted in ``unchecked_overflow``) and writes it with status ``unchecked`` once Elasticsearch answers again:
 one bulk batch after each later successful check (one attempt; after a failure, none for ``_UNCHECKED_PAUSE``
 = 5 s, so a flapping node does not slow every check), and all that remain in :meth:`close` (with the usual
-retries). A page is written under the ``_id`` its check used: a document that check left ``pending`` is
-overwritten (conditionally on its ``_seq_no``), so other crawlers stop waiting for it; one the check did settle
-(``kept``/``duplicate``, its answer lost) stays as it is. ``close_stats`` then holds ``unchecked_indexed`` and
+retries). A page is written under its key's ``_id``: a document this process left ``pending`` (its ``writer`` token) or
+abandoned is overwritten (conditionally on its ``_seq_no``), so other crawlers stop waiting for it; one that
+is settled (``kept``/``duplicate``: the check's lost answer, or an earlier crawl) stays as it is, and one
+another crawler is deciding right now is left to it. A batch whose requests fail passes every page through
+unchecked, including when a bulk request was applied in part (its landed pending writes are ours, overwritten
+later; its landed decisions are final): nothing is lost. ``close_stats`` then holds ``unchecked_indexed`` and
 ``unchecked_unindexed`` (plus ``unchecked_overflow``), and a warning gives the count that could not be written.
 
 ``unchecked`` documents are never candidates of a check (only ``kept`` and ``pending`` are): a later drop always
@@ -91,8 +114,8 @@ page). The price: a near-duplicate of an unchecked page, checked later, is kept 
 so the crawl's output can hold both; nothing is lost, and group discovery puts them in one group, whose
 representative under the default rule (``seq``; unchecked documents have none) is a checked page.
 
-Cost per page: a duplicate answered in (a) costs one search (plus a multi-get when a candidate looks
-pending); a kept page costs a search, a create, a stats call, a refresh, a search and an index request.
+Cost: see "Protocol": about seven requests per batch, two for a batch answered in (a) alone (duplicates and
+unchanged revisits), whatever its size; one refresh per batch that writes.
 """
 
 from __future__ import annotations
@@ -120,6 +143,7 @@ from .candidates import band_query, candidate_query
 from .client import ConnectionSettings, EsError, connect_async, describe_error
 from .mapping import (
     DUPLICATE,
+    F_BANDS,
     F_FINGERPRINT,
     F_KEY,
     F_POSITIONS,
@@ -154,6 +178,8 @@ __all__ = ["ElasticsearchBackend"]
 logger = logging.getLogger(__name__)
 
 _CANDIDATES = 1000
+#: Raw hits of a batch's one band query at most (beyond, one query per page).
+_UNION_HITS = 10_000
 #: Pages decided together at most (a longer call is decided in runs of this many).
 _MAX_BATCH = 256
 #: Rounds of a batch whose keys other crawlers keep writing at the same time.
@@ -545,10 +571,11 @@ class ElasticsearchBackend(Backend):
         order; (d) decisions. Returns the pages to decide again."""
         self._round_no += 1
         token = f"{self._writer}-{self._round_no}"
-        hits, owns = await asyncio.gather(
-            self._call("searching candidates", self._search_many, [p.stored for p in pages], [p.doc_id for p in pages]),
-            self._call("reading the pages' own documents", self._mget, [p.doc_id for p in pages], _OWN_SOURCE),
-        )
+        # One after the other (not gathered): a failing node then fails one request, reported as such.
+        hits = await self._call("searching candidates", self._search_many, [p.stored for p in pages],
+                                [p.doc_id for p in pages])
+        owns = await self._call("reading the pages' own documents", self._mget, [p.doc_id for p in pages],
+                                _OWN_SOURCE)
         # Settle what other crawlers are deciding right now: own documents and candidates left pending.
         waiting = {doc["_id"] for doc in owns if self._waits_for(doc)}
         waiting.update(hit["_id"] for page_hits in hits for hit, _ in page_hits if self._waits_for(hit))
@@ -889,6 +916,10 @@ class ElasticsearchBackend(Backend):
         """:meth:`_search` for each page of a batch: one ``_search`` for one page, else one ``_msearch``."""
         if len(stored) == 1:
             return [await self._search(stored[0], exclude[0])]
+        if self._bands:
+            union = await self._search_union(stored, exclude)
+            if union is not None:
+                return union
         positions = not self._bands
         searches: list[dict[str, Any]] = []
         for one, own in zip(stored, exclude, strict=True):
@@ -898,6 +929,39 @@ class ElasticsearchBackend(Backend):
         for one, own, answer in zip(stored, exclude, response["responses"], strict=True):
             hits = self._parse_hits(answer, one, positions=positions)
             out.append(hits if hits is not None else await self._search(one, own))
+        return out
+
+    async def _search_union(
+        self, stored: list[StoredSignature], exclude: list[str]
+    ) -> list[list[tuple[dict[str, Any], int]]] | None:
+        """The candidates of every page of a batch from **one** band query (the union of their band tokens),
+        each hit verified against each page on its compact signature: one search instead of one per page (the
+        server's cost per search, not per term, dominates). ``None`` when the union has too many raw hits
+        (then one search per page)."""
+        size = min(_UNION_HITS, _CANDIDATES * len(stored))
+        tokens = sorted({token for one in stored for token in one.band_tokens()})
+        query = {"bool": {"filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_BANDS: tokens}},
+                                     {"terms": {F_STATUS: [KEPT, PENDING]}}]}}
+        response = await self._es.search(
+            index=self.index, query=query, size=size, seq_no_primary_term=True,
+            source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]},
+            docvalue_fields=[{"field": F_SIG}], track_total_hits=False,
+        )
+        shards = response["_shards"]
+        if shards["successful"] < shards["total"]:
+            raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
+        raw: list[dict[str, Any]] = response["hits"]["hits"]
+        if len(raw) >= size:
+            return None
+        if not raw:
+            return [[] for _ in stored]
+        sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
+        ids = [hit["_id"] for hit in raw]
+        out: list[list[tuple[dict[str, Any], int]]] = []
+        for one, own in zip(stored, exclude, strict=True):
+            shared = shared_counts(sigs, one.values)
+            keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
+            out.append([(raw[i], int(shared[i])) for i in keep if ids[i] != own])
         return out
 
     async def _bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
