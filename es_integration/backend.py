@@ -9,48 +9,68 @@ the low 16 bits of each position (see :mod:`es_integration.mapping`), so the cou
 
 Documents
 ---------
-One document per checked page that was not answered at once (step a below), ``_id`` a random UUID, holding
-only the ``neardup`` object: ``key`` (the page key, returned as ``Match.key``), ``positions``,
-``fingerprint``, ``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``; or ``unchecked``, below), ``seq``
-(the write order), ``group`` and ``duplicate_of``/``shared`` for duplicates. The index has **one primary shard**
-(created so when missing; refused otherwise), so ``_seq_no`` totally orders the writes.
+One document per key (``_id``: :func:`doc_id_of`, a 128-bit hash of the key), holding only the ``neardup``
+object: ``key`` (the page key, returned as ``Match.key``), ``positions``, ``sig``, ``bands``, ``fingerprint``,
+``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``; or ``unchecked``, below), ``seq`` (the write
+order), ``group`` and ``duplicate_of``/``shared`` for duplicates, ``writer`` (which process, and which of its
+batches, wrote a pending page). The index has **one primary shard** (created so when missing; refused
+otherwise), so ``_seq_no`` totally orders the writes.
 
-Protocol (one page P)
----------------------
-Within a process, calls are serialized by an ``asyncio.Lock``. Across processes:
+Protocol (a batch of pages, distinct keys)
+------------------------------------------
+Within a process, calls are serialized by an ``asyncio.Lock`` (the pipeline sends the pages ready at the same
+time as one call: :mod:`scrapy_neardup.crawl.batcher`). Across processes, for a batch:
 
-a. Search P's candidates among documents with status ``kept`` or ``pending`` (a status seen in search may be
-   stale; ``pending`` ones are re-read with a real-time multi-get, polled until they settle). If any is
-   ``kept``, return the best one: P is a duplicate and nothing is written.
-b. Write P as ``pending`` (``op_type=create``); its ``_seq_no`` is P's position in the write order.
-c. Wait until the local checkpoint of every started copy of the shard (primary and replicas) reaches P's
-   ``_seq_no`` (every earlier write is then applied wherever the search may run), refresh, and search again,
-   now considering only candidates written *before* P (``seq < P's``); settle
-   ``pending`` ones as in (a). If any is ``kept``, P is a duplicate of the best; else P is kept.
-d. Write P's final status (``kept``, or ``duplicate`` with ``duplicate_of``) and ``seq``.
+a. One search for the candidates of every page (one band query on the union of their band tokens, each hit
+   verified against each page; ``_search`` for one page) among documents with
+   status ``kept`` or ``pending``, and one real-time multi-get of the pages' own documents (by key). Pending
+   ones written by other crawlers are re-read (multi-get) until they settle. Then, in batch order: a page
+   whose key is stored ``kept`` with the same fingerprint is an **unchanged revisit** (nothing written); a
+   page with no stored version and a ``kept`` candidate is a **duplicate** of the best one (nothing written),
+   unless it near-duplicates an earlier page of the batch that is being written; every other page (new, or a
+   stored key whose content changed) is written.
+b. One bulk request writes those pages as ``pending`` (``create``, or ``index`` conditional on the
+   ``_seq_no`` read in (a)); the bulk's items keep their order on the one shard, so ``_seq_no`` follows the
+   batch order. A page whose key another crawler wrote meanwhile (a conflict) is decided again in a next round.
+c. Wait until the local checkpoint of every started copy of the shard reaches the batch's last ``_seq_no``
+   (every earlier write is applied wherever the search may run), refresh once, and search again, considering
+   for each page only candidates written *before* it (``seq < its own``; pending ones of other crawlers
+   settled as in (a)), plus, resolved locally, the earlier pages of the batch that ended kept and the stored
+   versions of later ones (as each page checked alone in turn would see them). A page whose key was stored is a
+   **changed revisit** when its stored version is its best match (ties go to it) or nothing matches (its new
+   content replaces the stored one), else a duplicate of the better kept page (its document becomes
+   ``duplicate``: no longer a candidate, so its former copies are judged afresh). A new page is a duplicate
+   of the best candidate, else kept.
+d. One bulk request writes the final statuses (``kept``/``duplicate``) and ``seq``.
 
 A pending page's outcome depends only on pages written before it, so waiting always ends (the earliest pending
-page waits for nobody).
+page waits for nobody). A batch costs about seven requests whatever its size: search, multi-get, bulk, index
+stats (polled until the checkpoint is reached), refresh, search, bulk; a batch answered in (a) alone costs two.
 
 Guarantees
 ----------
-* **One process** (any number of concurrent coroutines): identical answers to ``SketchIndex`` on the same
-  stream.
+* **One process** (any number of concurrent coroutines, any batch sizes): identical answers to ``SketchIndex``
+  on the same stream (for recrawls: the same revisit rule as the embedded store).
 * **Several processes**, while every process finishes its checks:
 
-  - every duplicate names a page whose status is ``kept``, and ``kept`` is final;
+  - every duplicate names a page whose status is ``kept`` (until a recrawl finds that page turned into a copy
+    of another, and removes it);
   - no two kept pages share ``>= t`` positions (of two near-duplicates written in steps b, the later one sees
-    the earlier one, settled, in step c);
+    the earlier one, settled, in step c), except a revisited page whose new content is closer to its own stored
+    version than to another kept page (the revisit rule, the same in the embedded store);
   - the kept pages and the answers are those of the embedded index run over the pages in write order
     (``_seq_no``), except that a page answered in step (a) names the best kept match visible at that moment
-    (a better one may still be pending): it is a duplicate either way. In particular, of concurrent
-    near-duplicates of one page exactly one is kept, the earliest writer, and every other names it.
+    (a better one may still be pending): it is a duplicate either way; and a page written while another
+    crawler replaces a kept page's content is compared with the content being written, not the old one. In
+    particular, of concurrent near-duplicates of one page exactly one is kept, the earliest writer, and every
+    other names it; of two crawlers recrawling one key at once, one writes (a changed revisit) and the other
+    waits for it, then finds it unchanged.
 * **Not guaranteed** when a process dies (or stalls longer than ``pending_timeout``) between steps b and d:
-  its page stays ``pending``; others wait up to ``pending_timeout`` (default 30 s) for it, then ignore it
-  (a warning is logged). If that process was only slow and later keeps its page, two near-duplicates may both
-  be kept. Also weaker without the ``monitor`` privilege on the index (no checkpoint wait; a warning is logged
-  once): a write that is still in flight when a later page refreshes may be missed, in a window of
-  microseconds.
+  its pages stay ``pending``; others wait up to ``pending_timeout`` (default 30 s) for them, then ignore them
+  (a warning is logged), and a later check of the same key replaces the abandoned document. If that process
+  was only slow and later keeps its page, two near-duplicates may both be kept. Also weaker without the
+  ``monitor`` privilege on the index (no checkpoint wait; a warning is logged once): a write that is still in
+  flight when a later page refreshes may be missed, in a window of microseconds.
 
 Replicas and failover
 ---------------------
@@ -80,9 +100,12 @@ with a 50-character URL; at most ``max_unchecked`` pages, 100,000 by default, be
 counted in ``unchecked_overflow``) and writes it with status ``unchecked`` once Elasticsearch answers again:
 one bulk batch after each later successful check (one attempt; after a failure, none for ``_UNCHECKED_PAUSE``
 = 5 s, so a flapping node does not slow every check), and all that remain in :meth:`close` (with the usual
-retries). A page is written under the ``_id`` its check used: a document that check left ``pending`` is
-overwritten (conditionally on its ``_seq_no``), so other crawlers stop waiting for it; one the check did settle
-(``kept``/``duplicate``, its answer lost) stays as it is. ``close_stats`` then holds ``unchecked_indexed`` and
+retries). A page is written under its key's ``_id``: a document this process left ``pending`` (its ``writer`` token) or
+abandoned is overwritten (conditionally on its ``_seq_no``), so other crawlers stop waiting for it; one that
+is settled (``kept``/``duplicate``: the check's lost answer, or an earlier crawl) stays as it is, and one
+another crawler is deciding right now is left to it. A batch whose requests fail passes every page through
+unchecked, including when a bulk request was applied in part (its landed pending writes are ours, overwritten
+later; its landed decisions are final): nothing is lost. ``close_stats`` then holds ``unchecked_indexed`` and
 ``unchecked_unindexed`` (plus ``unchecked_overflow``), and a warning gives the count that could not be written.
 
 ``unchecked`` documents are never candidates of a check (only ``kept`` and ``pending`` are): a later drop always
@@ -91,25 +114,26 @@ page). The price: a near-duplicate of an unchecked page, checked later, is kept 
 so the crawl's output can hold both; nothing is lost, and group discovery puts them in one group, whose
 representative under the default rule (``seq``; unchecked documents have none) is a checked page.
 
-Cost per page: a duplicate answered in (a) costs one search (plus a multi-get when a candidate looks
-pending); a kept page costs a search, a create, a stats call, a refresh, a search and an index request.
+Cost: see "Protocol": about seven requests per batch, two for a batch answered in (a) alone (duplicates and
+unchanged revisits), whatever its size; one refresh per batch that writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import itertools
 import logging
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.backend import Backend, BackendError
+from scrapy_neardup.core.backend import Backend, BackendError, Decision
 from scrapy_neardup.core.index import Match, best_first
 from scrapy_neardup.core.params import check_min_shared
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
@@ -119,6 +143,7 @@ from .candidates import band_query, candidate_query
 from .client import ConnectionSettings, EsError, connect_async, describe_error
 from .mapping import (
     DUPLICATE,
+    F_BANDS,
     F_FINGERPRINT,
     F_KEY,
     F_POSITIONS,
@@ -126,6 +151,7 @@ from .mapping import (
     F_SIG,
     F_STATUS,
     F_TAG,
+    F_WRITER,
     KEPT,
     PENDING,
     ROOT,
@@ -153,6 +179,14 @@ __all__ = ["ElasticsearchBackend"]
 logger = logging.getLogger(__name__)
 
 _CANDIDATES = 1000
+#: Raw hits of a batch's one band query at most (beyond, one query per page).
+_UNION_HITS = 10_000
+#: Pages decided together at most (a longer call is decided in runs of this many).
+_MAX_BATCH = 256
+#: Rounds of a batch whose keys other crawlers keep writing at the same time.
+_MAX_ROUNDS = 5
+#: What a real-time read of a page's own document (or of a pending candidate) returns.
+_OWN_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_SIG, F_WRITER]
 _POLL_FIRST, _POLL_MAX = 0.002, 0.1
 #: Unchecked pages per bulk request (and per attempt after a successful check).
 _UNCHECKED_BATCH = 500
@@ -167,6 +201,97 @@ class _Candidate:
     shared: int
     exact: bool
     order: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Version:
+    """A key's stored kept version, read before its page is decided (a recrawl)."""
+
+    values: np.ndarray  # uint16[k]
+    fingerprint: str
+    order: int
+
+
+@dataclass(eq=False, slots=True)
+class _Page:
+    """One page of a batch while it is decided (see :meth:`ElasticsearchBackend._round`)."""
+
+    pos: int
+    key: str
+    stored: StoredSignature
+    fingerprint: str
+    doc_id: str
+    #: ``(_seq_no, _primary_term)`` of the document under ``doc_id`` when (a) read one: writes are conditional
+    prior: tuple[int, int] | None = None
+    own: _Version | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    seq: int = -1
+    conflict: bool = False
+    decided: bool = False
+    new_content: bool = False  # kept or revisited: later pages of the batch compare with its content
+    decision: Decision | None = None
+
+    def reset(self) -> None:
+        self.prior, self.own, self.fields, self.seq = None, None, {}, -1
+        self.conflict = self.decided = self.new_content = False
+        self.decision = None
+
+    def take_own(self, doc: Mapping[str, Any], num_perm: int) -> None:
+        """Note what the key's document holds: nothing, a kept version (this is a recrawl), or something a
+        write replaces conditionally (a duplicate, an unchecked or an abandoned pending record)."""
+        if "error" in doc:
+            raise ShardsUnavailable(f"reading {self.doc_id} failed on its shard")
+        if not doc.get("found"):
+            return
+        self.prior = (int(doc["_seq_no"]), int(doc["_primary_term"]))
+        source = doc["_source"].get(ROOT, {})
+        if source.get("status") != KEPT:
+            return
+        values, valid = decode_many([source.get("sig")], num_perm)
+        if valid[0]:
+            order = int(source.get("seq", doc["_seq_no"]))
+            self.own = _Version(values[0], str(source.get("fingerprint", "")), order)
+
+    def landed(self, answer: Any) -> None:
+        self.seq = int(answer["_seq_no"])
+
+
+def doc_id_of(key: str) -> str:
+    """The ``_id`` of a key's document: one document per key, so that a recrawl finds its page by id (a hash:
+    ``_id`` is limited to 512 bytes, URLs are not; 128 bits make a collision among 10^12 keys ~10^-15)."""
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _best(candidates: list[_Candidate]) -> _Candidate:
+    """The best kept candidate: exact first, then most shared positions, then the earliest kept."""
+    ranks = best_first([c.exact for c in candidates], [c.shared for c in candidates], [c.order for c in candidates])
+    return candidates[int(ranks[0])]
+
+
+def _batches(pages: Sequence[tuple[str, Sketch]], size: int) -> Iterator[list[tuple[str, Sketch]]]:
+    """Runs of at most ``size`` pages with distinct keys, in order: a key seen again starts a new run, so that
+    its second page is decided against the first one's outcome (a revisit)."""
+    run: list[tuple[str, Sketch]] = []
+    keys: set[str] = set()
+    for key, sketch in pages:
+        if key in keys or len(run) >= size:
+            yield run
+            run, keys = [], set()
+        run.append((key, sketch))
+        keys.add(key)
+    if run:
+        yield run
+
+
+def _order(doc: Mapping[str, Any]) -> int:
+    """A document's place in the write order: its final ``seq``, or the ``_seq_no`` of its pending write."""
+    source = doc.get("_source", {}).get(ROOT, {})
+    return int(source.get("seq", doc.get("_seq_no", -1)))
+
+
+def _search_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """A search body as elasticsearch-py keyword arguments (``_source`` is ``source``)."""
+    return {("source" if name == "_source" else name): value for name, value in body.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +364,11 @@ class ElasticsearchBackend(Backend):
         self.retried = 0
         self._client: AsyncElasticsearch | None = None
         self._lock: asyncio.Lock | None = None
-        self._abandoned: set[str] = set()
+        #: (``_id``, ``_seq_no``) of pending documents of other crawlers no longer waited for
+        self._abandoned: set[tuple[str, int | None]] = set()
+        #: marks this process's pending writes (``writer``: this token and the round), see :meth:`_is_pending`
+        self._writer = uuid.uuid4().hex
+        self._round_no = 0
         self._checkpoints = True
         self._unchecked: dict[str, _Unchecked] = {}
         self._unchecked_retry_at = 0.0
@@ -377,58 +506,170 @@ class ElasticsearchBackend(Backend):
     async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
         """Return the best kept match of ``sketch``, or keep it under ``key`` and return None (see module doc).
 
+        A revisit of a kept key (its own stored version is its best match) also returns None: it is no
+        duplicate; :meth:`check_and_add_many` tells revisits apart.
+
         Raises:
             IncompatibleSketches: the sketch's tag is not this backend's.
             ValueError: an empty sketch, or a signature of the wrong length.
             EsError: Elasticsearch failed after bounded retries.
         """
+        (decision,) = await self.check_and_add_many([(key, sketch)])
+        return decision.match
+
+    async def check_and_add_many(self, pages: Sequence[tuple[str, Sketch]]) -> list[Decision]:
+        """Decide ``pages`` in order, in a constant number of requests per batch (module doc, "Batches").
+
+        Raises:
+            IncompatibleSketches, ValueError: as :meth:`check_and_add` (nothing is decided then).
+            EsError: Elasticsearch failed after bounded retries: no page of the call has a decision; each is
+                remembered and written to the index later with status ``unchecked``.
+        """
+        for _, sketch in pages:
+            self._validate(sketch)
+        if self._lock is None or self._client is None:
+            raise RuntimeError("ElasticsearchBackend.check_and_add_many called before open()")
+        decisions: list[Decision] = []
+        async with self._lock:
+            try:
+                for run in _batches(pages, _MAX_BATCH):
+                    decisions += await self._decide(run)
+            except Exception as exc:
+                # The pipeline passes every page of the call through unchecked: remember them for writing later.
+                # Their documents may stay pending (written, never settled); this process's own pending documents
+                # carry its writer token, so it never waits for them (others do, until they are written).
+                for key, sketch in pages:
+                    self._remember(key, sketch, doc_id_of(key))
+                if isinstance(exc, BackendError):
+                    raise
+                # An answer of an unexpected shape: no decision either, which the pipeline must be told of.
+                raise EsError(f"checking {len(pages)} page(s) in {self.index}: {type(exc).__name__}: {exc}") from exc
+            if self._unchecked and time.monotonic() >= self._unchecked_retry_at:
+                # The node answers again: write a batch of the pages it could not check before.
+                await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)
+        return decisions
+
+    def _validate(self, sketch: Sketch) -> None:
         if sketch.tag != self.tag:
             raise IncompatibleSketches(f"backend holds {self.tag!r} sketches, got one made with {sketch.tag!r}")
         if sketch.empty:
             raise ValueError("an empty sketch (text without shingles) cannot be indexed")
         if sketch.num_perm != self.num_perm:
             raise ValueError(f"expected a signature of {self.num_perm} positions, got {sketch.num_perm}")
-        if self._lock is None or self._client is None:
-            raise RuntimeError("ElasticsearchBackend.check_and_add called before open()")
-        doc_id = uuid.uuid4().hex
-        async with self._lock:
-            try:
-                match = await self._check_and_add(key, sketch, doc_id)
-            except Exception as exc:
-                # The pipeline passes the page through unchecked: remember it for writing later. Its document
-                # may now stay pending (written, never settled): this process knows it will never settle, so
-                # it does not wait pending_timeout for it (other processes do, until it is written unchecked).
-                self._abandoned.add(doc_id)
-                self._remember(key, sketch, doc_id)
-                if isinstance(exc, BackendError):
-                    raise
-                # An answer of an unexpected shape: no decision either, which the pipeline must be told of.
-                raise EsError(f"checking {key!r} in {self.index}: {type(exc).__name__}: {exc}") from exc
-            if self._unchecked and time.monotonic() >= self._unchecked_retry_at:
-                # The node answers again: write a batch of the pages it could not check before.
-                await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)
-            return match
 
-    async def _check_and_add(self, key: str, sketch: Sketch, doc_id: str) -> Match | None:
-        stored = StoredSignature.from_sketch(sketch)
-        fingerprint = fingerprint_hex(sketch.fingerprint)
-        best = await self._best_kept(stored, fingerprint, before=None, exclude=None)  # (a)
-        if best is not None:
-            return self._match(best)
-        fields = {
-            "key": key, "tag": self.tag, **stored_fields(stored), "fingerprint": fingerprint, "empty": False,
-            "status": PENDING, "group": doc_id,
-        }
-        seq = await self._call("writing a pending page", self._create, doc_id, fields)  # (b)
-        await self._call("waiting for earlier writes", self._settle_writes, seq)  # (c)
-        best = await self._best_kept(stored, fingerprint, before=seq, exclude=doc_id)
-        fields["seq"] = seq
+    async def _decide(self, batch: Sequence[tuple[str, Sketch]]) -> list[Decision]:
+        """Decide a batch of distinct keys; pages whose conditional write met another crawler's write of the
+        same key are decided again in a further round (at most ``_MAX_ROUNDS``)."""
+        pages = [
+            _Page(pos, key, StoredSignature.from_sketch(sketch), fingerprint_hex(sketch.fingerprint), doc_id_of(key))
+            for pos, (key, sketch) in enumerate(batch)
+        ]
+        todo = pages
+        for _ in range(_MAX_ROUNDS):
+            for page in todo:
+                page.reset()
+            todo = await self._round(todo)
+            if not todo:
+                return [page.decision for page in pages if page.decision is not None]
+        raise EsError(f"checking {len(todo)} page(s) in {self.index}: other crawlers kept rewriting their keys")
+
+    async def _round(self, pages: list[_Page]) -> list[_Page]:
+        """One round (module doc): (a) candidates and own documents, answers that need no write; (b) pending
+        writes; (c) checkpoint wait, refresh, candidates written before each page, local resolution in write
+        order; (d) decisions. Returns the pages to decide again."""
+        self._round_no += 1
+        token = f"{self._writer}-{self._round_no}"
+        # One after the other (not gathered): a failing node then fails one request, reported as such.
+        hits = await self._call("searching candidates", self._search_many, [p.stored for p in pages],
+                                [p.doc_id for p in pages])
+        owns = await self._call("reading the pages' own documents", self._mget, [p.doc_id for p in pages],
+                                _OWN_SOURCE)
+        # Settle what other crawlers are deciding right now: own documents and candidates left pending.
+        waiting = {doc["_id"] for doc in owns if self._waits_for(doc)}
+        waiting.update(hit["_id"] for page_hits in hits for hit, _ in page_hits if self._waits_for(hit))
+        settled = await self._read_settled(waiting) if waiting else {}
+        for page, own in zip(pages, owns, strict=True):
+            page.take_own(settled.get(own["_id"], own), self.num_perm)
+        # (a) in batch order; pages needing a write join `written`.
+        written: list[_Page] = []
+        for page, page_hits in zip(pages, hits, strict=True):
+            if page.own is not None and page.own.fingerprint == page.fingerprint:
+                page.decision = Decision.revisit(False)  # unchanged: the stored version is this content
+                continue
+            if page.own is None:
+                rewritten = {w.doc_id for w in written}
+                kept = [c for c in self._kept(page_hits, settled, page, before=None) if c.id not in rewritten]
+                if kept and not self._local_matches(page, written, later=[]):
+                    page.decision = Decision.duplicate(self._match(_best(kept)))
+                    continue
+            page.fields = self._pending_fields(page, token)
+            written.append(page)
+        if not written:
+            return []
+        # (b) pending writes; pages whose key another crawler wrote meanwhile go to the next round.
+        again = await self._call("writing pending pages", self._write_pending, written, token)
+        written = [page for page in written if page not in again]
+        if not written:
+            return again
+        # (c) every earlier write applied on every copy, refreshed; candidates written before each page.
+        await self._call("waiting for earlier writes", self._settle_writes, max(p.seq for p in written))
+        ours = {page.doc_id for page in written}
+        hits = await self._call("searching candidates", self._search_many, [p.stored for p in written],
+                                [p.doc_id for p in written])
+        # Only pages written before each one are waited for, so waits never form a cycle (module doc).
+        waiting = {hit["_id"] for page, page_hits in zip(written, hits, strict=True) for hit, _ in page_hits
+                   if hit["_id"] not in ours and _order(hit) < page.seq and self._waits_for(hit)}
+        settled = await self._read_settled(waiting) if waiting else {}
+        for i, (page, page_hits) in enumerate(zip(written, hits, strict=True)):
+            kept = [c for c in self._kept(page_hits, settled, page, before=page.seq) if c.id not in ours]
+            kept += self._local_matches(page, written[:i], later=written[i + 1 :])
+            self._conclude(page, kept)
+        # (d) the decisions.
+        await self._call("writing the decisions", self._write_decisions, written)
+        return again
+
+    def _conclude(self, page: _Page, kept: list[_Candidate]) -> None:
+        """A written page's decision from its kept candidates and its own stored version (ties go to it)."""
+        best = _best(kept) if kept else None
+        own = page.own
+        page.fields["seq"] = page.seq
+        if own is not None:
+            shared = int(shared_counts(own.values, page.stored.values))
+            mine = (False, shared)  # not exact: an exact own version is an unchanged revisit, decided in (a)
+            if best is None or shared >= self.min_shared and (best.exact, best.shared) <= mine:
+                page.fields["status"] = KEPT  # changed: its new content replaces the stored one
+                page.decision, page.new_content = Decision.revisit(True), True
+                return
         if best is None:
-            fields["status"] = KEPT
-        else:
-            fields.update(status=DUPLICATE, group=best.id, duplicate_of=best.key, shared=best.shared)
-        await self._call("writing the decision", self._write, doc_id, fields)  # (d)
-        return None if best is None else self._match(best)
+            page.fields["status"] = KEPT
+            page.decision, page.new_content = Decision.kept(), True
+            return
+        page.fields.update(status=DUPLICATE, group=best.id, duplicate_of=best.key, shared=best.shared)
+        page.decision = Decision.duplicate(self._match(best))
+
+    def _local_matches(self, page: _Page, earlier: list[_Page], *, later: list[_Page]) -> list[_Candidate]:
+        """Kept candidates among the batch's written pages, as a page checked alone in turn would see them: the
+        new content of earlier ones decided kept (or revisited), the stored version of later revisited keys."""
+        versions: list[tuple[_Page, np.ndarray, str, int]] = [
+            (other, other.stored.values, other.fingerprint, other.seq)
+            for other in earlier
+            if other.decision is None or other.new_content  # in (a) its outcome is not known yet
+        ]
+        versions += [(o, o.own.values, o.own.fingerprint, o.own.order) for o in later if o.own is not None]
+        if not versions:
+            return []
+        shared = shared_counts(np.vstack([v[1] for v in versions]), page.stored.values)
+        return [
+            _Candidate(other.doc_id, other.key, int(s), fingerprint == page.fingerprint, order)
+            for (other, _, fingerprint, order), s in zip(versions, shared.tolist(), strict=True)
+            if s >= self.min_shared
+        ]
+
+    def _pending_fields(self, page: _Page, token: str) -> dict[str, Any]:
+        return {
+            "key": page.key, "tag": self.tag, **stored_fields(page.stored), "fingerprint": page.fingerprint,
+            "empty": False, "status": PENDING, "group": page.doc_id, "writer": token,
+        }
 
     def _match(self, candidate: _Candidate) -> Match:
         return Match(
@@ -436,70 +677,74 @@ class ElasticsearchBackend(Backend):
             exact=candidate.exact,
         )
 
-    async def _best_kept(
-        self, stored: StoredSignature, fingerprint: str, *, before: int | None, exclude: str | None
-    ) -> _Candidate | None:
-        """The best candidate whose status is ``kept``, after settling the ``pending`` ones; only candidates
-        written before ``before`` (a ``_seq_no``) when given."""
-        hits = await self._call("searching candidates", self._search, stored, exclude)
-        kept: list[_Candidate] = []
-        pending: dict[str, int] = {}  # id -> shared
+    def _is_pending(self, doc: Mapping[str, Any]) -> bool:
+        """Whether ``doc`` (a hit or a real-time read) is a page still being decided by a live crawler."""
+        source = doc.get("_source", {}).get(ROOT, {})
+        if source.get("status") != PENDING:
+            return False
+        if str(source.get("writer", "")).startswith(self._writer):
+            return False  # ours, from a failed check: it never settles
+        return (doc["_id"], doc.get("_seq_no")) not in self._abandoned
+
+    def _waits_for(self, doc: Mapping[str, Any]) -> bool:
+        return bool(doc.get("found", True)) and self._is_pending(doc)
+
+    def _kept(
+        self, hits: list[tuple[dict[str, Any], int]], settled: dict[str, dict[str, Any]], page: _Page,
+        *, before: int | None,
+    ) -> list[_Candidate]:
+        """The kept candidates among a page's hits (pending ones replaced by their settled read; only those
+        written before ``before`` when given); shared positions recounted on what was read."""
+        out: list[_Candidate] = []
         for hit, shared in hits:
-            source = hit["_source"][ROOT]
-            order = int(source.get("seq", hit["_seq_no"]))
+            doc = settled.get(hit["_id"], hit)
+            if not doc.get("found", True) or "_source" not in doc:
+                continue
+            source = doc["_source"][ROOT]
+            if source.get("status") != KEPT:
+                continue
+            if before is not None and _order(hit) >= before:
+                continue  # written after the page: the page is a candidate of its check, not the reverse
+            order = _order(doc)
             if before is not None and order >= before:
                 continue
-            if source.get("status") == KEPT:
-                kept.append(self._candidate(hit["_id"], source, shared, fingerprint, order))
-            elif hit["_id"] not in self._abandoned:
-                pending[hit["_id"]] = shared
-        if pending:
-            kept.extend(await self._settle(pending, fingerprint, before))
-        if not kept:
-            return None
-        return kept[int(best_first([c.exact for c in kept], [c.shared for c in kept], [c.order for c in kept])[0])]
+            if doc is not hit:  # settled since the search: its content may have been replaced (a recrawl)
+                values, valid = decode_many([source.get("sig")], self.num_perm)
+                if valid[0]:
+                    shared = int(shared_counts(values[0], page.stored.values))
+                if shared < self.min_shared:
+                    continue
+            out.append(_Candidate(hit["_id"], str(source.get("key", hit["_id"])), shared,
+                                  source.get("fingerprint") == page.fingerprint, order))
+        return out
 
-    @staticmethod
-    def _candidate(doc_id: str, source: dict[str, Any], shared: int, fingerprint: str, order: int) -> _Candidate:
-        return _Candidate(
-            id=doc_id, key=str(source.get("key", doc_id)), shared=shared,
-            exact=source.get("fingerprint") == fingerprint, order=order,
-        )
-
-    async def _settle(self, pending: dict[str, int], fingerprint: str, before: int | None) -> list[_Candidate]:
-        """Poll pending candidates (real-time multi-get) until each is kept or duplicate; return the kept."""
-        kept: list[_Candidate] = []
+    async def _read_settled(self, ids: set[str]) -> dict[str, dict[str, Any]]:
+        """Real-time reads of ``ids`` polled until none is pending with a live writer (module doc); those still
+        pending after ``pending_timeout`` are abandoned (a warning is logged) and returned as read."""
+        out: dict[str, dict[str, Any]] = {}
+        todo = set(ids)
         deadline = time.monotonic() + self.pending_timeout
         delay = _POLL_FIRST
-        while pending:
-            docs = await self._call("reading pending pages", self._mget, list(pending))
+        while todo:
+            docs = await self._call("reading pending pages", self._mget, sorted(todo), _OWN_SOURCE)
             for doc in docs:
-                doc_id = doc["_id"]
                 if "error" in doc:  # its shard copy failed (e.g. a failover): still pending for us
                     continue
-                if not doc.get("found"):
-                    pending.pop(doc_id)
-                    continue
-                source = doc["_source"][ROOT]
-                status = source.get("status")
-                if status == PENDING:
-                    continue
-                shared = pending.pop(doc_id)
-                order = int(source.get("seq", doc["_seq_no"]))
-                if status == KEPT and (before is None or order < before):
-                    kept.append(self._candidate(doc_id, source, shared, fingerprint, order))
-            if not pending:
+                out[doc["_id"]] = doc
+                if not self._waits_for(doc):
+                    todo.discard(doc["_id"])
+            if not todo:
                 break
             if time.monotonic() >= deadline:
                 logger.warning(
                     "ignoring %d page(s) left pending for over %.0fs in %s (a crawler stopped mid-check?)",
-                    len(pending), self.pending_timeout, self.index,
+                    len(todo), self.pending_timeout, self.index,
                 )
-                self._abandoned.update(pending)
+                self._abandoned.update((i, out[i].get("_seq_no")) for i in todo if i in out)
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_MAX)
-        return kept
+        return out
 
     # -- unchecked pages (see the module doc) ------------------------------------------------------------------
 
@@ -560,11 +805,16 @@ class ElasticsearchBackend(Backend):
         operations: list[dict[str, Any]] = []
         for doc in docs:
             entry = todo[doc["_id"]]
-            if doc.get("found") and doc["_source"][ROOT].get("status") != PENDING:
-                # kept/duplicate: the check's lost answer had settled it (final); unchecked: written before.
+            if "error" in doc:
+                continue  # its shard copy failed: the next round reads it again
+            status = doc["_source"][ROOT].get("status") if doc.get("found") else None
+            if status is not None and (status != PENDING or self._is_pending(doc)):
+                # kept/duplicate: the check's lost answer had settled it, or a crawl before (final); unchecked:
+                # written before; pending by a live crawler: being decided right now, with newer content.
                 self._indexed(todo.pop(entry.doc_id))
                 continue
-            if doc.get("found"):
+            action: dict[str, dict[str, Any]]
+            if status is not None:  # our own pending write (or an abandoned one): replaced, if unchanged since
                 action = {"index": {"_index": self.index, "_id": entry.doc_id, "if_seq_no": doc["_seq_no"],
                                     "if_primary_term": doc["_primary_term"]}}
             else:
@@ -620,63 +870,203 @@ class ElasticsearchBackend(Backend):
             raise RuntimeError("ElasticsearchBackend used before open() or after close()")
         return self._client
 
-    async def _search(self, stored: StoredSignature, exclude: str | None) -> list[tuple[dict[str, Any], int]]:
-        """Candidates (kept or pending, sharing ``>= t`` positions) with their shared positions.
-
-        The band query (verified on the hits' compact signatures) when :attr:`_bands` allows it; the position
-        query otherwise, or when the band query has :data:`_CANDIDATES` raw hits or more (the position query
-        ranks server-side, so the ``_CANDIDATES`` compared are the ones sharing most positions)."""
+    def _search_body(self, stored: StoredSignature, exclude: str | None, *, positions: bool) -> dict[str, Any]:
+        """The candidate search of one page (kept or pending documents; not ``exclude``, its own)."""
         statuses, exclude_ids = (KEPT, PENDING), [exclude] if exclude else []
-        source = {"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT]}
+        source = {"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]}
+        if positions:
+            query = candidate_query(stored.tokens(), self.min_shared, self.tag, statuses=statuses,
+                                    exclude_ids=exclude_ids)
+            return {"query": query, "size": _CANDIDATES, "seq_no_primary_term": True, "_source": source,
+                    "track_total_hits": False}
+        return {"query": band_query(stored, statuses=statuses, exclude_ids=exclude_ids), "size": _CANDIDATES,
+                "seq_no_primary_term": True, "_source": source, "docvalue_fields": [{"field": F_SIG}],
+                "track_total_hits": False}
+
+    def _parse_hits(
+        self, response: Mapping[str, Any], stored: StoredSignature, *, positions: bool
+    ) -> list[tuple[dict[str, Any], int]] | None:
+        """Candidates sharing ``>= t`` positions, with the count; ``None`` when the band query has
+        :data:`_CANDIDATES` raw hits or more (then the position query, which ranks server-side, is used)."""
+        if "error" in response:
+            raise ShardsUnavailable(f"a candidate search failed: {str(response['error'])[:200]}")
+        shards = response["_shards"]
+        if shards["successful"] < shards["total"]:
+            raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
+        raw: list[dict[str, Any]] = response["hits"]["hits"]
+        if positions:
+            if len(raw) >= _CANDIDATES:
+                logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(raw),
+                               self.index)
+            return [(hit, round(hit["_score"])) for hit in raw]
+        if len(raw) >= _CANDIDATES:
+            return None
+        sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
+        shared = shared_counts(sigs, stored.values)
+        keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
+        return [(raw[i], int(shared[i])) for i in keep]
+
+    async def _search(self, stored: StoredSignature, exclude: str | None) -> list[tuple[dict[str, Any], int]]:
+        """One page's candidates (kept or pending, sharing ``>= t`` positions) with their shared positions: the
+        band query (verified on the hits' compact signatures) when :attr:`_bands` allows it, else positions."""
+        positions = not self._bands
+        while True:
+            body = self._search_body(stored, exclude, positions=positions)
+            response = await self._es.search(index=self.index, **_search_kwargs(body))
+            hits = self._parse_hits(response.body, stored, positions=positions)
+            if hits is not None:
+                return hits
+            positions = True
+
+    async def _search_many(
+        self, stored: list[StoredSignature], exclude: list[str]
+    ) -> list[list[tuple[dict[str, Any], int]]]:
+        """:meth:`_search` for each page of a batch: one ``_search`` for one page, else one ``_msearch``."""
+        if len(stored) == 1:
+            return [await self._search(stored[0], exclude[0])]
         if self._bands:
-            response = await self._es.search(
-                index=self.index, query=band_query(stored, statuses=statuses, exclude_ids=exclude_ids),
-                size=_CANDIDATES, seq_no_primary_term=True, source=source, docvalue_fields=[{"field": F_SIG}],
-                track_total_hits=False,
-            )
-            raw = response["hits"]["hits"]
-            if len(raw) < _CANDIDATES:
-                sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
-                shared = shared_counts(sigs, stored.values)
-                keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
-                return [(raw[i], int(shared[i])) for i in keep]
-        query = candidate_query(stored.tokens(), self.min_shared, self.tag, statuses=statuses, exclude_ids=exclude_ids)
+            union = await self._search_union(stored, exclude)
+            if union is not None:
+                return union
+        positions = not self._bands
+        searches: list[dict[str, Any]] = []
+        for one, own in zip(stored, exclude, strict=True):
+            searches += [{"index": self.index}, self._search_body(one, own, positions=positions)]
+        response = await self._es.msearch(searches=searches)
+        out: list[list[tuple[dict[str, Any], int]]] = []
+        for one, own, answer in zip(stored, exclude, response["responses"], strict=True):
+            hits = self._parse_hits(answer, one, positions=positions)
+            out.append(hits if hits is not None else await self._search(one, own))
+        return out
+
+    async def _search_union(
+        self, stored: list[StoredSignature], exclude: list[str]
+    ) -> list[list[tuple[dict[str, Any], int]]] | None:
+        """The candidates of every page of a batch from **one** band query (the union of their band tokens),
+        each hit verified against each page on its compact signature: one search instead of one per page (the
+        server's cost per search, not per term, dominates). ``None`` when the union has too many raw hits
+        (then one search per page)."""
+        size = min(_UNION_HITS, _CANDIDATES * len(stored))
+        tokens = sorted({token for one in stored for token in one.band_tokens()})
+        query = {"bool": {"filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_BANDS: tokens}},
+                                     {"terms": {F_STATUS: [KEPT, PENDING]}}]}}
         response = await self._es.search(
-            index=self.index, query=query, size=_CANDIDATES, seq_no_primary_term=True, source=source,
-            track_total_hits=False,
+            index=self.index, query=query, size=size, seq_no_primary_term=True,
+            source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]},
+            docvalue_fields=[{"field": F_SIG}], track_total_hits=False,
         )
         shards = response["_shards"]
         if shards["successful"] < shards["total"]:
             raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
-        hits: list[dict[str, Any]] = response["hits"]["hits"]
-        if len(hits) >= _CANDIDATES:
-            logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(hits),
-                           self.index)
-        return [(hit, round(hit["_score"])) for hit in hits]
+        raw: list[dict[str, Any]] = response["hits"]["hits"]
+        if len(raw) >= size:
+            return None
+        if not raw:
+            return [[] for _ in stored]
+        sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
+        ids = [hit["_id"] for hit in raw]
+        out: list[list[tuple[dict[str, Any], int]]] = []
+        for one, own in zip(stored, exclude, strict=True):
+            shared = shared_counts(sigs, one.values)
+            keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
+            out.append([(raw[i], int(shared[i])) for i in keep if ids[i] != own])
+        return out
 
     async def _bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
         response = await self._es.bulk(operations=operations)
         body: dict[str, Any] = response.body
         return body
 
-    async def _mget(self, ids: list[str]) -> list[dict[str, Any]]:
+    async def _mget(self, ids: list[str], source: list[str] | None = None) -> list[dict[str, Any]]:
         response = await self._es.mget(
-            index=self.index, ids=ids, realtime=True, source=[F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT]
+            index=self.index, ids=ids, realtime=True, source=source or [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]
         )
         docs: list[dict[str, Any]] = response["docs"]
         return docs
 
-    async def _create(self, doc_id: str, fields: dict[str, Any]) -> int:
-        """Write the pending document; its ``_seq_no`` (also after a retry whose first attempt succeeded)."""
+    async def _write_pending(self, pages: list[_Page], token: str) -> list[_Page]:
+        """Write the pages as ``pending`` (created, or replacing the document read in (a) if unchanged since:
+        ``if_seq_no``); each page's ``_seq_no`` is its place in the write order. One page: a create (or an
+        index) request; several: one bulk request, whose items keep their order on the one shard.
+
+        Idempotent under retries: a write that landed in an earlier attempt answers "conflict" and is read
+        back (ours when it holds ``token``). Returns the pages whose key another crawler wrote meanwhile.
+
+        Raises:
+            ShardsUnavailable: some bulk items were refused (e.g. HTTP 429 inside the response): retried.
+        """
         from elasticsearch import ConflictError
 
-        try:
-            response = await self._es.create(index=self.index, id=doc_id, document={ROOT: fields})
-            return int(response["_seq_no"])
-        except ConflictError:
-            # An earlier attempt of this very write succeeded (the id is a fresh UUID).
-            doc = await self._es.get(index=self.index, id=doc_id, source=False)
-            return int(doc["_seq_no"])
+        todo = [page for page in pages if page.seq < 0 and not page.conflict]
+        if len(pages) == 1 and todo:
+            (page,) = todo
+            try:
+                if page.prior is None:
+                    answer = await self._es.create(index=self.index, id=page.doc_id, document={ROOT: page.fields})
+                else:
+                    answer = await self._es.index(index=self.index, id=page.doc_id, document={ROOT: page.fields},
+                                                  if_seq_no=page.prior[0], if_primary_term=page.prior[1])
+                page.landed(answer)
+            except ConflictError:
+                await self._claim(todo, token)
+        elif todo:
+            operations: list[dict[str, Any]] = []
+            for page in todo:
+                action: dict[str, dict[str, Any]]
+                if page.prior is None:
+                    action = {"create": {"_index": self.index, "_id": page.doc_id}}
+                else:
+                    action = {"index": {"_index": self.index, "_id": page.doc_id, "if_seq_no": page.prior[0],
+                                        "if_primary_term": page.prior[1]}}
+                operations += [action, {ROOT: page.fields}]
+            response = await self._bulk(operations)
+            conflicts, refused = [], 0
+            for page, item in zip(todo, response["items"], strict=True):
+                (result,) = item.values()
+                status = int(result.get("status", 500))
+                if 200 <= status < 300:
+                    page.landed(result)
+                elif status == 409:
+                    conflicts.append(page)
+                else:
+                    refused += 1
+            if conflicts:
+                await self._claim(conflicts, token)
+            if refused:
+                raise ShardsUnavailable(f"the bulk request refused {refused} pending write(s)")
+        return [page for page in pages if page.conflict]
+
+    async def _claim(self, pages: list[_Page], token: str) -> None:
+        """After a conflict: a page whose document holds ``token`` was written by an earlier attempt of this
+        very request (its ``_seq_no`` is read back); otherwise another crawler wrote its key meanwhile."""
+        docs = await self._mget([page.doc_id for page in pages], [F_WRITER])
+        for page, doc in zip(pages, docs, strict=True):
+            if "error" in doc:
+                raise ShardsUnavailable(f"reading back {page.doc_id} failed")
+            if doc.get("found") and doc["_source"].get(ROOT, {}).get("writer") == token:
+                page.landed(doc)
+            else:
+                page.conflict = True
+
+    async def _write_decisions(self, pages: list[_Page]) -> None:
+        """Write each page's final status and ``seq`` (one index request for one page, else one bulk)."""
+        todo = [page for page in pages if not page.decided]
+        if len(pages) == 1 and todo:
+            await self._es.index(index=self.index, id=todo[0].doc_id, document={ROOT: todo[0].fields})
+            todo[0].decided = True
+            return
+        if not todo:
+            return
+        operations: list[dict[str, Any]] = []
+        for page in todo:
+            operations += [{"index": {"_index": self.index, "_id": page.doc_id}}, {ROOT: page.fields}]
+        response = await self._bulk(operations)
+        for page, item in zip(todo, response["items"], strict=True):
+            (result,) = item.values()
+            page.decided = 200 <= int(result.get("status", 500)) < 300
+        refused = sum(1 for page in todo if not page.decided)
+        if refused:
+            raise ShardsUnavailable(f"the bulk request refused {refused} decision(s)")
 
     async def _settle_writes(self, seq: int) -> None:
         """Wait until every write up to ``seq`` is applied on every started copy, then refresh (module doc)."""
@@ -701,9 +1091,6 @@ class ElasticsearchBackend(Backend):
         response = await self._es.indices.refresh(index=self.index)
         if response["_shards"].get("failed", 0):
             raise ShardsUnavailable(f"the refresh failed on {response['_shards']['failed']} shard copy(ies)")
-
-    async def _write(self, doc_id: str, fields: dict[str, Any]) -> None:
-        await self._es.index(index=self.index, id=doc_id, document={ROOT: fields})
 
     async def _call(
         self, what: str, func: Callable[..., Awaitable[Any]], *args: Any, retries: int | None = None

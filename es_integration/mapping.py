@@ -34,6 +34,9 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
     neardup.duplicate_of  keyword     _id (search index) or key (backend) of the kept page it duplicates.
     neardup.shared        integer     positions shared with ``duplicate_of``.
     neardup.key           keyword     the backend's page key (URL); the _id of a search document is its key.
+    neardup.writer        keyword     which crawler process (and which of its batches) wrote a ``pending`` page
+                                      (stored only): a crawler never waits for its own abandoned writes, and
+                                      tells its own write that landed on an earlier attempt from another's.
 
 ``neardup`` is mapped ``dynamic: strict``: a misspelt field is refused instead of silently mapped.
 
@@ -85,6 +88,7 @@ __all__ = [
     "F_SHARED",
     "F_STATUS",
     "F_TAG",
+    "F_WRITER",
     "ensure_index",
     "ensure_index_async",
     "error_type",
@@ -115,6 +119,7 @@ F_STATUS = f"{ROOT}.status"
 F_DUPLICATE_OF = f"{ROOT}.duplicate_of"
 F_SHARED = f"{ROOT}.shared"
 F_KEY = f"{ROOT}.key"
+F_WRITER = f"{ROOT}.writer"
 
 KEPT, DUPLICATE, PENDING, UNCHECKED = "kept", "duplicate", "pending", "unchecked"
 
@@ -144,6 +149,7 @@ def sketch_properties() -> dict[str, Any]:
             "duplicate_of": {"type": "keyword", "ignore_above": _KEY_IGNORE_ABOVE},
             "shared": {"type": "integer"},
             "key": {"type": "keyword", "ignore_above": _KEY_IGNORE_ABOVE},
+            "writer": {"type": "keyword", "index": False, "doc_values": False},
         },
     }
 

@@ -12,12 +12,12 @@ page is kept and later pages are checked against it. First seen is kept.
 
 Concurrency: Scrapy runs ``process_item`` for up to ``CONCURRENT_ITEMS`` items at a time. The check and the
 insert of one item must not interleave with another's, or two near-duplicates checked at the same time could
-both be kept. A Twisted :class:`~twisted.internet.defer.DeferredLock` serializes the backend's ``check_and_add_many``
-within the process (unless the backend declares ``never_suspends``, as the embedded one does: its check-and-insert
-never awaits, so nothing can interleave); it is awaited through
-:func:`scrapy.utils.defer.maybe_deferred_to_future`, which works with the asyncio reactor (Scrapy's default),
-with other reactors, and without a reactor (an :class:`asyncio.Lock` cannot be awaited under a non-asyncio
-reactor). Sketching, the CPU-bound part, happens outside the lock, by default in a child process
+both be kept. A :class:`~scrapy_neardup.crawl.batcher.CheckBatcher` runs one ``check_and_add_many`` call at a time
+within the process, and sends the pages that became ready meanwhile together in the next call (unless the backend
+declares ``never_suspends``, as the embedded one does: its check-and-insert never awaits, so nothing can
+interleave); it is built on Deferreds awaited through :func:`scrapy.utils.defer.maybe_deferred_to_future`, which
+works with the asyncio reactor (Scrapy's default), with other reactors, and without a reactor. Sketching, the
+CPU-bound part, happens outside the batches, by default in a child process
 (:mod:`scrapy_neardup.crawl.sketch_worker`).
 
 Persistence: the embedded store lives in ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``): a snapshot
@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any, cast
 from itemadapter import ItemAdapter
 from scrapy.exceptions import DropItem, NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
-from twisted.internet.defer import DeferredLock
 
 from ..core.backend import Backend, BackendError, Decision
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.index import Match
 from ..core.text import looks_binary
 from ..core.theory import describe_rule
+from .batcher import CheckBatcher
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
 from .settings import NearDupSettings, NearDupSettingsError
@@ -147,7 +147,7 @@ class NearDuplicatePipeline:
         self._given_backend = backend
         self._backend_seen: dict[str, int] = {}
         self._opened = False
-        self._lock = DeferredLock()
+        self._batcher: CheckBatcher | None = None
         self._counts: dict[str, int] = {}
         self._mark_checked: dict[type, bool] = {}  # item class -> can it hold the mark field?
         self._probed = 0  # items looked at for NEARDUP_TEXT_FIELD, until one has it
@@ -374,12 +374,10 @@ class NearDuplicatePipeline:
             return decision
         # Serialize check-and-insert: a backend that awaits (Elasticsearch) would otherwise let two
         # near-duplicates both see "no match" and both be kept.
-        await maybe_deferred_to_future(self._lock.acquire())
-        try:
-            (decision,) = await backend.check_and_add_many([(key, sketch)])
-            return decision
-        finally:
-            self._lock.release()
+        # Pages ready at the same time go to the backend in one call; one call runs at a time (crawl.batcher).
+        if self._batcher is None:
+            self._batcher = CheckBatcher(backend)
+        return await maybe_deferred_to_future(self._batcher.check(key, sketch))
 
     def _duplicate(self, item: Any, adapter: ItemAdapter, key: str, match: Match) -> Any:
         if match.exact:

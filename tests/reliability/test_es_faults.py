@@ -999,3 +999,99 @@ def test_unchecked_pages_are_written_when_the_node_answers_again(
     ledger.record("9 checks, 7 failing (decision refused, decision unanswered, connections reset), 4 remembered "
                   "at most", lost=0, notes="pages over the cap or failing at a dead close are counted and named in a "
                   "warning", **backend.close_stats)
+
+
+@pytest.mark.parametrize("stage", ["pending", "decisions"])
+def test_node_killed_mid_batch_bulk_write(own_node: dict[str, Any], stage: str, ledger: Ledger) -> None:
+    """Issue 13: a batch of 24 pages (12 new, 12 near-duplicates of them) whose bulk write (the ``pending``
+    writes, or the decisions) is applied in part (every second item refused with a per-item 429), and the node
+    SIGKILLed before the retry. The call fails: every page passes through unchecked. A node restarted on the
+    same data answers again: the next check writes each of them (status ``unchecked``, the ``pending`` ones it
+    left overwritten), nothing stays pending, nothing is lost; a recrawl of the batch then decides every page."""
+    import asyncio
+
+    from es_integration.backend import ElasticsearchBackend, doc_id_of
+    from es_integration.client import EsError
+    from neardup_devnode.node import start_node
+    from scrapy_neardup.core.sketch import Sketcher
+
+    sketcher = Sketcher()
+    bases = [article_words(9100 + g, 200) for g in range(12)]
+    texts = {f"https://example.test/{stage}/{g}": " ".join(words) for g, words in enumerate(bases)}
+    texts |= {f"https://example.test/{stage}/{g}-copy": " ".join(edit_words(words, 1, seed=g))
+              for g, words in enumerate(bases)}
+    batch = [(key, sketcher.sketch(text)) for key, text in texts.items()]
+    first = own_node["first"]
+    proxy = FaultProxy(("127.0.0.1", first.http_port), http=True)
+    index = f"neardup-rel-bulk-{uuid.uuid4().hex[:8]}"
+    # The stage's bulk is the first (pending writes) or the second (decisions) bulk of the batch.
+    fault = Fault("bulk_items", 1, path="/_bulk", every=2, after=0 if stage == "pending" else 1)
+    backend = ElasticsearchBackend(url=proxy.url, index=index, num_perm=128, min_shared=107, tag=sketcher.tag,
+                                   request_timeout=5)
+    backend.backoff = 0.5  # the kill lands before the first retry
+    killed = threading.Event()
+
+    def kill_when_partly_applied() -> None:
+        while not proxy.injected.get("bulk_items"):
+            time.sleep(0.005)
+        os.killpg(first.pid, signal.SIGKILL)
+        proxy.set(mode="refuse")
+        killed.set()
+
+    async def crawl_batch() -> None:
+        await backend.open()
+        proxy.add(fault)
+        threading.Thread(target=kill_when_partly_applied, daemon=True).start()
+        with pytest.raises(EsError):
+            await backend.check_and_add_many(batch)
+        assert killed.is_set()
+
+    async def after_restart() -> list[Any]:
+        # The next successful check writes the remembered pages; then the batch is checked again.
+        await backend.check_and_add_many([("https://example.test/other", sketcher.sketch(" ".join(
+            article_words(9999, 200))))])
+        assert backend.unchecked_indexed == len(batch)
+        return await backend.check_and_add_many(batch)
+
+    def restart() -> Any:
+        # Started from a worker thread: die_with_parent would tie the node to that thread's life (the fixture
+        # stops it).
+        second = own_node["second"] = start_node(
+            name=own_node["name"] + "-restarted", die_with_parent=False, version=own_node["version"],
+            engine=own_node["engine"],
+            settings={"path.data": str(first.data_dir), "cluster.name": f"neardup-{own_node['name']}"},
+        )
+        client = second.client()
+        client.cluster.health(index=index, wait_for_status="yellow", timeout="60s")
+        proxy.set(mode="forward", target=("127.0.0.1", second.http_port))
+        return client
+
+    async def scenario() -> tuple[Any, list[Any]]:  # one event loop: the backend's client lives in it
+        await crawl_batch()
+        client = await asyncio.to_thread(restart)
+        decisions = await after_restart()
+        await backend.close()
+        return client, decisions
+
+    try:
+        client, decisions = asyncio.run(scenario())
+        applied = proxy.injected["bulk_items"]
+        docs = index_docs(client, index)
+        client.close()
+    finally:
+        proxy.close()
+    # Nothing lost: each page of the failed batch is in the index once, none left pending.
+    keys = [key for key, _ in batch]
+    assert {doc_id_of(key) for key in keys} <= set(docs)
+    assert by_status(docs, "pending") == set()
+    assert backend.close_stats == {"unchecked_indexed": len(batch), "unchecked_unindexed": 0}
+    # The recrawl decides every page: unchecked documents are not candidates, so the first of each group is kept
+    # and its copy names it.
+    kept = {key for key, d in zip(keys, decisions, strict=True) if d.outcome in ("kept", "revisit")}
+    assert all(d.match is None or d.match.key in kept for d in decisions)
+    assert len(kept) == 12 and all(not key.endswith("-copy") for key in kept)
+    print(f"\nnode killed mid-{stage} bulk: {len(batch)} pages, {applied} items refused, the rest applied; "
+          f"unchecked written {backend.unchecked_indexed}; recrawl kept {len(kept)}")
+    ledger.record(f"a batch of {len(batch)} pages whose {stage} bulk write was applied in part when the node was "
+                  "SIGKILLed, then a node restarted on the same data", lost=0,
+                  unchecked_indexed=backend.unchecked_indexed, recrawl_kept=len(kept))

@@ -1,0 +1,263 @@
+"""The Elasticsearch crawler backend at crawl speed (issue 13), against the embedded store in the same run.
+
+* checks/s: one process deciding batches (``check_and_add_many``, ``--batch`` pages, the size a busy crawl
+  hands it) and pages one at a time (the old rate), and 4 processes on one index (targets: >= 400 and >= 600
+  checks/s); the embedded store on the same pages; half the pages kept, half near-duplicates (3 of 128
+  positions changed) of a kept page;
+* check latency per batch with 10,000 and ``--big`` (default 1,000,000) pages already in the index (target:
+  within 2x); the big index holds synthetic sketch fields only (``bench_es.index_synthetic``);
+* a crawl of a local site (``bench_crawl.build_site``, served on 127.0.0.1) with the Elasticsearch backend and
+  with the embedded store (target: within 1.5x).
+
+    python benchmarks/bench_es_backend.py [--pages 4000] [--big 1000000] [--skip rate,latency,crawl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import http.server
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from es_integration.backend import ElasticsearchBackend  # noqa: E402
+from scrapy_neardup.core.index import SketchIndex  # noqa: E402
+from scrapy_neardup.core.sketch import Sketch, Sketcher  # noqa: E402
+from scrapy_neardup.core.theory import min_shared_for  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "es_backend.json"
+K = 128
+T = min_shared_for(0.9, K)
+TAG = Sketcher(num_perm=K).tag
+
+
+def workload(n: int, seed: int, prefix: str) -> list[tuple[str, Sketch]]:
+    """``n`` pages: even ones new (random signatures), odd ones a near-duplicate of the page before (3 of k
+    positions changed), so half are kept and half dropped."""
+    rng = np.random.default_rng(seed)
+    pages: list[tuple[str, Sketch]] = []
+    for i in range(n):
+        if i % 2 == 0:
+            values = rng.integers(0, 1 << 32, K, dtype=np.uint64).astype(np.uint32)
+        else:
+            values = pages[-1][1].signature.copy()
+            values[rng.choice(K, 3, replace=False)] = rng.integers(0, 1 << 32, 3, dtype=np.uint64)
+        pages.append((f"{prefix}{i}", Sketch(signature=values, fingerprint=int(rng.integers(0, 1 << 62)), tag=TAG,
+                                             num_shingles=K)))
+    return pages
+
+
+def embedded_rate(pages: list[tuple[str, Sketch]]) -> float:
+    index = SketchIndex(K, T, TAG)
+    started = time.perf_counter()
+    for key, sketch in pages:
+        index.check_and_add(key, sketch)
+    return len(pages) / (time.perf_counter() - started)
+
+
+async def es_run(url: str, index: str, pages: list[tuple[str, Sketch]], batch: int) -> dict[str, Any]:
+    backend = ElasticsearchBackend(url=url, index=index, num_perm=K, min_shared=T, tag=TAG, request_timeout=30)
+    await backend.open()
+    latencies: list[float] = []
+    kept = 0
+    started = time.perf_counter()
+    try:
+        for start in range(0, len(pages), batch):
+            t0 = time.perf_counter()
+            decisions = await backend.check_and_add_many(pages[start : start + batch])
+            latencies.append(time.perf_counter() - t0)
+            kept += sum(d.outcome == "kept" for d in decisions)
+    finally:
+        await backend.close()
+    seconds = time.perf_counter() - started
+    return {"pages": len(pages), "seconds": seconds, "rate": len(pages) / seconds, "kept": kept,
+            "batch_ms_p50": 1000 * statistics.median(latencies),
+            "batch_ms_p99": 1000 * float(np.percentile(latencies, 99)), "errors": backend.errors}
+
+
+def worker(url: str, index: str, n: int, batch: int, seed: int, start_at: float) -> None:
+    """Child process of the 4-process run: waits for the common start, prints its figures."""
+    pages = workload(n, seed, f"w{seed}-")
+    time.sleep(max(0.0, start_at - time.time()))
+    print(json.dumps(asyncio.run(es_run(url, index, pages, batch))))
+
+
+def bench_rates(url: str, n: int, batch: int) -> dict[str, Any]:
+    pages = workload(n, 1, "p")
+    out: dict[str, Any] = {"embedded": embedded_rate(pages)}
+    out["es_batch"] = asyncio.run(es_run(url, f"bench-backend-{uuid.uuid4().hex[:6]}", pages, batch))
+    single = pages[: max(200, n // 10)]
+    out["es_one_at_a_time"] = asyncio.run(es_run(url, f"bench-backend-{uuid.uuid4().hex[:6]}", single, 1))
+    index = f"bench-backend-{uuid.uuid4().hex[:6]}"
+    asyncio.run(es_run(url, index, workload(2, 0, "x"), 1))  # creates the index before the race
+    start_at = time.time() + 3.0
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", url, index, str(n // 4), str(batch),
+                               str(10 + p), str(start_at)], stdout=subprocess.PIPE, text=True) for p in range(4)]
+    results = [json.loads(proc.communicate()[0].strip().splitlines()[-1]) for proc in procs]
+    wall = max(r["seconds"] for r in results)
+    out["es_4_processes"] = {"rate": sum(r["pages"] for r in results) / wall, "per_process": results,
+                             "errors": sum(r["errors"] for r in results)}
+    e, b, s, f = out["embedded"], out["es_batch"]["rate"], out["es_one_at_a_time"]["rate"], out["es_4_processes"]
+    print(f"checks/s on {n} pages (half kept, half near-duplicates), batches of {batch}:")
+    print(f"  embedded store          {e:10.0f}")
+    print(f"  ES, 1 process, batches  {b:10.0f}   (target >= 400; {b / s:.1f}x one at a time, {e / b:.0f}x below "
+          f"embedded)")
+    print(f"  ES, 1 process, singly   {s:10.0f}")
+    print(f"  ES, 4 processes, total  {f['rate']:10.0f}   (target >= 600; {f['rate'] / b:.2f}x one process)")
+    return out
+
+
+def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: int) -> dict[str, Any]:
+    from bench_es import index_synthetic
+
+    out: dict[str, Any] = {}
+    for docs in (small, big):
+        built = index_synthetic(es, docs)
+        es.indices.forcemerge(index=built["index"], max_num_segments=8, request_timeout=3600)
+        probe = workload(batch * batches, 77, f"probe-{docs}-")
+        run = asyncio.run(es_run(url, built["index"], probe, batch))
+        stats = es.indices.stats(index=built["index"], metric="store,docs")["indices"][built["index"]]["primaries"]
+        out[str(docs)] = {**run, "store_bytes": stats["store"]["size_in_bytes"], "docs": stats["docs"]["count"]}
+        print(f"  {docs:>9} pages in the index: batch of {batch} p50 {run['batch_ms_p50']:.1f} ms, p99 "
+              f"{run['batch_ms_p99']:.1f} ms ({run['rate']:.0f} checks/s); shard "
+              f"{stats['store']['size_in_bytes'] / 2**20:.0f} MiB")
+        es.indices.delete(index=built["index"])
+    a, b = out[str(small)], out[str(big)]
+    print(f"latency ratio {big} / {small}: p50 {b['batch_ms_p50'] / a['batch_ms_p50']:.2f}x, p99 "
+          f"{b['batch_ms_p99'] / a['batch_ms_p99']:.2f}x (target <= 2x)")
+    return out
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def bench_crawl(url: str, pages: int, rounds: int) -> dict[str, Any]:
+    from bench_crawl import build_site
+
+    with tempfile.TemporaryDirectory(prefix="neardup-es-crawl-") as tmp:
+        total = build_site(Path(tmp), pages)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=tmp))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        site = f"http://127.0.0.1:{server.server_address[1]}/"
+        runs: dict[str, list[dict[str, Any]]] = {"embedded": [], "elasticsearch": []}
+        try:
+            for _ in range(rounds):
+                for backend in runs:
+                    result = subprocess.run([sys.executable, __file__, "--crawl", site, backend, url],
+                                            capture_output=True, text=True, check=True)
+                    stats = json.loads(result.stdout.strip().splitlines()[-1])
+                    if stats["responses"] < total:
+                        sys.exit(f"crawl fetched {stats['responses']} of {total}: {result.stderr[-2000:]}")
+                    runs[backend].append(stats)
+        finally:
+            server.shutdown()
+    median = {b: statistics.median(r["crawl_s"] for r in v) for b, v in runs.items()}
+    ratio = median["elasticsearch"] / median["embedded"]
+    es_run_ = runs["elasticsearch"][-1]
+    print(f"crawl of {total} pages on 127.0.0.1 (CONCURRENT_REQUESTS=32), median of {rounds}: embedded "
+          f"{median['embedded']:.2f} s, Elasticsearch {median['elasticsearch']:.2f} s: {ratio:.2f}x (target <= 1.5x); "
+          f"dropped {es_run_['dropped']} vs {runs['embedded'][-1]['dropped']}; mean batch {es_run_['mean_batch']:.1f}")
+    return {"pages": total, "median_crawl_s": median, "ratio": ratio, "runs": runs}
+
+
+def crawl_child(site: str, backend: str, es_url: str) -> None:
+    import scrapy
+    from scrapy.crawler import CrawlerProcess
+
+    class SiteSpider(scrapy.Spider):
+        name = "bench"
+        start_urls = [site]
+
+        def parse(self, response):  # type: ignore[no-untyped-def]
+            if "/p" in response.url:
+                yield {"url": response.url, "text": response.text}
+            yield from response.follow_all(css="a", callback=self.parse)
+
+    settings = {
+        "CONCURRENT_REQUESTS": 32, "CONCURRENT_REQUESTS_PER_DOMAIN": 32, "LOG_LEVEL": "ERROR",
+        "ROBOTSTXT_OBEY": False, "TELNETCONSOLE_ENABLED": False,
+        "ITEM_PIPELINES": {"scrapy_neardup.NearDuplicatePipeline": 300},
+        "NEARDUP_BACKEND": backend,
+    }
+    if backend == "elasticsearch":
+        settings |= {"NEARDUP_ES_URL": es_url, "NEARDUP_ES_INDEX": f"bench-crawl-{uuid.uuid4().hex[:8]}"}
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(SiteSpider)
+    started = time.perf_counter()
+    process.crawl(crawler)
+    process.start()
+    elapsed = time.perf_counter() - started
+    stats = crawler.stats.get_stats()
+    batcher = None
+    for component in getattr(getattr(crawler.engine, "scraper", None), "itemproc", None).__dict__.get(
+            "_instances", []) if crawler.engine else []:
+        batcher = getattr(component, "_batcher", None) or batcher
+    print(json.dumps({
+        "crawl_s": elapsed, "responses": stats.get("response_received_count", 0),
+        "items": stats.get("item_scraped_count", 0), "dropped": stats.get("item_dropped_count", 0),
+        "mean_batch": batcher.pages / batcher.calls if batcher is not None and batcher.calls else 1.0,
+    }))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=4000, help="pages of the rate runs and of the crawled site")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--big", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--heap", default="1g")
+    parser.add_argument("--skip", default="", help="comma-separated: rate,latency,crawl")
+    parser.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--crawl", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        url, index, n, batch, seed, start_at = args.worker
+        worker(url, index, int(n), int(batch), int(seed), float(start_at))
+        return 0
+    if args.crawl:
+        crawl_child(*args.crawl)
+        return 0
+    from bench_es import start_cluster
+
+    skip = set(filter(None, args.skip.split(",")))
+    cluster, where = start_cluster(args.heap)
+    url = cluster.url
+    es = cluster.client(request_timeout=600)
+    print(f"Elasticsearch: {where} ({url}); {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    result: dict[str, Any] = {"pages": args.pages, "batch": args.batch}
+    try:
+        if "rate" not in skip:
+            result["rates"] = bench_rates(url, args.pages, args.batch)
+        if "crawl" not in skip:
+            result["crawl"] = bench_crawl(url, args.pages, args.rounds)
+        if "latency" not in skip:
+            result["latency"] = bench_latency(es, url, args.small, args.big, args.batch, 40)
+    finally:
+        es.close()
+        cluster.stop()
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The Elasticsearch backend deciding batches (``check_and_add_many``) and recrawls (a key seen again)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from elasticsearch import Elasticsearch
+from test_es_backend import SKETCHER, K, T, make_backend, stream
+
+from es_integration.backend import ElasticsearchBackend, doc_id_of
+from scrapy_neardup.core.backend import Decision
+from scrapy_neardup.core.index import SketchIndex
+from scrapy_neardup.core.sketch import Sketch
+
+pytestmark = pytest.mark.es
+
+
+@pytest.fixture
+def index_name(es_client: Elasticsearch) -> Iterator[str]:
+    name = f"nd-batches-{uuid.uuid4().hex[:10]}"
+    yield name
+    es_client.indices.delete(index=name, ignore_unavailable=True)
+
+
+class CountingBackend(ElasticsearchBackend):
+    """Counts the requests (each under the retry policy) of every call."""
+
+    requests = 0
+
+    async def _call(self, what: str, func: Any, *args: Any, retries: int | None = None) -> Any:
+        self.requests += 1
+        return await super()._call(what, func, *args, retries=retries)
+
+
+def counting(url: str, index: str) -> CountingBackend:
+    return CountingBackend(url=url, index=index, num_perm=K, min_shared=T, tag=SKETCHER.tag)
+
+
+def run_batches(
+    url: str, index: str, pages: Sequence[tuple[str, Sketch]], size: int
+) -> tuple[list[Decision], list[int]]:
+    """Decide ``pages`` in batches of ``size``; the decisions and the requests of each batch."""
+
+    async def run() -> tuple[list[Decision], list[int]]:
+        backend = counting(url, index)
+        await backend.open()
+        decisions: list[Decision] = []
+        per_batch: list[int] = []
+        try:
+            for start in range(0, len(pages), size):
+                before = backend.requests
+                decisions += await backend.check_and_add_many(pages[start : start + size])
+                per_batch.append(backend.requests - before)
+            assert backend.errors == 0
+        finally:
+            await backend.close()
+        return decisions, per_batch
+
+    return asyncio.run(run())
+
+
+def index_docs(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+    es.indices.refresh(index=index)
+    hits = es.search(index=index, size=2000, source_includes=["neardup.key", "neardup.status", "neardup.fingerprint",
+                                                                "neardup.duplicate_of"])["hits"]["hits"]
+    docs = {hit["_source"]["neardup"]["key"]: {**hit["_source"]["neardup"], "_id": hit["_id"]} for hit in hits}
+    assert len(docs) == len(hits), "one document per key"
+    return docs
+
+
+def crawl(seed: int = 4, n: int = 96) -> list[tuple[str, Sketch]]:
+    pages = stream(seed=seed, n=n)
+    return list(zip([key for key, _ in pages], SKETCHER.sketch_many([text for _, text in pages]), strict=True))
+
+
+@pytest.mark.parametrize("size", [1, 7, 48])
+def test_batches_equal_the_embedded_index_in_a_constant_number_of_requests(
+    es_url: str, es_client: Elasticsearch, index_name: str, size: int
+) -> None:
+    """A batch is decided as if each page were checked alone in turn (near-duplicates inside the batch too),
+    in at most 7 requests whatever its size (without other crawlers: nothing to wait for)."""
+    pages = crawl()
+    embedded = SketchIndex(K, T, SKETCHER.tag)
+    expected = [Decision.of(embedded.check_and_add(key, s)) for key, s in pages]
+    decisions, per_batch = run_batches(es_url, index_name, pages, size)
+    assert decisions == expected
+    assert max(per_batch) <= 7, per_batch
+    docs = index_docs(es_client, index_name)
+    assert {k for k, d in docs.items() if d["status"] == "kept"} == {
+        key for (key, _), d in zip(pages, expected, strict=True) if d.outcome == "kept"}
+    assert all(d["_id"] == doc_id_of(k) for k, d in docs.items())
+    assert "pending" not in {d["status"] for d in docs.values()}
+
+
+def test_recrawl_unchanged_is_a_revisit_and_copies_stay_dropped(
+    es_url: str, es_client: Elasticsearch, index_name: str
+) -> None:
+    pages = crawl()
+    first, _ = run_batches(es_url, index_name, pages, 16)
+    docs_before = index_docs(es_client, index_name)
+    second, _ = run_batches(es_url, index_name, pages, 16)
+    for (key, _), a, b in zip(pages, first, second, strict=True):
+        if a.outcome == "kept":
+            assert b == Decision.revisit(False), key  # never a duplicate of itself
+        else:
+            assert b.outcome == "duplicate" and b.match is not None and a.match is not None
+            assert b.match.key == a.match.key, key  # still dropped naming the same kept page
+    assert index_docs(es_client, index_name) == docs_before  # nothing rewritten, one document per key
+
+    async def single() -> Any:  # check_and_add: a revisit is no duplicate
+        backend = make_backend(es_url, index_name)
+        await backend.open()
+        try:
+            key, sketch = next((k, s) for (k, s), d in zip(pages, first, strict=True) if d.outcome == "kept")
+            return await backend.check_and_add(key, sketch)
+        finally:
+            await backend.close()
+
+    assert asyncio.run(single()) is None
+
+
+def _edited(text: str, edits: int, seed: int) -> str:
+    rng = random.Random(seed)
+    words = text.split()
+    for _ in range(edits):
+        words[rng.randrange(len(words))] = f"z{rng.randrange(10**9)}"
+    return " ".join(words)
+
+
+def test_recrawl_changed_pages_replace_their_content_and_a_kept_page_turned_copy_is_removed(
+    es_url: str, es_client: Elasticsearch, index_name: str
+) -> None:
+    raw = stream(seed=5, n=96)
+    pages = crawl(seed=5)
+    first, _ = run_batches(es_url, index_name, pages, 16)
+    kept = [i for i, d in enumerate(first) if d.outcome == "kept"]
+    texts = [text for _, text in raw]
+    # Three kept pages change: one slightly (own version still its best match), two entirely (no match at all).
+    changed = {kept[0]: _edited(texts[kept[0]], 3, 1), kept[1]: f"brand new {uuid.uuid4().hex} " * 40,
+               kept[2]: " ".join(f"v{i}-{uuid.uuid4().hex[:6]}" for i in range(300))}
+    # A kept page (with copies naming it) becomes an exact copy of another kept page.
+    victim = next(i for i in kept[3:] if any(d.match and d.match.key == raw[i][0] for d in first))
+    target = next(i for i in kept if i not in changed and i != victim)
+    changed[victim] = texts[target]
+    second_pages = [(key, SKETCHER.sketch(changed.get(i, texts[i]))) for i, (key, _) in enumerate(raw)]
+    second, _ = run_batches(es_url, index_name, second_pages, 16)
+    revisits = {i: d for i, d in enumerate(second) if d.outcome == "revisit"}
+    assert sorted(i for i, d in revisits.items() if d.changed) == sorted(set(changed) - {victim})
+    assert second[victim].outcome == "duplicate" and second[victim].match is not None
+    assert second[victim].match.key == raw[target][0] and second[victim].match.exact
+    docs = index_docs(es_client, index_name)
+    for i in set(changed) - {victim}:  # the stored content is the latest
+        assert docs[raw[i][0]]["fingerprint"] == f"{second_pages[i][1].fingerprint:016x}"
+        assert docs[raw[i][0]]["status"] == "kept"
+    assert docs[raw[victim][0]]["status"] == "duplicate"  # no longer a candidate
+    # The victim's former copies are judged afresh on the next crawl: none names it any more.
+    third, _ = run_batches(es_url, index_name, second_pages, 16)
+    former = [i for i, d in enumerate(first) if d.match and d.match.key == raw[victim][0]]
+    assert former
+    for i in former:
+        assert third[i].match is None or third[i].match.key != raw[victim][0]
+    assert third[victim].outcome == "duplicate" and third[victim].match is not None
+    assert third[victim].match.key == raw[target][0]
+
+
+def test_two_crawlers_recrawl_one_index_at_once(es_url: str, es_client: Elasticsearch, index_name: str) -> None:
+    """Two backends (no shared lock, as two processes) recrawl the same pages at the same time, 3 of them
+    changed: every kept page is a revisit for both, never a duplicate of itself; every drop names a kept page;
+    the changed pages end with their new content; no page is left pending and each key has one document."""
+    raw = stream(seed=6, n=96)
+    pages = crawl(seed=6)
+    first, _ = run_batches(es_url, index_name, pages, 16)
+    kept = [i for i, d in enumerate(first) if d.outcome == "kept"]
+    changed = {i: _edited(raw[i][1], 2, i) for i in kept[:3]}
+    second_pages = [(key, SKETCHER.sketch(changed.get(i, text))) for i, (key, text) in enumerate(raw)]
+
+    async def crawler(order: list[int]) -> dict[int, Decision]:
+        backend = make_backend(es_url, index_name)
+        await backend.open()
+        out: dict[int, Decision] = {}
+        try:
+            for start in range(0, len(order), 8):
+                chunk = order[start : start + 8]
+                out.update(zip(chunk, await backend.check_and_add_many([second_pages[i] for i in chunk]),
+                               strict=True))
+            assert backend.errors == 0
+        finally:
+            await backend.close()
+        return out
+
+    async def both() -> list[dict[int, Decision]]:
+        forward = list(range(len(pages)))
+        shuffled = random.Random(1).sample(forward, len(forward))
+        return list(await asyncio.gather(crawler(forward), crawler(shuffled)))
+
+    docs_kept = {raw[i][0] for i in kept}
+    answers_of_both = asyncio.run(both())
+    for i in kept:  # a changed page is seen changed by the first to decide it, unchanged by the other
+        assert any(answers[i].changed for answers in answers_of_both) == (i in changed), i
+    for answers in answers_of_both:
+        for i, decision in answers.items():
+            if i in kept:
+                assert decision.outcome == "revisit", (i, decision)
+            else:
+                assert decision.outcome == "duplicate" and decision.match is not None
+                assert decision.match.key in docs_kept and decision.match.shared >= T
+    docs = index_docs(es_client, index_name)
+    assert {k for k, d in docs.items() if d["status"] == "kept"} == docs_kept
+    assert "pending" not in {d["status"] for d in docs.values()}
+    for i in changed:
+        assert docs[raw[i][0]]["fingerprint"] == f"{second_pages[i][1].fingerprint:016x}"
