@@ -28,6 +28,7 @@ EXPECTED_TYPES = {
     "tag": "keyword",
     "empty": "boolean",
     "seq": "long",
+    "writer": "keyword",
     "group": "keyword",
     "status": "keyword",
     "duplicate_of": "keyword",
