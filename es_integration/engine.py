@@ -318,9 +318,15 @@ class AsyncOpenSearchClient(_Facade):
         await self._raw.close()
 
 
+#: elastic-transport's default ``retry_on_status``.
+_TRANSPORT_RETRY_STATUSES = (429, 502, 503, 504)
+
+
 def _client_options(settings: ConnectionSettings, overrides: dict[str, Any]) -> dict[str, Any]:
     """opensearch-py constructor options equivalent to elasticsearch-py's ``settings.client_options()``."""
-    options: dict[str, Any] = {"timeout": settings.request_timeout}
+    # elasticsearch-py's transport retries 429 as well as 502/503/504 (opensearch-py's default leaves 429 out):
+    # the same rule on both engines, so a whole-request 429 (an index check, a refresh) is retried here too.
+    options: dict[str, Any] = {"timeout": settings.request_timeout, "retry_on_status": _TRANSPORT_RETRY_STATUSES}
     if settings.api_key:
         import base64
 
