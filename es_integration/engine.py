@@ -139,6 +139,13 @@ def _param(value: Any) -> Any:
     return value
 
 
+def _transport_timeout(func: Callable[..., Any]) -> Any:
+    """The request timeout the opensearch-py client (or namespace) behind the bound method ``func`` was built
+    with."""
+    transport = getattr(getattr(func, "__self__", None), "transport", None)
+    return getattr(transport, "kwargs", {}).get("timeout") or 10
+
+
 def _translate_args(path: str, func: Callable[..., Any], kwargs: dict[str, Any],
                     defaults: dict[str, Any]) -> dict[str, Any]:
     """opensearch-py keyword arguments for an elasticsearch-py 8 style call of ``path``."""
@@ -162,6 +169,10 @@ def _translate_args(path: str, func: Callable[..., Any], kwargs: dict[str, Any],
         else:
             name = _RENAMED.get(key, key)
             params[name] = value if name in ("ignore", "request_timeout") else _param(value)
+    if "timeout" in params and "request_timeout" not in params:
+        # opensearch-py's transport takes a ``timeout`` query parameter (the server's wait, "30s") for the request
+        # timeout when no ``request_timeout`` is given, and urllib3 then refuses "30s": give the client's own.
+        params["request_timeout"] = _transport_timeout(func)
     if "sort" in body:
         body["sort"] = _opensearch_sort(body["sort"])
     if body:
