@@ -19,6 +19,7 @@ errors              ``ApiError`` (``.meta.status``, ``.body``)  ``TransportError
                                                                 translated to elasticsearch-py's classes
 bulk helpers        ``elasticsearch.helpers``                   ``opensearchpy.helpers`` (``BulkIndexError``
                                                                 translated)
+API names           ``cat.master``                              ``cat.cluster_manager`` (2.x renamed it)
 ==================  ==========================================  ==============================================
 
 What both engines share as is: the search body (``pit: {id, keep_alive}``, ``sort: ["_shard_doc"]``,
@@ -230,6 +231,11 @@ def _rethrow(exc: Exception) -> None:
     raise exc
 
 
+#: elasticsearch-py API names that OpenSearch 2.x serves under another name (the old one answers with a
+#: deprecation warning): the last part of the path, renamed.
+_RENAMED_APIS = {"cat.master": "cluster_manager"}
+
+
 # -- the clients ----------------------------------------------------------------------------------------------------
 
 
@@ -262,8 +268,8 @@ class _Facade:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        target = getattr(self._raw, name)
         path = f"{self._path}.{name}" if self._path else name
+        target = getattr(self._raw, _RENAMED_APIS.get(path, name))
         if name in self._namespaces:
             return type(self)(target, path, self._defaults)
         return self._call(path, target)
