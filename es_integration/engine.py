@@ -20,12 +20,17 @@ errors              ``ApiError`` (``.meta.status``, ``.body``)  ``TransportError
 bulk helpers        ``elasticsearch.helpers``                   ``opensearchpy.helpers`` (``BulkIndexError``
                                                                 translated)
 API names           ``cat.master``                              ``cat.cluster_manager`` (2.x renamed it)
+sweep tiebreaker    ``sort: ["_shard_doc"]``                    ``[{"_doc": "asc"}, {"_id": "asc"}]``
+transport retries   429, 502, 503, 504                          502, 503, 504 by default: 429 added here
+``timeout`` param   the server's wait (``"30s"``)               taken for the request timeout unless one is
+                                                                given: the client's is given here
 ==================  ==========================================  ==============================================
 
-What both engines share as is: the search body (``pit: {id, keep_alive}``, ``sort: ["_shard_doc"]``,
-``search_after``, ``slice``, ``collapse`` with ``inner_hits``), the mapping and index settings used here
-(``auto_expand_replicas``), error bodies (``error.type``, ``error.reason``, ``root_cause``), shard-level stats
-with ``seq_no.local_checkpoint``.
+What both engines share as is: the rest of the search body (``pit: {id, keep_alive}``, ``search_after``,
+``slice`` under a point in time, ``docvalue_fields`` of a ``binary`` field with doc values, ``collapse`` with
+``inner_hits``), the mapping and index settings used here (``auto_expand_replicas``, ``_meta`` set by
+``put_mapping``), error bodies (``error.type``, ``error.reason``, ``root_cause``), shard-level stats with
+``seq_no.local_checkpoint``.
 """
 
 from __future__ import annotations
