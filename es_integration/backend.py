@@ -450,7 +450,7 @@ class ElasticsearchBackend(Backend):
 
     async def _ensure_index(self) -> None:
         es = self._es
-        await ensure_index_async(es, self.index, shards=1)
+        await ensure_index_async(es, self.index, shards=1, request_timeout=self.settings.request_timeout)
         settings = await es.indices.get_settings(index=self.index, name="index.number_of_shards")
         for name, body in settings.items():
             shards = int(body["settings"]["index"]["number_of_shards"])

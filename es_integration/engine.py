@@ -19,12 +19,18 @@ errors              ``ApiError`` (``.meta.status``, ``.body``)  ``TransportError
                                                                 translated to elasticsearch-py's classes
 bulk helpers        ``elasticsearch.helpers``                   ``opensearchpy.helpers`` (``BulkIndexError``
                                                                 translated)
+API names           ``cat.master``                              ``cat.cluster_manager`` (2.x renamed it)
+sweep tiebreaker    ``sort: ["_shard_doc"]``                    ``[{"_doc": "asc"}, {"_id": "asc"}]``
+transport retries   429, 502, 503, 504                          502, 503, 504 by default: 429 added here
+``timeout`` param   the server's wait (``"30s"``)               taken for the request timeout unless one is
+                                                                given: the client's is given here
 ==================  ==========================================  ==============================================
 
-What both engines share as is: the search body (``pit: {id, keep_alive}``, ``sort: ["_shard_doc"]``,
-``search_after``, ``slice``, ``collapse`` with ``inner_hits``), the mapping and index settings used here
-(``auto_expand_replicas``), error bodies (``error.type``, ``error.reason``, ``root_cause``), shard-level stats
-with ``seq_no.local_checkpoint``.
+What both engines share as is: the rest of the search body (``pit: {id, keep_alive}``, ``search_after``,
+``slice`` under a point in time, ``docvalue_fields`` of a ``binary`` field with doc values, ``collapse`` with
+``inner_hits``), the mapping and index settings used here (``auto_expand_replicas``, ``_meta`` set by
+``put_mapping``), error bodies (``error.type``, ``error.reason``, ``root_cause``), shard-level stats with
+``seq_no.local_checkpoint``.
 """
 
 from __future__ import annotations
@@ -139,6 +145,13 @@ def _param(value: Any) -> Any:
     return value
 
 
+def _transport_timeout(func: Callable[..., Any]) -> Any:
+    """The request timeout the opensearch-py client (or namespace) behind the bound method ``func`` was built
+    with."""
+    transport = getattr(getattr(func, "__self__", None), "transport", None)
+    return getattr(transport, "kwargs", {}).get("timeout") or 10
+
+
 def _translate_args(path: str, func: Callable[..., Any], kwargs: dict[str, Any],
                     defaults: dict[str, Any]) -> dict[str, Any]:
     """opensearch-py keyword arguments for an elasticsearch-py 8 style call of ``path``."""
@@ -162,6 +175,10 @@ def _translate_args(path: str, func: Callable[..., Any], kwargs: dict[str, Any],
         else:
             name = _RENAMED.get(key, key)
             params[name] = value if name in ("ignore", "request_timeout") else _param(value)
+    if "timeout" in params and "request_timeout" not in params:
+        # opensearch-py's transport takes a ``timeout`` query parameter (the server's wait, "30s") for the request
+        # timeout when no ``request_timeout`` is given, and urllib3 then refuses "30s": give the client's own.
+        params["request_timeout"] = _transport_timeout(func)
     if "sort" in body:
         body["sort"] = _opensearch_sort(body["sort"])
     if body:
@@ -219,6 +236,11 @@ def _rethrow(exc: Exception) -> None:
     raise exc
 
 
+#: elasticsearch-py API names that OpenSearch 2.x serves under another name (the old one answers with a
+#: deprecation warning): the last part of the path, renamed.
+_RENAMED_APIS = {"cat.master": "cluster_manager"}
+
+
 # -- the clients ----------------------------------------------------------------------------------------------------
 
 
@@ -251,8 +273,8 @@ class _Facade:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        target = getattr(self._raw, name)
         path = f"{self._path}.{name}" if self._path else name
+        target = getattr(self._raw, _RENAMED_APIS.get(path, name))
         if name in self._namespaces:
             return type(self)(target, path, self._defaults)
         return self._call(path, target)
@@ -318,9 +340,15 @@ class AsyncOpenSearchClient(_Facade):
         await self._raw.close()
 
 
+#: elastic-transport's default ``retry_on_status``.
+_TRANSPORT_RETRY_STATUSES = (429, 502, 503, 504)
+
+
 def _client_options(settings: ConnectionSettings, overrides: dict[str, Any]) -> dict[str, Any]:
     """opensearch-py constructor options equivalent to elasticsearch-py's ``settings.client_options()``."""
-    options: dict[str, Any] = {"timeout": settings.request_timeout}
+    # elasticsearch-py's transport retries 429 as well as 502/503/504 (opensearch-py's default leaves 429 out):
+    # the same rule on both engines, so a whole-request 429 (an index check, a refresh) is retried here too.
+    options: dict[str, Any] = {"timeout": settings.request_timeout, "retry_on_status": _TRANSPORT_RETRY_STATUSES}
     if settings.api_key:
         import base64
 

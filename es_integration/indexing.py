@@ -296,8 +296,9 @@ def upgrade_signatures(client: Elasticsearch, index: str, tag: str, *, page_size
     Raises:
         elasticsearch.helpers.BulkIndexError: an update was refused.
     """
-    from elasticsearch import helpers
+    from .engine import bulk_helpers
 
+    helpers = bulk_helpers(client)
     num_perm = parse_tag(tag).num_perm
     query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}],
                       "must_not": [{"exists": {"field": F_SIG}}]}}

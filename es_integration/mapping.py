@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPONENT_TEMPLATE",
+    "INDEX_SETUP_TIMEOUT",
     "INDEX_TEMPLATE",
     "ROOT",
     "VALUE_BITS",
@@ -222,13 +223,24 @@ def ensure_index(
     return False
 
 
+#: Seconds at least for the requests of :func:`ensure_index_async`: they change the cluster state (creating an
+#: index waits for its primary shard to start, a mapping update for the master to publish it), which takes far
+#: longer than a document request (0.3-0.5 s for each on OpenSearch 2.19 on a busy 2-core machine), so a short
+#: per-request timeout meant for checks (``NEARDUP_ES_TIMEOUT=0.5``) must not make them fail.
+INDEX_SETUP_TIMEOUT = 30.0
+
+
 async def ensure_index_async(
-    client: AsyncElasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None
+    client: AsyncElasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None,
+    request_timeout: float | None = None,
 ) -> bool:
-    """:func:`ensure_index` with an asynchronous client (the same requests and error handling)."""
+    """:func:`ensure_index` with an asynchronous client (the same requests and error handling); with
+    ``request_timeout``, its requests wait at least :data:`INDEX_SETUP_TIMEOUT` seconds."""
     from elasticsearch import ApiError, BadRequestError
 
     validate_index_name(index)
+    if request_timeout is not None:
+        client = client.options(request_timeout=max(request_timeout, INDEX_SETUP_TIMEOUT))
     if not await client.indices.exists(index=index):
         try:
             await client.indices.create(index=index, **_create_arguments(shards, settings))

@@ -522,7 +522,8 @@ def start_cluster(
     size: int = 3,
     *,
     heap: str = "320m",
-    version: str = ES_VERSION,
+    version: str | None = None,
+    engine: str = "elasticsearch",
     name: str | None = None,
     base: Path | str | None = None,
     keep_data: bool = False,
@@ -540,14 +541,14 @@ def start_cluster(
 
     :param size: number of nodes (3 survives the loss of any one).
     :param heap: JVM heap of each node (``-Xms`` = ``-Xmx``).
-    :param version, base, keep_data, timeout, die_with_parent: as for :func:`start_node` (per node).
+    :param version, engine, base, keep_data, timeout, die_with_parent: as for :func:`start_node` (per node).
     :param name: cluster name prefix; nodes are ``<name>-0`` .. ``<name>-<size-1>``.
     :param settings: extra ``elasticsearch.yml`` settings for every node.
     """
     if size < 1:
         raise ValueError("a cluster needs at least one node")
     started = time.monotonic()
-    setup = _Setup(base, version)
+    setup = _Setup(base, version or default_version(engine), engine)
     name = name or f"cluster-{secrets.token_hex(4)}"
     names = [f"{name}-{i}" for i in range(size)]
     ports = _ports(2 * size)
@@ -556,7 +557,8 @@ def start_cluster(
         "cluster.name": f"neardup-{name}",
         "discovery.type": None,
         "discovery.seed_hosts": [f"127.0.0.1:{p}" for p in transport_ports],
-        "cluster.initial_master_nodes": names,
+        # OpenSearch 2.x renamed the setting (the old name still works there, with a deprecation warning)
+        ("cluster.initial_cluster_manager_nodes" if engine == "opensearch" else "cluster.initial_master_nodes"): names,
         **(settings or {}),
     }
     launched: list[tuple[RunningNode, subprocess.Popen[bytes]]] = []
@@ -619,7 +621,7 @@ def start_cluster(
         _FOREGROUND.append(node)
         return node
 
-    return RunningCluster(url=nodes[0].url, version=version, nodes=nodes, _relaunch=relaunch)
+    return RunningCluster(url=nodes[0].url, version=setup.version, engine=engine, nodes=nodes, _relaunch=relaunch)
 
 
 @atexit.register

@@ -65,3 +65,30 @@ def test_importing_the_package_and_its_sketching_api_loads_no_framework() -> Non
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+#: elasticsearch-py's bulk helpers read the client's internals (``client._otel``), which the OpenSearch adapter
+#: does not have: es_integration takes them from ``engine.bulk_helpers(client)``, which picks the engine's own.
+BULK_FUNCTIONS = {"streaming_bulk", "parallel_bulk", "bulk", "async_streaming_bulk", "async_bulk", "scan",
+                  "async_scan", "reindex", "async_reindex"}
+
+
+def helper_imports(path: Path) -> list[str]:
+    """The imports in ``path`` that reach elasticsearch-py's bulk helper functions (its exception classes are
+    fine: the adapter raises those)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("elasticsearch.helpers")]
+        elif isinstance(node, ast.ImportFrom) and node.module == "elasticsearch":
+            found += [f"elasticsearch.{a.name}" for a in node.names if a.name == "helpers"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("elasticsearch.helpers"):
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name in BULK_FUNCTIONS]
+    return found
+
+
+def test_es_integration_takes_bulk_helpers_from_the_engine_adapter() -> None:
+    root = PACKAGE.parent / "es_integration"
+    assert helper_imports(root / "engine.py"), "control: the adapter itself imports elasticsearch.helpers"
+    offenders = {p.name: helper_imports(p) for p in root.glob("*.py") if p.name != "engine.py"}
+    assert {name: found for name, found in offenders.items() if found} == {}

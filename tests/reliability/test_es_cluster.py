@@ -127,10 +127,12 @@ def shard_copies(client: Any, index: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def cluster_client(es_cluster: Any) -> Iterator[Any]:
-    """A client knowing every node of the session cluster (it outlives any one of them)."""
-    from elasticsearch import Elasticsearch
+    """A client knowing every node of the session cluster (it outlives any one of them), for the cluster's engine
+    (opensearch-py behind elasticsearch-py's API on OpenSearch)."""
+    from es_integration.client import ConnectionSettings, make_client
 
-    client = Elasticsearch(es_cluster.urls, request_timeout=60, max_retries=5, retry_on_timeout=True)
+    client = make_client(ConnectionSettings.create(es_cluster.hosts, request_timeout=60), max_retries=5,
+                         retry_on_timeout=True)
     try:
         yield client
     finally:
