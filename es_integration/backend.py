@@ -395,6 +395,7 @@ class ElasticsearchBackend(Backend):
             request_timeout=es.request_timeout,
         )
         backend.open_hint = " (check NEARDUP_ES_URL and that the node is up)"
+        backend.max_batch = es.batch_size
         return backend
 
     def stats(self) -> Mapping[str, int]:

@@ -105,6 +105,9 @@ class Backend(ABC):
     #: ``True`` when :meth:`check_and_add` never awaits: on Scrapy's single reactor thread such calls cannot
     #: interleave, so the pipeline skips its lock and saves a trip through the event loop per item.
     never_suspends: ClassVar[bool] = False
+    #: Pages the pipeline hands to one :meth:`check_and_add_many` call at most (pages that arrive while a call
+    #: is under way wait for the next one).
+    max_batch: int = 1
 
     @classmethod
     @abstractmethod

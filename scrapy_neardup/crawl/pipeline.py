@@ -376,7 +376,7 @@ class NearDuplicatePipeline:
         # near-duplicates both see "no match" and both be kept.
         # Pages ready at the same time go to the backend in one call; one call runs at a time (crawl.batcher).
         if self._batcher is None:
-            self._batcher = CheckBatcher(backend)
+            self._batcher = CheckBatcher(backend, backend.max_batch)
         return await maybe_deferred_to_future(self._batcher.check(key, sketch))
 
     def _duplicate(self, item: Any, adapter: ItemAdapter, key: str, match: Match) -> Any:

@@ -135,6 +135,8 @@ BAD_SETTINGS = [
      ["NEARDUP_ES_URL", "'http://h:9200,h2:9200'", "separated by commas"]),
     ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200,", "NEARDUP_ES_INDEX": "p"},
      ["NEARDUP_ES_URL", "'http://h:9200,'"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "p",
+      "NEARDUP_ES_BATCH_SIZE": "0"}, ["NEARDUP_ES_BATCH_SIZE", "'0'", "[1, 500]"]),
     ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "Pages"},
      ["NEARDUP_ES_INDEX", "'Pages'", "lowercase"]),
     ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "p",
