@@ -142,7 +142,6 @@ def bench_indexing(es: Any, corpus: Corpus, docs: int, threads: int, skip_baseli
 def index_fields_only(es: Any, corpus: Corpus, docs: int) -> dict[str, Any]:
     """The sketch fields of the corpus' pages without the pages (documented in the README as such): the index
     the groups and query benchmarks read, built several times faster than with the text."""
-    from elasticsearch import helpers
 
     from es_integration.indexing import SeqClock
     from es_integration.mapping import KEPT, sketch_fields
@@ -159,15 +158,7 @@ def index_fields_only(es: Any, corpus: Corpus, docs: int) -> dict[str, Any]:
                 yield {"_index": index, "_id": r["id"],
                        "_source": {"neardup": sketch_fields(s, seq=clock(), group=r["id"], status=KEPT)}}
 
-    started = time.perf_counter()
-    done = 0
-    for ok, _info in helpers.parallel_bulk(es, actions(), thread_count=2, chunk_size=1000, raise_on_error=True):
-        done += ok
-        if done % 100_000 == 0:
-            print(f"  {done} documents indexed ({time.perf_counter() - started:.0f}s)", flush=True)
-    es.indices.put_settings(index=index, settings={"refresh_interval": "1s"})
-    es.indices.refresh(index=index)
-    seconds = time.perf_counter() - started
+    done, seconds = _bulk_load(es, index, actions())
     print(f"  indexed the sketch fields of {done} pages (no text) in {seconds:.0f}s", flush=True)
     return {"index": index, "fields_only": True, "docs": done, "seconds": seconds}
 
@@ -190,7 +181,6 @@ def synthetic_values(docs: int, seed: int = 3) -> np.ndarray:
 def index_synthetic(es: Any, docs: int) -> dict[str, Any]:
     """Documents holding only the neardup fields of :func:`synthetic_values` (no page, no sketching): the
     fastest way to a 1M-document index for the groups and query figures (documented as such in the README)."""
-    from elasticsearch import helpers
 
     from es_integration.mapping import KEPT, stored_fields
     from scrapy_neardup.core.stored import StoredSignature
@@ -207,17 +197,24 @@ def index_synthetic(es: Any, docs: int) -> dict[str, Any]:
                 **stored_fields(stored), "fingerprint": f"{i:016x}", "tag": tag, "empty": False, "seq": i + 1,
                 "group": f"doc-{i}", "status": KEPT}}}
 
+    done, seconds = _bulk_load(es, index, actions())
+    print(f"  indexed {done} synthetic signatures (no pages) in {seconds:.0f}s", flush=True)
+    return {"index": index, "synthetic": True, "docs": done, "seconds": seconds}
+
+
+def _bulk_load(es: Any, index: str, actions: Any) -> tuple[int, float]:
+    """Bulk-index ``actions`` with two threads, then restore refreshes; ``(documents, seconds)``."""
+    from elasticsearch import helpers
+
     started = time.perf_counter()
     done = 0
-    for ok, _info in helpers.parallel_bulk(es, actions(), thread_count=2, chunk_size=1000, raise_on_error=True):
+    for ok, _info in helpers.parallel_bulk(es, actions, thread_count=2, chunk_size=1000, raise_on_error=True):
         done += ok
         if done % 100_000 == 0:
             print(f"  {done} documents indexed ({time.perf_counter() - started:.0f}s)", flush=True)
     es.indices.put_settings(index=index, settings={"refresh_interval": "1s"})
     es.indices.refresh(index=index)
-    seconds = time.perf_counter() - started
-    print(f"  indexed {done} synthetic signatures (no pages) in {seconds:.0f}s", flush=True)
-    return {"index": index, "synthetic": True, "docs": done, "seconds": seconds}
+    return done, time.perf_counter() - started
 
 
 def index_synthetic_new(es: Any, index: str, docs: int, new_docs: int) -> None:
