@@ -43,8 +43,13 @@ c. Wait until the local checkpoint of every started copy of the shard reaches th
    of the best candidate, else kept.
 d. One bulk request writes the final statuses (``kept``/``duplicate``) and ``seq``.
 
-A pending page's outcome depends only on pages written before it, so waiting always ends (the earliest pending
-page waits for nobody). A batch costs about seven requests whatever its size: search, multi-get, bulk, index
+Why waiting ends: a pending page's outcome depends only on pages written before it, and before a process waits
+for another crawler's page in (c) it writes the decisions it has already taken (those of its batch's earlier
+pages). So a wait is never on a decision that is itself held back by a wait: the earliest pending page of all
+waits for nobody, and is written; then the next one. (Without that write, two crawlers whose batches interleave
+in the write order, ``a1 < b1 < a2 < b2``, would wait for each other: ``a2`` for ``b1``, written with ``b2``,
+which waits for ``a1``, written with ``a2``; both gave up after ``pending_timeout`` and kept two near-duplicates.)
+Uncontended batches pay nothing for this; a batch that waits pays one more bulk request per wait. A batch costs about seven requests whatever its size: search, multi-get, bulk, index
 stats (polled until the checkpoint is reached), refresh, search, bulk; a batch answered in (a) alone costs two.
 
 Guarantees
@@ -617,15 +622,22 @@ class ElasticsearchBackend(Backend):
         ours = {page.doc_id for page in written}
         hits = await self._call("searching candidates", self._search_many, [p.stored for p in written],
                                 [p.doc_id for p in written])
-        # Only pages written before each one are waited for, so waits never form a cycle (module doc).
-        waiting = {hit["_id"] for page, page_hits in zip(written, hits, strict=True) for hit, _ in page_hits
-                   if hit["_id"] not in ours and _order(hit) < page.seq and self._waits_for(hit)}
-        settled = await self._read_settled(waiting) if waiting else {}
+        # Only pages written before each one are waited for, and the decisions taken are written before any
+        # wait, so waits never form a cycle (module doc, "Why waiting ends").
+        foreign = [{hit["_id"]: hit for hit, _ in page_hits if hit["_id"] not in ours and _order(hit) < page.seq}
+                   for page, page_hits in zip(written, hits, strict=True)]
+        waiting = {i for before in foreign for i, hit in before.items() if self._waits_for(hit)}
+        # One read first: most pending candidates have settled meanwhile, and those need no wait.
+        settled = await self._read_settled(waiting, wait=False) if waiting else {}
         for i, (page, page_hits) in enumerate(zip(written, hits, strict=True)):
+            unsettled = {j for j, hit in foreign[i].items() if self._waits_for(settled.get(j, hit))}
+            if unsettled:
+                await self._call("writing the decisions", self._write_decisions, written[:i])
+                settled.update(await self._read_settled(unsettled))
             kept = [c for c in self._kept(page_hits, settled, page, before=page.seq) if c.id not in ours]
             kept += self._local_matches(page, written[:i], later=written[i + 1 :])
             self._conclude(page, kept)
-        # (d) the decisions.
+        # (d) the decisions not written yet.
         await self._call("writing the decisions", self._write_decisions, written)
         return again
 
@@ -719,9 +731,10 @@ class ElasticsearchBackend(Backend):
                                   source.get("fingerprint") == page.fingerprint, order))
         return out
 
-    async def _read_settled(self, ids: set[str]) -> dict[str, dict[str, Any]]:
+    async def _read_settled(self, ids: set[str], *, wait: bool = True) -> dict[str, dict[str, Any]]:
         """Real-time reads of ``ids`` polled until none is pending with a live writer (module doc); those still
-        pending after ``pending_timeout`` are abandoned (a warning is logged) and returned as read."""
+        pending after ``pending_timeout`` are abandoned (a warning is logged) and returned as read. With
+        ``wait=False``, one read, whatever it finds."""
         out: dict[str, dict[str, Any]] = {}
         todo = set(ids)
         deadline = time.monotonic() + self.pending_timeout
@@ -734,7 +747,7 @@ class ElasticsearchBackend(Backend):
                 out[doc["_id"]] = doc
                 if not self._waits_for(doc):
                     todo.discard(doc["_id"])
-            if not todo:
+            if not todo or not wait:
                 break
             if time.monotonic() >= deadline:
                 logger.warning(

@@ -11,7 +11,7 @@ NEARDUP_ES_INDEX      index of kept sketches, lowercase (required; created with 
 NEARDUP_ES_API_KEY    encoded API key; or NEARDUP_ES_USERNAME and NEARDUP_ES_PASSWORD (both or neither).
 NEARDUP_ES_CA_CERTS   PEM file of the CA that signed the cluster's certificate.
 NEARDUP_ES_TIMEOUT    seconds per request (default 10).
-NEARDUP_ES_BATCH_SIZE pages decided together in one round of requests (default 1; see the backend's docs).
+NEARDUP_ES_BATCH_SIZE pages decided together in one round of requests (default 100, Scrapy's CONCURRENT_ITEMS).
 ====================  ========================================================================================
 """
 
@@ -46,7 +46,7 @@ class ElasticsearchSettings:
     password: str | None = None
     ca_certs: str | None = None
     request_timeout: float = 10.0
-    batch_size: int = 1
+    batch_size: int = 100
 
     def __repr__(self) -> str:
         secrets = ", api_key=***" if self.api_key else ""
@@ -103,11 +103,12 @@ class ElasticsearchSettings:
 
 
 def _batch_size(settings: SettingsLike) -> int:
-    """``NEARDUP_ES_BATCH_SIZE``: pages decided together, 1 to 500 (default 1: one page at a time)."""
+    """``NEARDUP_ES_BATCH_SIZE``: pages decided together at most, 1 to 500 (default 100, Scrapy's default
+    ``CONCURRENT_ITEMS``: every page ready at once; 1 checks one page at a time)."""
     expected = "an integer in [1, 500]"
     value = read_int(settings, "NEARDUP_ES_BATCH_SIZE", expected)
     if value is None:
-        return 1
+        return 100
     if not 1 <= value <= 500:
         raise settings_error("NEARDUP_ES_BATCH_SIZE", settings.get("NEARDUP_ES_BATCH_SIZE"), expected)
     return value
