@@ -49,7 +49,9 @@ pages). So a wait is never on a decision that is itself held back by a wait: the
 waits for nobody, and is written; then the next one. (Without that write, two crawlers whose batches interleave
 in the write order, ``a1 < b1 < a2 < b2``, would wait for each other: ``a2`` for ``b1``, written with ``b2``,
 which waits for ``a1``, written with ``a2``; both gave up after ``pending_timeout`` and kept two near-duplicates.)
-Uncontended batches pay nothing for this; a batch that waits pays one more bulk request per wait. A batch costs about seven requests whatever its size: search, multi-get, bulk, index
+Uncontended batches pay nothing for this; a batch that waits pays one more bulk request per wait.
+
+A batch costs about seven requests whatever its size: search, multi-get, bulk, index
 stats (polled until the checkpoint is reached), refresh, search, bulk; a batch answered in (a) alone costs two.
 
 Guarantees
