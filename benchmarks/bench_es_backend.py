@@ -123,12 +123,29 @@ def bench_rates(url: str, n: int, batch: int) -> dict[str, Any]:
     return out
 
 
-def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: int) -> dict[str, Any]:
+def clone_index(es: Any, source: str) -> dict[str, Any]:
+    """A copy of an existing index (``_clone`` hard-links its segments: seconds, not the 20+ minutes of building
+    1M documents again); the source is write-blocked for the moment of the clone only."""
+    name = f"bench-clone-{uuid.uuid4().hex[:6]}"
+    es.indices.put_settings(index=source, settings={"index.blocks.write": True})
+    try:
+        es.indices.clone(index=source, target=name, settings={"index.number_of_replicas": 0},
+                         wait_for_active_shards="1")
+    finally:
+        es.indices.put_settings(index=source, settings={"index.blocks.write": None})
+    es.indices.put_settings(index=name, settings={"index.blocks.write": None})
+    es.cluster.health(index=name, wait_for_status="green", timeout="300s")
+    return {"index": name, "docs": int(es.count(index=name)["count"])}
+
+
+def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: int,
+                  big_index: str | None = None) -> dict[str, Any]:
     from bench_es import index_synthetic
 
     out: dict[str, Any] = {}
     for docs in (small, big):
-        built = index_synthetic(es, docs)
+        built = clone_index(es, big_index) if big_index and docs == big else index_synthetic(es, docs)
+        docs = built["docs"]
         es.indices.forcemerge(index=built["index"], max_num_segments=8, request_timeout=3600)
         probe = workload(batch * batches, 77, f"probe-{docs}-")
         run = asyncio.run(es_run(url, built["index"], probe, batch))
@@ -138,7 +155,7 @@ def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: 
               f"{run['batch_ms_p99']:.1f} ms ({run['rate']:.0f} checks/s); shard "
               f"{stats['store']['size_in_bytes'] / 2**20:.0f} MiB")
         es.indices.delete(index=built["index"])
-    a, b = out[str(small)], out[str(big)]
+    (a, b), big = out.values(), docs
     print(f"latency ratio {big} / {small}: p50 {b['batch_ms_p50'] / a['batch_ms_p50']:.2f}x, p99 "
           f"{b['batch_ms_p99'] / a['batch_ms_p99']:.2f}x (target <= 2x)")
     return out
@@ -226,6 +243,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--heap", default="1g")
     parser.add_argument("--skip", default="", help="comma-separated: rate,latency,crawl")
+    parser.add_argument("--url", help="a running node to use instead of starting one")
+    parser.add_argument("--big-index", help="an index of the node at --url to clone as the big index (e.g. the "
+                                             "1M synthetic index of bench_es.py) instead of building one")
     parser.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
     parser.add_argument("--crawl", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -239,9 +259,15 @@ def main() -> int:
     from bench_es import start_cluster
 
     skip = set(filter(None, args.skip.split(",")))
-    cluster, where = start_cluster(args.heap)
-    url = cluster.url
-    es = cluster.client(request_timeout=600)
+    if args.url:
+        from es_integration.client import ConnectionSettings, make_client
+
+        cluster, where, url = None, "running node", args.url
+        es = make_client(ConnectionSettings.create(url, request_timeout=600))
+    else:
+        cluster, where = start_cluster(args.heap)
+        url = cluster.url
+        es = cluster.client(request_timeout=600)
     print(f"Elasticsearch: {where} ({url}); {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     result: dict[str, Any] = {"pages": args.pages, "batch": args.batch}
     try:
@@ -250,10 +276,11 @@ def main() -> int:
         if "crawl" not in skip:
             result["crawl"] = bench_crawl(url, args.pages, args.rounds)
         if "latency" not in skip:
-            result["latency"] = bench_latency(es, url, args.small, args.big, args.batch, 40)
+            result["latency"] = bench_latency(es, url, args.small, args.big, args.batch, 40, args.big_index)
     finally:
         es.close()
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
     return 0

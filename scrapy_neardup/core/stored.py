@@ -244,8 +244,11 @@ def band_bounds(num_perm: int, min_shared: int) -> np.ndarray:
     return (np.arange(bands, dtype=np.int64) * num_perm) // bands
 
 
+@lru_cache(maxsize=16)
 def band_layout(num_perm: int) -> int:
-    """``t0``: stored band tokens serve every ``t >= t0`` (the default threshold's ``t``; see the module doc)."""
+    """``t0``: stored band tokens serve every ``t >= t0`` (the default threshold's ``t``; see the module doc).
+
+    Cached: it sums binomial terms (about 0.2 ms), and every page's band tokens need it."""
     from .theory import DEFAULT_THRESHOLD, min_shared_for
 
     return min_shared_for(DEFAULT_THRESHOLD, num_perm)
