@@ -901,6 +901,9 @@ def test_crawler_killed_mid_check_then_recrawled(es_url: str, es_client: Any, es
     pipelines = {
         "ITEM_PIPELINES": {"reliability_kit.ShortPendingPipeline": 300, "reliability_kit.WitnessPipeline": 400},
         "NEARDUP_TEST_PENDING_TIMEOUT": 3, "CONCURRENT_REQUESTS": 2,
+        # Batches of 4 at most: on a loaded machine the default (100) could put every kept page of this small
+        # site in two batches, and the 3rd request carrying kept pages would never come.
+        "NEARDUP_ES_BATCH_SIZE": 4,
     }
     try:
         first = run_crawl(tmp_path, start_url=site.url + "/", name="killed", kill_when=mid_check, settings={
