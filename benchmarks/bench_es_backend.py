@@ -218,15 +218,24 @@ def crawl_child(site: str, backend: str, es_url: str) -> None:
         settings |= {"NEARDUP_ES_URL": es_url, "NEARDUP_ES_INDEX": f"bench-crawl-{uuid.uuid4().hex[:8]}"}
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(SiteSpider)
+    batchers: list[Any] = []
+
+    def closing(spider: Any) -> None:  # the engine and its pipelines are still there
+        from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline
+
+        for component in crawler.engine.scraper.itemproc.middlewares if crawler.engine else ():
+            if isinstance(component, NearDuplicatePipeline) and component._batcher is not None:
+                batchers.append(component._batcher)
+
+    from scrapy import signals
+
+    crawler.signals.connect(closing, signal=signals.spider_closed)
     started = time.perf_counter()
     process.crawl(crawler)
     process.start()
     elapsed = time.perf_counter() - started
     stats = crawler.stats.get_stats()
-    batcher = None
-    for component in getattr(getattr(crawler.engine, "scraper", None), "itemproc", None).__dict__.get(
-            "_instances", []) if crawler.engine else []:
-        batcher = getattr(component, "_batcher", None) or batcher
+    batcher = batchers[0] if batchers else None
     print(json.dumps({
         "crawl_s": elapsed, "responses": stats.get("response_received_count", 0),
         "items": stats.get("item_scraped_count", 0), "dropped": stats.get("item_dropped_count", 0),
