@@ -45,7 +45,7 @@ DROPPED_SPELLINGS = [
 ]
 
 
-@pytest.mark.parametrize("spelling", DROPPED_SPELLINGS)
+@pytest.mark.parametrize("spelling", [*DROPPED_SPELLINGS, "".join(DROPPED_SPELLINGS)])
 @pytest.mark.parametrize("tags", [3, 400])  # below and above the size under which the tag scan is skipped
 def test_dropped_elements_are_removed_on_small_and_scanned_pages(spelling: str, tags: int) -> None:
     html = "<html><body>" + "<p>keep words</p>" * tags + spelling + "<div>tail</div></body></html>"
