@@ -164,6 +164,7 @@ def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray]:
 _HASH_MULTIPLIER, _KEY_TABLE, _CLASS_TABLE = _hash_tables()
 _DROPPED_BY_KEY = {_name_key(name): name for name in _DROPPED_NAMES}
 _HASH_SHIFT = np.uint64(64 - _HASH_BITS)
+_SHIFT_16 = np.uint64(48)
 _LOWER_BITS = np.uint64(0x2020202020202020)
 _ONE = np.uint64(1)
 _LT = 0x3C
@@ -306,24 +307,60 @@ def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str]:
     slots = (keys * _HASH_MULTIPLIER) >> _HASH_SHIFT
     kind = np.where(_KEY_TABLE[slots] == keys, _CLASS_TABLE[slots], np.uint8(_OTHER))
     nesting = letter[:, 0] & (kind != _VOID_OR_SIBLING)  # a name starts with a letter: "<@", "<1" are no tags
-    if _walk_max(closing[nesting]) > MAX_NESTING:
+    if _open_max(keys[nesting], closing[nesting]) > MAX_NESTING:
         return True, _DROPPED
-    if _walk_max(closing[kind == _FORMATTING_ELEMENT]) * tags.size > MAX_REOPENED:
+    formatting = kind == _FORMATTING_ELEMENT
+    if _open_max(keys[formatting], closing[formatting]) * tags.size > MAX_REOPENED:
         return True, _DROPPED
     found = np.unique(keys[(kind == _DROPPED_ELEMENT_CLASS) & ~closing]).tolist()
     return False, ",".join(_DROPPED_BY_KEY[key] for key in found)
 
 
-def _walk_max(closing: np.ndarray) -> int:
-    """An upper bound of the walk +1 at each start tag, -1 at each end tag (``closing``), reflected at 0.
+def _open_max(keys: np.ndarray, closing: np.ndarray) -> int:
+    """An upper bound of how many elements are open at once, from the names (``keys``) of the start and end tags
+    (``closing``), in document order.
 
-    The reflected walk is ``S_t - min(0, min_{s <= t} S_s)`` for the plain walk ``S``; ``max(S) - min(0, min(S))``
-    bounds it from above without a running minimum (a cautious bound: stray end tags late in a page raise it).
+    An end tag closes only an element of its own name (``</div>`` with no ``<div>`` open is ignored by the parser,
+    however many ``<span>`` are), so each name gets its own walk, +1 at its start tags and -1 at its end tags,
+    reflected at 0; at any point the sum of the names' walks bounds the elements open. A single walk over all
+    names would be fooled by ``<span></div>`` repeated: flat, while every span stays open (quadratic for the
+    parser, whose scope checks walk the stack of open elements).
+
+    Vectorized: the tags sorted by name (stable, so each name's tags keep their order); each name's walk is the
+    running sum from its first tag and its reflection ``S_t - min(0, min_{s <= t} S_s)``, the running minimum kept
+    within the name by offsetting each name's walk below the previous one's; the changes of the reflected walks,
+    put back in document order, sum to the bound.
     """
-    if closing.size == 0:
+    if keys.size == 0:
         return 0
-    walk = np.cumsum(1 - 2 * closing.view(np.int8), dtype=np.int32)
-    return int(walk.max()) - min(0, int(walk.min()))
+    # Sorting 16-bit hashes of the names is a radix sort; should two names of the page share a hash, the names
+    # themselves are sorted.
+    hashes = ((keys * _HASH_MULTIPLIER) >> _SHIFT_16).astype(np.uint16)
+    order = np.argsort(hashes, kind="stable")
+    sorted_keys = keys[order]
+    first = np.empty(keys.size, dtype=bool)
+    first[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    sorted_hashes = hashes[order]
+    if (first[1:] & (sorted_hashes[1:] == sorted_hashes[:-1])).any():  # two names, one hash
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    steps = 1 - 2 * closing[order].astype(np.int64)
+    name = np.cumsum(first) - 1
+    walk = np.cumsum(steps)
+    starts = np.flatnonzero(first)
+    walk -= (walk[starts] - steps[starts])[name]  # each name's walk from its own first tag
+    if walk.min() >= 0:  # no end tag without an open element of its name: the walks add up to the plain one
+        return int(np.cumsum(1 - 2 * closing.astype(np.int64)).max())
+    offset = name * (2 * keys.size + 2)  # a name's walk lies within +-size: the offsets keep names apart
+    lowest = np.minimum.accumulate(walk - offset) + offset
+    reflected = walk - np.minimum(lowest, 0)
+    change = np.diff(reflected, prepend=0)
+    change[starts] = reflected[starts]
+    in_order = np.empty_like(change)
+    in_order[order] = change
+    return int(np.cumsum(in_order).max())
 
 
 def _strip_tags(html: str) -> str:
