@@ -307,11 +307,15 @@ def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str]:
     slots = (keys * _HASH_MULTIPLIER) >> _HASH_SHIFT
     kind = np.where(_KEY_TABLE[slots] == keys, _CLASS_TABLE[slots], np.uint8(_OTHER))
     nesting = letter[:, 0] & (kind != _VOID_OR_SIBLING)  # a name starts with a letter: "<@", "<1" are no tags
-    if _open_max(keys[nesting], closing[nesting]) > MAX_NESTING:
+    open_elements = _open_max(keys[nesting], closing[nesting])
+    if open_elements > MAX_NESTING:
         return True, _DROPPED
-    formatting = kind == _FORMATTING_ELEMENT
-    if _open_max(keys[formatting], closing[formatting]) * tags.size > MAX_REOPENED:
-        return True, _DROPPED
+    # Formatting elements are some of the names counted above, and the bound only grows with the names counted:
+    # their own bound is needed only when the one above is too high to settle it.
+    if open_elements * tags.size > MAX_REOPENED:
+        formatting = kind == _FORMATTING_ELEMENT
+        if _open_max(keys[formatting], closing[formatting]) * tags.size > MAX_REOPENED:
+            return True, _DROPPED
     found = np.unique(keys[(kind == _DROPPED_ELEMENT_CLASS) & ~closing]).tolist()
     return False, ",".join(_DROPPED_BY_KEY[key] for key in found)
 
@@ -346,14 +350,15 @@ def _open_max(keys: np.ndarray, closing: np.ndarray) -> int:
         order = np.argsort(keys, kind="stable")
         sorted_keys = keys[order]
         np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
-    steps = 1 - 2 * closing[order].astype(np.int64)
-    name = np.cumsum(first) - 1
-    walk = np.cumsum(steps)
+    steps = 1 - 2 * closing[order].view(np.int8)
+    name = np.cumsum(first, dtype=np.int32) - 1
+    walk = np.cumsum(steps, dtype=np.int32)
     starts = np.flatnonzero(first)
     walk -= (walk[starts] - steps[starts])[name]  # each name's walk from its own first tag
     if walk.min() >= 0:  # no end tag without an open element of its name: the walks add up to the plain one
-        return int(np.cumsum(1 - 2 * closing.astype(np.int64)).max())
-    offset = name * (2 * keys.size + 2)  # a name's walk lies within +-size: the offsets keep names apart
+        return int(np.cumsum(1 - 2 * closing.view(np.int8), dtype=np.int32).max())
+    walk = walk.astype(np.int64)
+    offset = name * np.int64(2 * keys.size + 2)  # a name's walk lies within +-size: the offsets keep names apart
     lowest = np.minimum.accumulate(walk - offset) + offset
     reflected = walk - np.minimum(lowest, 0)
     change = np.diff(reflected, prepend=0)
