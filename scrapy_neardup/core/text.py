@@ -15,7 +15,8 @@ the pipeline and the ``neardup`` command). So a 50 MB page costs what 8 MB cost:
 
 HTML is parsed by lexbor (selectolax's ``LexborHTMLParser``), an HTML5 parser in C. HTML5 tree building is
 quadratic on some hostile markup (thousands of unclosed nested blocks; unclosed formatting elements with distinct
-attributes, which are re-opened in every later paragraph), so a vectorized scan of the tags
+attributes, which are re-opened in every later paragraph; end tags that close nothing, each of which searches the
+whole stack of open elements), so a vectorized scan of the tags
 (:func:`_scan_tags`) sends such pages to a parser-free tag stripper instead (:func:`_strip_tags`), whose text
 is the same but for markup subtleties.
 """
