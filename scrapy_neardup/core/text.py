@@ -279,10 +279,11 @@ def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str]:
     :data:`MAX_NESTING`, :data:`MAX_REOPENED`), and the CSS selector of the dropped elements (:data:`_DROPPED`)
     whose start tag appears (empty: none; all of them when the page is too small to be scanned).
 
-    A vectorized scan of the tags, without parsing: every ``<name`` whose element can hold others (not void, not
-    closed by its next sibling) counts +1 and every ``</name`` -1, in a walk kept at or above 0 (stray end tags
-    cannot hide later start tags); its maximum bounds the depth of the tree. The same walk over formatting
-    elements alone bounds how many the parser can re-open at once. Names are compared exactly (a made-up
+    A vectorized scan of the tags, without parsing: for each name whose element can hold others (not void, not
+    closed by its next sibling), ``<name`` counts +1 and ``</name`` -1 in that name's own walk, kept at or above 0
+    (:func:`_open_max`); the largest sum of the walks bounds the elements open at once, hence the depth of the
+    tree. The same bound over formatting elements alone bounds how many the parser can re-open at once. Names are
+    compared exactly (a made-up
     ``<brx>`` nests like any unknown element); ``<`` inside scripts and comments counts as a tag too: at worst a
     page takes the slower tag stripper, or a removal pass that finds nothing. An element of the parsed tree comes
     from a start tag ``<name`` followed by a byte that ends a name (ASCII letters lower-cased, as the tokenizer
