@@ -15,8 +15,9 @@ the pipeline and the ``neardup`` command). So a 50 MB page costs what 8 MB cost:
 
 HTML is parsed by lexbor (selectolax's ``LexborHTMLParser``), an HTML5 parser in C. HTML5 tree building is
 quadratic on some hostile markup (thousands of unclosed nested blocks; unclosed formatting elements with distinct
-attributes, which are re-opened in every later paragraph), so a vectorized scan of the tags
-(:func:`_tree_hazard`) sends such pages to a parser-free tag stripper instead (:func:`_strip_tags`), whose text
+attributes, which are re-opened in every later paragraph; end tags that close nothing, each of which searches the
+whole stack of open elements), so a vectorized scan of the tags
+(:func:`_scan_tags`) sends such pages to a parser-free tag stripper instead (:func:`_strip_tags`), whose text
 is the same but for markup subtleties.
 """
 
@@ -104,15 +105,17 @@ _HTML_SNIFF = re.compile(
     re.IGNORECASE,
 )
 # Elements whose content is not page text (template content is kept out of the tree by the parser itself).
-_DROPPED = "script,style,noscript,template,svg,math,iframe,object"
+_DROPPED_NAMES = ("script", "style", "noscript", "template", "svg", "math", "iframe", "object")
+_DROPPED = ",".join(_DROPPED_NAMES)
 # Boilerplate dropped in "main" mode: the elements and their ARIA landmark equivalents.
 _BOILERPLATE = (
     "nav,header,footer,aside,[role=navigation],[role=banner],[role=contentinfo],[role=complementary]"
 )
 # Where "main" mode looks for the main content, in order of preference.
 _MAIN_CANDIDATES = ("main,[role=main]", "article")
-# For _tree_hazard: tag names packed little-endian into a uint64 (up to 8 lower-case bytes, zero-padded).
+# For _scan_tags: tag names packed little-endian into a uint64 (up to 8 lower-case bytes, zero-padded).
 _SCAN = 8
+_PAD = bytes(_SCAN + 2)
 
 
 def _name_key(name: str) -> int:
@@ -128,6 +131,10 @@ _NO_NESTING = (
 )
 # Formatting elements re-opened by the parser when a block closes them (``a`` and ``nobr`` close their own kind).
 _FORMATTING = ("b", "big", "code", "em", "font", "i", "s", "small", "strike", "strong", "tt", "u")
+# Classes of the names above in _CLASS_TABLE (0: any other name; dropped elements nest too). "noscript" and
+# "template" have 8 letters: a longer name starting with them is taken for them, which only costs a needless
+# removal pass.
+_OTHER, _VOID_OR_SIBLING, _FORMATTING_ELEMENT, _DROPPED_ELEMENT_CLASS = 0, 1, 2, 3
 # Pages with at most this many "<" cannot be slow to parse (at most 32,768 steps of depth, 1,024 re-opened
 # elements): the scan is skipped.
 _SAFE_TAGS = 128
@@ -135,9 +142,12 @@ _HASH_BITS = 10
 
 
 def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray]:
-    """A multiplicative hash of name keys into 2**_HASH_BITS slots with no collision among the names above, and
-    the tables of the names' keys by slot (0 elsewhere: no tag name has key 0)."""
-    names = _NO_NESTING + _FORMATTING
+    """A multiplicative hash of name keys into 2**_HASH_BITS slots with no collision among the names above, the
+    table of the names' keys by slot (0 elsewhere: no tag name has key 0) and that of their classes."""
+    groups = ((_NO_NESTING, _VOID_OR_SIBLING), (_FORMATTING, _FORMATTING_ELEMENT),
+              (_DROPPED_NAMES, _DROPPED_ELEMENT_CLASS))
+    names = [name for group, _ in groups for name in group]
+    classes = [kind for group, kind in groups for _ in group]
     keys = np.array([_name_key(n) for n in names], dtype=np.uint64)
     multiplier = 0x9E3779B97F4A7C15  # the golden-ratio constant, then odd neighbours until injective
     while True:
@@ -145,22 +155,20 @@ def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray]:
         if np.unique(slots).size == keys.size:
             break
         multiplier += 2
-    tables = []
-    for group in (_NO_NESTING, _FORMATTING):
-        table = np.zeros(1 << _HASH_BITS, dtype=np.uint64)
-        table[slots[[names.index(n) for n in group]]] = keys[[names.index(n) for n in group]]
-        tables.append(table)
-    return np.uint64(multiplier), tables[0], tables[1]
+    key_table = np.zeros(1 << _HASH_BITS, dtype=np.uint64)
+    key_table[slots] = keys
+    class_table = np.zeros(1 << _HASH_BITS, dtype=np.uint8)
+    class_table[slots] = classes
+    return np.uint64(multiplier), key_table, class_table
 
 
-_HASH_MULTIPLIER, _NO_NESTING_TABLE, _FORMATTING_TABLE = _hash_tables()
+_HASH_MULTIPLIER, _KEY_TABLE, _CLASS_TABLE = _hash_tables()
+_DROPPED_BY_KEY = {_name_key(name): name for name in _DROPPED_NAMES}
 _HASH_SHIFT = np.uint64(64 - _HASH_BITS)
+_SHIFT_16 = np.uint64(48)
 _LOWER_BITS = np.uint64(0x2020202020202020)
 _ONE = np.uint64(1)
 _LT = 0x3C
-# Bytes of a tag name, and ASCII lower-casing as a table.
-_NAME_BYTE = np.array([chr(b).isascii() and (chr(b).isalnum() or chr(b) == "-") for b in range(256)], dtype=bool)
-_LOWER = np.array([b + 32 if 65 <= b <= 90 else b for b in range(256)], dtype=np.uint8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,19 +233,21 @@ def html_to_text(html: str, mode: ContentMode = "body") -> str:
             The title and the rest of ``<head>`` are not used.
     """
     data = html.encode("utf-8", "surrogatepass")  # lexbor reads lone surrogates as invalid bytes: U+FFFD
-    raw = np.frombuffer(data, dtype=np.uint8)
-    return _markup_to_text(data, raw, np.flatnonzero(raw == _LT), mode)
+    return _markup_to_text(data, np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _LT), mode)
 
 
-def _markup_to_text(data: bytes, raw: np.ndarray, tags: np.ndarray, mode: ContentMode) -> str:
-    """:func:`html_to_text` of UTF-8 ``data`` (``raw``: its bytes as an array; ``tags``: where its ``<`` are)."""
-    if _tree_hazard(raw, tags):
+def _markup_to_text(data: bytes, tags: np.ndarray, mode: ContentMode) -> str:
+    """:func:`html_to_text` of UTF-8 ``data`` (``tags``: where its ``<`` are)."""
+    hazard, dropped = _scan_tags(data, tags)
+    if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
         return _strip_tags(scrub_unicode(data.decode("utf-8", "replace")))
     tree = LexborHTMLParser(data)
-    dropped = _DROPPED if mode == "body" else f"{_DROPPED},{_BOILERPLATE}"
-    for node in tree.css(dropped):
-        node.decompose()
+    if mode == "main":
+        dropped = f"{dropped},{_BOILERPLATE}" if dropped else _BOILERPLATE
+    if dropped:  # one C-level selection; a page without such start tags skips the walk altogether
+        for node in tree.css(dropped):
+            node.decompose()
     if mode == "body":
         return tree.text(separator=" ")
     for selector in _MAIN_CANDIDATES:
@@ -264,52 +274,100 @@ def _outermost(nodes: list) -> list:
     return out
 
 
-def _tree_hazard(raw: np.ndarray, tags: np.ndarray) -> bool:
-    """Whether parsing the HTML bytes ``raw`` (``<`` at ``tags``) could take more than linear time (see
-    :data:`MAX_NESTING`, :data:`MAX_REOPENED`).
+def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str]:
+    """Whether parsing the HTML bytes ``data`` (``<`` at ``tags``) could take more than linear time (see
+    :data:`MAX_NESTING`, :data:`MAX_REOPENED`), and the CSS selector of the dropped elements (:data:`_DROPPED`)
+    whose start tag appears (empty: none; all of them when the page is too small to be scanned).
 
-    A vectorized scan of the tags, without parsing: every ``<name`` whose element can hold others (not void, not
-    closed by its next sibling) counts +1 and every ``</name`` -1, in a walk kept at or above 0 (stray end tags
-    cannot hide later start tags); its maximum bounds the depth of the tree. The same walk over formatting
-    elements alone bounds how many the parser can re-open at once. Names are compared exactly (a made-up
+    A vectorized scan of the tags, without parsing: for each name whose element can hold others (not void, not
+    closed by its next sibling), ``<name`` counts +1 and ``</name`` -1 in that name's own walk, kept at or above 0
+    (:func:`_open_max`); the largest sum of the walks bounds the elements open at once, hence the depth of the
+    tree. The same bound over formatting elements alone bounds how many the parser can re-open at once. Names are
+    compared exactly (a made-up
     ``<brx>`` nests like any unknown element); ``<`` inside scripts and comments counts as a tag too: at worst a
-    page takes the slower tag stripper.
+    page takes the slower tag stripper, or a removal pass that finds nothing. An element of the parsed tree comes
+    from a start tag ``<name`` followed by a byte that ends a name (ASCII letters lower-cased, as the tokenizer
+    does), so a dropped element whose start tag the scan does not see cannot exist.
     """
     if tags.size <= _SAFE_TAGS:
-        return False
-    padded = np.concatenate([raw, np.zeros(_SCAN + 2, dtype=np.uint8)])
+        return False, _DROPPED
+    padded = np.frombuffer(data + _PAD, dtype=np.uint8)
     closing = padded[tags + 1] == 0x2F
     # The 8 bytes after each "<" (after "</" for end tags) as one little-endian uint64, through a uint64 view
     # starting at every byte (unaligned, overlapping): one gather per tag.
     at_every_byte = np.ndarray((padded.size - _SCAN + 1,), dtype="<u8", buffer=padded, strides=(1,))
     words = at_every_byte[tags + 1 + closing]
     window = words.view(np.uint8).reshape(-1, _SCAN)
-    # Bit tricks on the uint64s: the lowest set bit of "not a name byte" marks where the name ends; the bits
-    # below it keep the name. OR-ing 0x20 lower-cases letters and leaves digits and "-" alone.
-    stop = (~_NAME_BYTE[window]).view("<u8").ravel()
+    # Name bytes (ASCII letters, digits, "-") by wrapping uint8 arithmetic: (b | 0x20) - 0x61 < 26 holds for
+    # exactly the 52 letters. The lowest set bit of "not a name byte" marks where the name ends; the bits below
+    # it keep the name. OR-ing 0x20 lower-cases letters and leaves digits and "-" alone.
+    letter = ((window | np.uint8(0x20)) - np.uint8(0x61)) < 26
+    name = letter | ((window - np.uint8(0x30)) < 10)
+    name |= window == 0x2D
+    stop = (~name).view("<u8").ravel()
     keys = (words | _LOWER_BITS) & ((stop & (~stop + _ONE)) - _ONE)
-    is_tag = window[:, 0] > 0x40  # a name starts with a letter...
-    is_tag &= _NAME_BYTE[window[:, 0]]  # ... and "<@", "<[" are no tags
     slots = (keys * _HASH_MULTIPLIER) >> _HASH_SHIFT
-    nesting = is_tag & (_NO_NESTING_TABLE[slots] != keys)
-    if _walk_max(nesting, closing) > MAX_NESTING:
-        return True
-    formatting = is_tag & (_FORMATTING_TABLE[slots] == keys)
-    return _walk_max(formatting, closing) * tags.size > MAX_REOPENED
+    kind = np.where(_KEY_TABLE[slots] == keys, _CLASS_TABLE[slots], np.uint8(_OTHER))
+    nesting = letter[:, 0] & (kind != _VOID_OR_SIBLING)  # a name starts with a letter: "<@", "<1" are no tags
+    open_elements = _open_max(keys[nesting], closing[nesting])
+    if open_elements > MAX_NESTING:
+        return True, _DROPPED
+    # Formatting elements are some of the names counted above, and the bound only grows with the names counted:
+    # their own bound is needed only when the one above is too high to settle it.
+    if open_elements * tags.size > MAX_REOPENED:
+        formatting = kind == _FORMATTING_ELEMENT
+        if _open_max(keys[formatting], closing[formatting]) * tags.size > MAX_REOPENED:
+            return True, _DROPPED
+    found = np.unique(keys[(kind == _DROPPED_ELEMENT_CLASS) & ~closing]).tolist()
+    return False, ",".join(_DROPPED_BY_KEY[key] for key in found)
 
 
-def _walk_max(counted: np.ndarray, closing: np.ndarray) -> int:
-    """An upper bound of the walk +1 at each counted start tag, -1 at each counted end tag, reflected at 0.
+def _open_max(keys: np.ndarray, closing: np.ndarray) -> int:
+    """An upper bound of how many elements are open at once, from the names (``keys``) of the start and end tags
+    (``closing``), in document order.
 
-    The reflected walk is ``S_t - min(0, min_{s <= t} S_s)`` for the plain walk ``S``; ``max(S) - min(0, min(S))``
-    bounds it from above without a running minimum (a cautious bound: stray end tags late in a page raise it).
+    An end tag closes only an element of its own name (``</div>`` with no ``<div>`` open is ignored by the parser,
+    however many ``<span>`` are), so each name gets its own walk, +1 at its start tags and -1 at its end tags,
+    reflected at 0; at any point the sum of the names' walks bounds the elements open. A single walk over all
+    names would be fooled by ``<span></div>`` repeated: flat, while every span stays open (quadratic for the
+    parser, whose scope checks walk the stack of open elements).
+
+    Vectorized: the tags sorted by name (stable, so each name's tags keep their order); each name's walk is the
+    running sum from its first tag and its reflection ``S_t - min(0, min_{s <= t} S_s)``, the running minimum kept
+    within the name by offsetting each name's walk below the previous one's; the changes of the reflected walks,
+    put back in document order, sum to the bound.
     """
-    if not counted.any():
+    if keys.size == 0:
         return 0
-    steps = counted.astype(np.int32)
-    steps -= (counted & closing).astype(np.int32) * 2
-    walk = np.cumsum(steps)
-    return int(walk.max()) - min(0, int(walk.min()))
+    # Sorting 16-bit hashes of the names is a radix sort; should two names of the page share a hash, the names
+    # themselves are sorted.
+    hashes = ((keys * _HASH_MULTIPLIER) >> _SHIFT_16).astype(np.uint16)
+    order = np.argsort(hashes, kind="stable")
+    sorted_keys = keys[order]
+    first = np.empty(keys.size, dtype=bool)
+    first[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    sorted_hashes = hashes[order]
+    if (first[1:] & (sorted_hashes[1:] == sorted_hashes[:-1])).any():  # two names, one hash
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    steps = 1 - 2 * closing[order].view(np.int8)
+    name = np.cumsum(first, dtype=np.int32) - 1
+    walk = np.cumsum(steps, dtype=np.int32)
+    starts = np.flatnonzero(first)
+    walk -= (walk[starts] - steps[starts])[name]  # each name's walk from its own first tag
+    if walk.min() >= 0:  # no end tag without an open element of its name: the walks add up to the plain one
+        return int(np.cumsum(1 - 2 * closing.view(np.int8), dtype=np.int32).max())
+    walk = walk.astype(np.int64)
+    offset = name * np.int64(2 * keys.size + 2)  # a name's walk lies within +-size: the offsets keep names apart
+    lowest = np.minimum.accumulate(walk - offset) + offset
+    reflected = walk - np.minimum(lowest, 0)
+    change = np.diff(reflected, prepend=0)
+    change[starts] = reflected[starts]
+    in_order = np.empty_like(change)
+    in_order[order] = change
+    return int(np.cumsum(in_order).max())
 
 
 def _strip_tags(html: str) -> str:
@@ -549,7 +607,7 @@ def clean_text(
     if is_html:
         data, tags, cut = _cap_tags(raw.encode("utf-8", "surrogatepass"), max(1, max_chars // CHARS_PER_TAG))
         truncated |= cut
-        raw = _markup_to_text(data, np.frombuffer(data, dtype=np.uint8), tags, mode)
+        raw = _markup_to_text(data, tags, mode)
     utf8, cut = _normalize_utf8(raw, max_chars)
     return CleanText(utf8, truncated or cut)
 

@@ -37,6 +37,29 @@ def test_html_to_text_drops_scripts_styles_and_comments() -> None:
     assert text == "t first second third fourth"
 
 
+# Every way a dropped element's start tag can be spelled that the tokenizer still reads as that element.
+DROPPED_SPELLINGS = [
+    "<script>var hidden_a = 1;</script>", "<SCRIPT type=x>hidden_b()</SCRIPT>", "<Style\n>hidden_c{}</style>",
+    "<noscript\t>hidden_d</noscript>", "<template>hidden_e</template>", "<svg/><svg><text>hidden_f</text></svg>",
+    "<math><mi>hidden_g</mi></math>", "<iframe src=x>hidden_h</iframe>", "<object\r>hidden_i</object>",
+]
+
+
+@pytest.mark.parametrize("spelling", [*DROPPED_SPELLINGS, "".join(DROPPED_SPELLINGS)])
+@pytest.mark.parametrize("tags", [3, 400])  # below and above the size under which the tag scan is skipped
+def test_dropped_elements_are_removed_on_small_and_scanned_pages(spelling: str, tags: int) -> None:
+    html = "<html><body>" + "<p>keep words</p>" * tags + spelling + "<div>tail</div></body></html>"
+    text = normalize(html_to_text(html))
+    assert "hidden" not in text and text.endswith("keep words tail")
+    main = normalize(html_to_text(html, mode="main"))
+    assert "hidden" not in main and main.endswith("keep words tail")
+
+
+def test_a_page_without_dropped_elements_keeps_all_its_text() -> None:
+    html = "<html><body>" + "<p>keep <b>words</b></p>" * 400 + "<scripts>kept</scripts><svgx>too</svgx></body></html>"
+    assert normalize(html_to_text(html)) == "keep words " * 400 + "kept too"
+
+
 def test_html_detection_and_bytes() -> None:
     assert looks_like_html("<html><body>x</body></html>")
     assert looks_like_html("  <P>paragraph</P>")

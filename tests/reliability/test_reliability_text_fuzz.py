@@ -156,6 +156,9 @@ QUADRATIC_MARKUP = {
     "distinct fonts": lambda n: "".join(f"<font id={i}>" for i in range(n)),
     "re-opened bold": lambda n: "".join(f"<p><b id={i}>x" for i in range(n)),
     "made-up void-like names": lambda n: "<brx>" * n + "<div>" * n,
+    # End tags of another name close nothing: every span stays open, and each </div> searches the whole stack.
+    "stray end tags of another name": lambda n: "<span></div>" * n,
+    "re-opened bold behind stray end tags": lambda n: "".join(f"<p><b id={i}></i>x" for i in range(n)),
 }
 
 
@@ -173,9 +176,23 @@ def test_ordinary_markup_is_parsed(markup_: str) -> None:
     assert not _hazard(markup_)
 
 
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["div", "span", "b", "x-y", "table"]), st.booleans()), max_size=80))
+def test_fuzz_open_element_bound_is_the_sum_of_each_names_reflected_walk(tags: list[tuple[str, bool]]) -> None:
+    """The scan's bound, against its definition walked tag by tag: an end tag closes only its own name."""
+    open_by_name: dict[str, int] = {}
+    expected = 0
+    for name, closing in tags:
+        open_by_name[name] = max(0, open_by_name.get(name, 0) + (-1 if closing else 1))
+        expected = max(expected, sum(open_by_name.values()))
+    keys = np.array([text_module._name_key(name) for name, _ in tags], dtype=np.uint64)
+    closing_ = np.array([closing for _, closing in tags], dtype=bool)
+    assert text_module._open_max(keys, closing_) == expected
+
+
 def _hazard(document: str) -> bool:
     raw = document.encode()
-    return text_module._tree_hazard(np.frombuffer(raw, dtype=np.uint8), text_module._cap_tags(raw, 10**6)[1])
+    return text_module._scan_tags(raw, text_module._cap_tags(raw, 10**6)[1])[0]
 
 
 def test_a_text_node_over_10_mb_is_kept_whole() -> None:
