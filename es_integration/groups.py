@@ -24,7 +24,12 @@
 **Incremental runs** (:func:`find_new_groups`, ``neardup es groups --new``): only the documents above the
 watermark (or without ``seq``) are swept; the documents they near-duplicate among the older ones come from one
 band query per batch of new documents (``terms`` on ``neardup.bands``, verified on the returned signatures),
-and the members of the older groups those belong to from a ``terms`` query on ``neardup.group``. Older groups
+and the members of the older groups those belong to from a ``terms`` query on ``neardup.group``. The band
+queries are sent as soon as a batch of new documents is swept, in parallel threads, each answered in one
+request while its hits fit ``index.max_result_window``. What they cost the server is one term-dictionary
+seek per distinct band token and segment (``b`` tokens per new document, ~0.1-0.2 microseconds each on this
+machine kind): scoring, fetching and parsing the few hits are small beside it, and grouping the tokens by band
+instead of by document did not change it (measured at 1M documents, 31 segments). Older groups
 are closed under the rule already (the watermark is only written after an assigned run), so joining them
 through the new documents' pairs gives the groups a full run would give, for every group that holds a new
 document; the others do not change.
