@@ -343,7 +343,8 @@ def bench_queries(es: Any, index: str, sketches: list[Any], n_docs: int) -> dict
             disagreements += sorted(found["positions"]) != sorted(found["bands"])
     out: dict[str, Any] = {"docs_indexed": n_docs, "segments": segment_count(es, index),
                            "queries": len(latencies["bands"]), "queries_with_candidates": hits,
-                           "disagreements": disagreements, "target_p99_ms": 10}
+                           "disagreements": disagreements, "target_p99_ms": 10,
+                           "load_avg": os.getloadavg()}
     for method in ("positions", "bands"):
         lat = latencies[method]
         out[method] = {"p50_ms": percentile(lat, 50), "p90_ms": percentile(lat, 90), "p99_ms": percentile(lat, 99),
@@ -363,7 +364,7 @@ def print_queries(q: dict[str, Any], docs: int, label: str) -> None:
               f"p99 {m['p99_ms']:.1f} ms (server took p50 {m['server_took_p50_ms']:.0f} ms, "
               f"p99 {m['server_took_p99_ms']:.0f} ms)", flush=True)
     print(f"  band/position p99 ratio {q['p99_ratio_bands_to_positions']:.2f}; {q['disagreements']} of "
-          f"{q['queries']} queries disagree (must be 0)", flush=True)
+          f"{q['queries']} queries disagree (must be 0); load average {q['load_avg'][0]:.1f}", flush=True)
 
 
 class PeakAnon:
@@ -460,6 +461,7 @@ def bench_groups(
             words[int(rng.integers(0, len(words)))] = "edited"
             fresh[i]["text"] = " ".join(words)
         index_records(es, index, fresh, sketcher, threads=2, chunk_size=500, create_index=False)
+    out["load_avg_groups"] = os.getloadavg()
     if new_docs:
         new = find_new_groups(es, index, sketcher.tag, T, slices=slices)
         started = time.perf_counter()
@@ -467,7 +469,7 @@ def bench_groups(
         out.update({
             "new_docs": new.documents, "new_seconds": new.seconds, "new_docs_per_s": new.documents / new.seconds,
             "new_groups": len(new.groups), "new_assign_seconds": time.perf_counter() - started,
-            "new_assigned_docs": new_written,
+            "new_assigned_docs": new_written, "new_sweep_seconds": new.sweep_seconds, "load_avg_new": os.getloadavg(),
         })
     return out
 
@@ -587,13 +589,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{g['docs_per_s']:.0f} docs/s; ratio to the bare id sweep {g['ratio_to_id_sweep']:.2f} "
                   f"(to the sliced one {g['ratio_to_sliced_id_sweep']:.2f}; target <= 3); client memory "
                   f"{g['client_bytes_per_doc']:.0f} B/doc (target <= 200); {g['groups']} groups, "
-                  f"{g['duplicates']} duplicates", flush=True)
+                  f"{g['duplicates']} duplicates; load average {g['load_avg_groups'][0]:.1f}", flush=True)
             print(f"assign: {g['assigned_docs']} documents written in {g['assign_seconds']:.1f}s = "
                   f"{g['assign_docs_per_s']:.0f} docs/s of the index (target >= 10000)", flush=True)
             if "new_docs" in g:
                 print(f"groups --new: {g['new_docs']} new docs in {g['new_seconds']:.1f}s = {g['new_docs_per_s']:.0f} "
-                      f"docs/s (target >= 10000); {g['new_groups']} groups; assign wrote {g['new_assigned_docs']} "
-                      f"in {g['new_assign_seconds']:.1f}s", flush=True)
+                      f"docs/s (target >= 10000; sweep of the new documents {g['new_sweep_seconds']:.1f}s, band "
+                      f"queries sent meanwhile); {g['new_groups']} groups; assign wrote {g['new_assigned_docs']} "
+                      f"in {g['new_assign_seconds']:.1f}s; load average {g['load_avg_new'][0]:.1f}", flush=True)
         if "backend" not in skip:
             result["backend"] = b = bench_backend(node.url, corpus, 400 if args.quick else 2000)
             print(f"backend: kept p50 {b['kept_ms_p50']:.1f} ms / p99 {b['kept_ms_p99']:.1f} ms, duplicate p50 "

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["PointInTime", "point_in_time", "sliced_sweep", "sweep"]
+__all__ = ["SWEEP_FILTER", "PointInTime", "point_in_time", "sliced_sweep", "sweep"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def sweep(
 
 
 #: Parts of a sweep response that are used (``filter_path``): less JSON to build, send and parse.
-_SWEEP_FILTER = "pit_id,hits.hits._id,hits.hits._index,hits.hits.fields,hits.hits._source,hits.hits.sort"
+SWEEP_FILTER = "pit_id,hits.hits._id,hits.hits._index,hits.hits.fields,hits.hits._source,hits.hits.sort"
 
 
 def sliced_sweep(
@@ -111,7 +111,7 @@ def sliced_sweep(
     """
     if slices < 1:
         raise ValueError(f"slices must be positive, got {slices}")
-    options: dict[str, Any] = {"filter_path": _SWEEP_FILTER}
+    options: dict[str, Any] = {"filter_path": SWEEP_FILTER}
     if docvalue_fields:
         options["docvalue_fields"] = [{"field": f} for f in docvalue_fields]
     if slices == 1:

@@ -50,6 +50,7 @@ __all__ = [
     "band_bounds",
     "band_layout",
     "band_tokens",
+    "distinct_band_tokens",
     "decode_many",
     "encode_many",
     "shared_counts",
@@ -276,6 +277,20 @@ def band_tokens(values: np.ndarray) -> list[list[str]]:
     keys = band_keys(values, band_layout(values.shape[-1]))
     prefixes = [f"b{keys.shape[1]}_{j}_" for j in range(keys.shape[1])]
     return [[p + format(key, "x") for p, key in zip(prefixes, row, strict=True)] for row in keys.tolist()]
+
+
+def distinct_band_tokens(values: np.ndarray) -> list[str]:
+    """The distinct band tokens of all rows of ``uint16[n, k]`` (:func:`band_tokens`, flattened), ordered by band
+    then key. Duplicates are dropped on the ``(band, key)`` integers before any string is built: a batch query of
+    many signatures formats each token once."""
+    keys = band_keys(values, band_layout(values.shape[-1]))
+    bands = keys.shape[1]
+    pairs = np.unique((np.arange(bands, dtype=np.uint64) << np.uint64(32)) | keys.astype(np.uint64))
+    cuts = np.searchsorted(pairs, np.arange(1, bands, dtype=np.uint64) << np.uint64(32))
+    tokens: list[str] = []
+    for j, part in enumerate(np.split(pairs & np.uint64(0xFFFFFFFF), cuts)):
+        tokens.extend(map(f"b{bands}_{j}_%x".__mod__, part.tolist()))
+    return tokens
 
 
 # -- position tokens, many at once -----------------------------------------------------------------------------

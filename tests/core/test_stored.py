@@ -12,7 +12,9 @@ from scrapy_neardup.core.stored import (
     StoredSignature,
     band_keys,
     band_layout,
+    band_tokens,
     decode_many,
+    distinct_band_tokens,
     encode_many,
     values_from_token_lists,
 )
@@ -53,6 +55,20 @@ def test_band_tokens_find_every_pair_at_or_above_the_layout() -> None:
         tokens = StoredSignature(base, "t").band_tokens(), StoredSignature(other, "t").band_tokens()
         assert len(tokens[0]) == k - t0 + 1 and set(tokens[0]) & set(tokens[1])
     assert band_keys(base[None, :], t0).shape == (1, k - t0 + 1)
+
+
+def test_distinct_band_tokens_are_the_set_of_every_rows_band_tokens() -> None:
+    """The batch form used by ``groups --new``: each token once, band by band, whatever the repeats."""
+    rng = np.random.default_rng(4)
+    many = rng.integers(0, 1 << 16, size=(300, 128), dtype=np.uint16)
+    many[10] = many[3]  # an exact copy: all its tokens repeat
+    many[20, :100] = many[4, :100]  # a partial copy: its first bands repeat
+    tokens = distinct_band_tokens(many)
+    assert len(tokens) == len(set(tokens)) == len({t for row in band_tokens(many) for t in row})
+    assert set(tokens) == {t for row in band_tokens(many) for t in row}
+    assert [int(t.split("_")[1]) for t in tokens] == sorted(int(t.split("_")[1]) for t in tokens)
+    assert len(tokens) < 300 * (128 - band_layout(128) + 1)
+    assert distinct_band_tokens(many[:0]) == []
 
 
 def test_parse_tag_reads_make_tag() -> None:

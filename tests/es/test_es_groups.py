@@ -297,7 +297,11 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     written = assign_groups(es_client, index, before)
     assert written == sum(len(g.members) - 1 for g in before.groups)  # only members change: reps stay "kept"
     index_records(es_client, index, rest, sketcher)
+    # A result window of 30 hits: the band and group queries of --new (one request each while their hits fit
+    # the window) are then paged like the sweep, as they are on an index with more matches than the window.
+    es_client.indices.put_settings(index=index, settings={"index.max_result_window": 30})
     new = find_new_groups(es_client, index, tag, T, page_size=30)
+    es_client.indices.put_settings(index=index, settings={"index.max_result_window": None})
     assert new.documents == sum(1 for r in rest if r["text"].strip())
     assign_groups(es_client, index, new)
     fields_after_new = _group_fields(es_client, index)
