@@ -143,6 +143,11 @@ def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: 
     from bench_es import index_synthetic
 
     out: dict[str, Any] = {}
+    # A freshly started node answers its first requests several times slower (JIT, caches): warm it up first, so
+    # that the small index (measured first) is not penalized.
+    warm = f"bench-warmup-{uuid.uuid4().hex[:6]}"
+    asyncio.run(es_run(url, warm, workload(batch * batches, 5, "warm-"), batch))
+    es.indices.delete(index=warm)
     for docs in (small, big):
         built = clone_index(es, big_index) if big_index and docs == big else index_synthetic(es, docs)
         docs = built["docs"]
