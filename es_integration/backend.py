@@ -144,7 +144,13 @@ from scrapy_neardup.core.backend import Backend, BackendError, Decision
 from scrapy_neardup.core.index import Match, best_first
 from scrapy_neardup.core.params import check_min_shared
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
-from scrapy_neardup.core.stored import StoredSignature, band_layout, decode_many, shared_counts
+from scrapy_neardup.core.stored import (
+    StoredSignature,
+    band_layout,
+    decode_many,
+    distinct_band_tokens,
+    shared_counts,
+)
 
 from .candidates import band_query, candidate_query
 from .client import ConnectionSettings, EsError, connect_async, describe_error
@@ -963,7 +969,7 @@ class ElasticsearchBackend(Backend):
         server's cost per search, not per term, dominates). ``None`` when the union has too many raw hits
         (then one search per page)."""
         size = min(_UNION_HITS, _CANDIDATES * len(stored))
-        tokens = sorted({token for one in stored for token in one.band_tokens()})
+        tokens = distinct_band_tokens(np.vstack([one.values for one in stored]))
         query = {"bool": {"filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_BANDS: tokens}},
                                      {"terms": {F_STATUS: [KEPT, PENDING]}}]}}
         response = await self._es.search(

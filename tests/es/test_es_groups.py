@@ -13,7 +13,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from es_integration.candidates import find_candidates
-from es_integration.groups import KeepRule, assign_groups, find_groups
+from es_integration.groups import KeepRule, RowStates, assign_groups, find_groups
 from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
@@ -325,3 +325,26 @@ def _group_fields(es: Elasticsearch, index: str) -> dict[str, tuple[Any, ...]]:
                                                               "neardup.duplicate_of"])["hits"]["hits"]
     return {h["_id"]: (h["_source"]["neardup"].get("group"), h["_source"]["neardup"].get("status"),
                        h["_source"]["neardup"].get("duplicate_of")) for h in hits}
+
+
+def test_row_states_give_back_what_was_added_and_the_default_elsewhere() -> None:
+    """The compact per-row (group, status, duplicate_of) store of a sweep: every field round-trips (None, empty
+    and non-ASCII strings, statuses it has not seen before), rows it does not hold give the default."""
+    rng = random.Random(5)
+    states = RowStates()
+    added: dict[int, tuple[str | None, str | None, str | None]] = {}
+    row = 0
+    for _ in range(2000):
+        row += rng.randint(1, 5)
+        state = (rng.choice([None, "", f"g{rng.randrange(100)}", "grüppe-é"]),
+                 rng.choice([None, "kept", "duplicate", "unchecked", f"odd{rng.randrange(3)}"]),
+                 rng.choice([None, "", f"d{rng.randrange(10**6)}", "ü\udcff"]))
+        states.add(row, state)
+        added[row] = state
+    default = ("mine", "kept", None)
+    assert list(states.rows()) == sorted(added) and len(states) == len(added)
+    for r in range(row + 3):
+        assert states.get(r, default) == added.get(r, default), r
+    assert 0 < states.memory_bytes() < 60 * len(added)
+    with pytest.raises(ValueError):
+        states.add(row, default)
