@@ -75,7 +75,11 @@ def hosts() -> Iterator[Hosts]:
                 "/gone.html"]
     fallbacks = {"fallback": Page(html_page("Page not found", NOT_FOUND.split(), nav=NAV)),
                  "section_fallbacks": {"/news/": Page(html_page("Story not found", STORY_NOT_FOUND.split(), nav=NAV))}}
-    partial_pages = {f"/copies/{i}.html": _article(i, "Partner reprints") for i in range(PARTIAL_COPIES)}
+    # The partner reprints the original's *last* articles: a mirror page that is also a reprint's twin may name
+    # either copy, and only twins of the original count toward the mirror's share, so the mirror's first pages
+    # (those the decision is taken on, after MIN_PAGES) must not be reprints.
+    reprinted = range(ARTICLES - PARTIAL_COPIES, ARTICLES)
+    partial_pages = {f"/copies/{i}.html": _article(i, "Partner reprints") for i in reprinted}
     partial_pages |= {f"/own/{i}.html": Page(html_page(f"Own {i}", article_words(5000 + i)))
                       for i in range(PARTIAL_OWN)}
     partial_pages["/"] = Page(html_page("Partner home", article_words(4999, 80), links=list(partial_pages)))
@@ -87,14 +91,18 @@ def hosts() -> Iterator[Hosts]:
                                   content_type="text/plain")}
     partial = SiteServer(partial_pages, host="127.0.0.3").start()
     distinct = SiteServer(distinct_pages | robots, host="127.0.0.4").start()
-    # Mirror and original link to the other hosts' home pages; the crawl starts at the original, seen first.
+    # The original links to the other hosts' home pages; the crawl starts at the original, seen first. The mirror is
+    # linked from the original's last article only: linked from the home page, its articles (another download slot)
+    # raced the original's and were sometimes kept first, and the original then looked like the copy.
     mirror_pages = _site("Mirror hosted by Example Mirror Network", soft_404_paths=soft_404, links=[])
     mirror = SiteServer(mirror_pages, host="127.0.0.2", **fallbacks).start()  # type: ignore[arg-type]
-    original_pages = _site(NAV, soft_404_paths=soft_404,
-                           links=[mirror.url + "/", partial.url + "/", distinct.url + "/"])
+    original_pages = _site(NAV, soft_404_paths=soft_404, links=[partial.url + "/", distinct.url + "/"])
+    last = ARTICLES - 1
+    original_pages[f"/news/{last}.html"] = Page(html_page(f"Article {last}", article_words(3000 + last), nav=NAV,
+                                                          links=[mirror.url + "/"]))
     original = SiteServer(original_pages, host="127.0.0.1", **fallbacks).start()  # type: ignore[arg-type]
     contents = [{original.url + p, mirror.url + p} for p in mirror_pages]
-    for i in range(PARTIAL_COPIES):
+    for i in reprinted:
         contents[i].add(f"{partial.url}/copies/{i}.html")  # mirror_pages starts with /news/0.html ...
     contents += [{partial.url + p} for p in partial_pages if not p.startswith("/copies/")]
     contents += [{distinct.url + p} for p in distinct_pages if p != "/robots.txt"]
