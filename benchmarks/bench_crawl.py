@@ -124,10 +124,10 @@ def crawl(url: str, mode: str, expected_pages: int) -> dict[str, float]:
     return {"wall_s": wall, "crawl_s": stats["crawl_s"], **stats}
 
 
-def run_crawl(url: str, mode: str) -> None:
-    """Child process: crawl the site and print stats as one JSON line."""
+def site_spider(url: str) -> type:
+    """The benchmark spider over :func:`build_site`'s site at ``url``: every page under ``/p`` is an item (its
+    HTML as ``text``), every link is followed."""
     import scrapy
-    from scrapy.crawler import CrawlerProcess
 
     class SiteSpider(scrapy.Spider):
         name = "bench"
@@ -137,6 +137,13 @@ def run_crawl(url: str, mode: str) -> None:
             if "/p" in response.url:
                 yield {"url": response.url, "text": response.text}
             yield from response.follow_all(css="a", callback=self.parse)
+
+    return SiteSpider
+
+
+def run_crawl(url: str, mode: str) -> None:
+    """Child process: crawl the site and print stats as one JSON line."""
+    from scrapy.crawler import CrawlerProcess
 
     settings = {
         "CONCURRENT_REQUESTS": 32,
@@ -150,7 +157,7 @@ def run_crawl(url: str, mode: str) -> None:
         "NEARDUP_WORKER": mode != "in_process",
     }
     process = CrawlerProcess(settings)
-    crawler = process.create_crawler(SiteSpider)
+    crawler = process.create_crawler(site_spider(url))
     started = time.perf_counter()
     process.crawl(crawler)
     process.start()

@@ -397,11 +397,9 @@ class PeakAnon:
 
 
 def _rss_anon() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    from bench_store import status_bytes
+
+    return status_bytes("RssAnon")
 
 
 def groups_memory(es: Any, index: str, slices: int) -> int:

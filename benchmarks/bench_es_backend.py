@@ -201,17 +201,8 @@ def bench_crawl(url: str, pages: int, rounds: int) -> dict[str, Any]:
 
 
 def crawl_child(site: str, backend: str, es_url: str) -> None:
-    import scrapy
+    from bench_crawl import site_spider
     from scrapy.crawler import CrawlerProcess
-
-    class SiteSpider(scrapy.Spider):
-        name = "bench"
-        start_urls = [site]
-
-        def parse(self, response):  # type: ignore[no-untyped-def]
-            if "/p" in response.url:
-                yield {"url": response.url, "text": response.text}
-            yield from response.follow_all(css="a", callback=self.parse)
 
     settings = {
         "CONCURRENT_REQUESTS": 32, "CONCURRENT_REQUESTS_PER_DOMAIN": 32, "LOG_LEVEL": "ERROR",
@@ -222,7 +213,7 @@ def crawl_child(site: str, backend: str, es_url: str) -> None:
     if backend == "elasticsearch":
         settings |= {"NEARDUP_ES_URL": es_url, "NEARDUP_ES_INDEX": f"bench-crawl-{uuid.uuid4().hex[:8]}"}
     process = CrawlerProcess(settings)
-    crawler = process.create_crawler(SiteSpider)
+    crawler = process.create_crawler(site_spider(site))
     batchers: list[Any] = []
 
     def closing(spider: Any) -> None:  # the engine and its pipelines are still there

@@ -118,12 +118,17 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def peak_rss() -> int:
+def status_bytes(field: str) -> int:
+    """A memory figure of this process from ``/proc/self/status`` (``VmHWM``, ``RssAnon``, ...), in bytes."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def peak_rss() -> int:
+    return status_bytes("VmHWM")
 
 
 def fill(pages: int, dup_share: float, report_every: int | None = None) -> dict[str, Any]:
