@@ -22,8 +22,10 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from es_integration.backend import ElasticsearchBackend  # noqa: E402
+from es_integration.band_filter import BandFilterStore  # noqa: E402
 from es_integration.candidates import candidate_search, parse_candidates  # noqa: E402
 from es_integration.groups import assign_groups, find_groups  # noqa: E402
 from es_integration.indexing import index_records  # noqa: E402
@@ -218,8 +221,11 @@ def _bulk_load(es: Any, index: str, actions: Any) -> tuple[int, float]:
     return done, time.perf_counter() - started
 
 
-def index_synthetic_new(es: Any, index: str, docs: int, new_docs: int) -> None:
-    """``new_docs`` more synthetic documents after the first ``docs``: a fifth near-duplicates of indexed rows."""
+def index_synthetic_new(es: Any, index: str, docs: int, new_docs: int, seed: int = 23) -> None:
+    """``new_docs`` more synthetic documents after the first ``docs``: a fifth near-duplicates of indexed rows.
+
+    ``seed`` picks their signatures: a rerun on a kept index needs another one, or its "new" documents repeat
+    the last run's, whose band tokens the index (and the band filter) already hold."""
     from elasticsearch import helpers
 
     from es_integration.indexing import SeqClock
@@ -228,7 +234,7 @@ def index_synthetic_new(es: Any, index: str, docs: int, new_docs: int) -> None:
 
     tag = Sketcher(num_perm=K).tag
     old = synthetic_values(docs)
-    rng = np.random.default_rng(23)
+    rng = np.random.default_rng(seed)
     values = rng.integers(0, 1 << 16, size=(new_docs, K), dtype=np.uint16)
     for row in range(0, new_docs, 5):
         values[row] = old[int(rng.integers(0, docs))]
@@ -446,8 +452,9 @@ def bench_groups(
     # Client memory from a fresh process running only the groups pass: measured here it would depend on what this
     # process allocated and freed before (glibc reuses freed memory), which once showed 98 B/doc for 241.
     memory = groups_memory(es, index, slices)
+    filters = BandFilterStore(tempfile.mkdtemp(prefix="bench-band-filters-"))
     started = time.perf_counter()
-    written = assign_groups(es, index, report)
+    written = assign_groups(es, index, report, band_filter=filters)
     assign_s = time.perf_counter() - started
     out = {
         "docs": report.documents,
@@ -470,7 +477,9 @@ def bench_groups(
     }
     del report
     if new_docs and synthetic:
-        index_synthetic_new(es, index, n_docs, new_docs)
+        # A fresh seed: on a kept index, the last run's seed would make "new" documents the index already held.
+        out["new_seed"] = seed = time.time_ns() % 2**32
+        index_synthetic_new(es, index, n_docs, new_docs, seed=seed)
     elif new_docs:
         # New pages: a fifth near-duplicates of indexed ones (like the corpus), the rest new.
         fresh = list(corpus.records(n_docs, n_docs + new_docs))
@@ -482,14 +491,27 @@ def bench_groups(
         index_records(es, index, fresh, sketcher, threads=2, chunk_size=500, create_index=False)
     out["load_avg_groups"] = os.getloadavg()
     if new_docs:
-        new = find_new_groups(es, index, sketcher.tag, T, slices=slices)
+        # Every query cache cleared first: a daily run's band queries are new to the node (a rerun's identical
+        # queries would be answered from the cache, ~2x faster).
+        es.indices.clear_cache(index=index, query=True)
+        unfiltered = find_new_groups(es, index, sketcher.tag, T, slices=slices)
+        es.indices.clear_cache(index=index, query=True)
+        new = find_new_groups(es, index, sketcher.tag, T, slices=slices, band_filter=filters)
+        if sorted(map(sorted, (g.members for g in new.groups))) != sorted(
+                map(sorted, (g.members for g in unfiltered.groups))):
+            raise AssertionError("--new with and without the band filter disagree")
         started = time.perf_counter()
-        new_written = assign_groups(es, index, new)
+        new_written = assign_groups(es, index, new, band_filter=filters)
         out.update({
             "new_docs": new.documents, "new_seconds": new.seconds, "new_docs_per_s": new.documents / new.seconds,
+            "new_band_filter": new.band_filter is not None, "new_band_tokens": new.band_tokens,
+            "new_band_tokens_total": new.band_tokens_total,
+            "new_unfiltered_seconds": unfiltered.seconds,
+            "new_unfiltered_docs_per_s": unfiltered.documents / unfiltered.seconds,
             "new_groups": len(new.groups), "new_assign_seconds": time.perf_counter() - started,
             "new_assigned_docs": new_written, "new_sweep_seconds": new.sweep_seconds, "load_avg_new": os.getloadavg(),
         })
+    shutil.rmtree(filters.directory, ignore_errors=True)
     return out
 
 
@@ -618,8 +640,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{g['assign_docs_per_s']:.0f} docs/s of the index (target >= 10000)", flush=True)
             if "new_docs" in g:
                 print(f"groups --new: {g['new_docs']} new docs in {g['new_seconds']:.1f}s = {g['new_docs_per_s']:.0f} "
-                      f"docs/s (target >= 10000; sweep of the new documents {g['new_sweep_seconds']:.1f}s, band "
-                      f"queries sent meanwhile); {g['new_groups']} groups; assign wrote {g['new_assigned_docs']} "
+                      f"docs/s with the band filter (target >= 10000; {g['new_band_tokens']} of "
+                      f"{g['new_band_tokens_total']} band tokens queried; sweep of the new documents "
+                      f"{g['new_sweep_seconds']:.1f}s, band queries sent meanwhile), without it "
+                      f"{g['new_unfiltered_docs_per_s']:.0f} docs/s (ratio "
+                      f"{g['new_docs_per_s'] / g['new_unfiltered_docs_per_s']:.2f}); same groups; "
+                      f"{g['new_groups']} groups; assign wrote {g['new_assigned_docs']} "
                       f"in {g['new_assign_seconds']:.1f}s; load average {g['load_avg_new'][0]:.1f}", flush=True)
         if "backend" not in skip:
             result["backend"] = b = bench_backend(node.url, corpus, 400 if args.quick else 2000)

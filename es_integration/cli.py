@@ -399,6 +399,12 @@ def _add_groups(commands: Any) -> None:
                    "whose fields change (and record the run, for --new)")
     p.add_argument("--new", action="store_true", help="only the documents indexed since the last --assign run, "
                    "against the existing groups (the same groups as a full run for every group they join)")
+    p.add_argument("--band-filter-dir", default=None, metavar="DIR",
+                   help="where --assign keeps the index's band filter and --new reads it, to query only the band "
+                   "tokens an older document may hold (default: $XDG_CACHE_HOME/scrapy-neardup/band-filters, "
+                   "else ~/.cache/...)")
+    p.add_argument("--no-band-filter", action="store_true",
+                   help="neither write nor read a band filter (--new then queries every band token)")
     p.add_argument("--threads", type=int, default=2, help="parallel sweep slices (default: 2)")
     p.add_argument("--json", action="store_true", help="one JSON object per line per group")
     p.add_argument("--keep", choices=("first", "shortest-url", "highest"), default="first",
@@ -421,6 +427,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
 def _groups_job(args: argparse.Namespace, client: Any) -> int:
     import json
 
+    from es_integration.band_filter import BandFilterStore, default_directory
     from es_integration.client import EsError
     from es_integration.groups import KeepRule, assign_groups, find_groups, find_new_groups
     from es_integration.mapping import require_tag
@@ -431,16 +438,18 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
     keep = KeepRule(args.keep, field)
     sketcher = _job_sketcher(args)
     t = _job_min_shared(args)
+    store = None if args.no_band_filter else BandFilterStore(args.band_filter_dir or default_directory())
     if not args.ignore_other_tags:
         require_tag(client, args.index, sketcher.tag)  # documents with other tags would be ignored silently
     with _progress(args, "groups") as bar:
         if args.threads < 1:
             raise EsError(f"--threads must be positive, got {args.threads}")
-        run = find_new_groups if args.new else find_groups
-        report = run(
-            client, args.index, sketcher.tag, t, keep=keep, progress=bar.update, slices=args.threads,
-            total=lambda n: setattr(bar, "total", n),
-        )
+        options: dict[str, Any] = dict(keep=keep, progress=bar.update, slices=args.threads,
+                                       total=lambda n: setattr(bar, "total", n))
+        if args.new:
+            report = find_new_groups(client, args.index, sketcher.tag, t, band_filter=store, **options)
+        else:
+            report = find_groups(client, args.index, sketcher.tag, t, **options)
     out = sys.stdout
     for group in report.groups:
         if args.json:
@@ -453,7 +462,7 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
     print(f"neardup es groups: {args.index}: {report.summary()} (k={sketcher.num_perm}, t={t})", file=sys.stderr)
     if args.assign:
         with _progress(args, "assign") as bar:
-            written = assign_groups(client, args.index, report, progress=bar.update)
+            written = assign_groups(client, args.index, report, progress=bar.update, band_filter=store)
         print(f"neardup es groups: group fields updated on {written} documents", file=sys.stderr)
     return 0
 

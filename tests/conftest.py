@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "es: needs a real Elasticsearch node (started by the session fixture, or ES_URL)"
     )
+    # `neardup es groups` keeps band filters under $XDG_CACHE_HOME: the tests' go to a directory of their own
+    # (commands run in subprocesses inherit it), not to the user's cache.
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="neardup-test-cache-")
 
 
 def _engine() -> str:

@@ -279,18 +279,28 @@ def band_tokens(values: np.ndarray) -> list[list[str]]:
     return [[p + format(key, "x") for p, key in zip(prefixes, row, strict=True)] for row in keys.tolist()]
 
 
-def distinct_band_tokens(values: np.ndarray) -> list[str]:
-    """The distinct band tokens of all rows of ``uint16[n, k]`` (:func:`band_tokens`, flattened), ordered by band
-    then key. Duplicates are dropped on the ``(band, key)`` integers before any string is built: a batch query of
-    many signatures formats each token once."""
+def distinct_band_pairs(values: np.ndarray) -> np.ndarray:
+    """The distinct ``(band j, key)`` pairs of the stored layout's bands over all rows of ``uint16[n, k]``, as
+    sorted ``uint64`` values ``j << 32 | key`` (the integers behind :func:`band_tokens`)."""
     keys = band_keys(values, band_layout(values.shape[-1]))
-    bands = keys.shape[1]
-    pairs = np.unique((np.arange(bands, dtype=np.uint64) << np.uint64(32)) | keys.astype(np.uint64))
+    return np.unique((np.arange(keys.shape[1], dtype=np.uint64) << np.uint64(32)) | keys.astype(np.uint64))
+
+
+def pair_tokens(pairs: np.ndarray, num_perm: int) -> list[str]:
+    """The band tokens of sorted :func:`distinct_band_pairs` values (``b{b}_{j}_{key:x}``)."""
+    bands = num_perm - band_layout(num_perm) + 1
     cuts = np.searchsorted(pairs, np.arange(1, bands, dtype=np.uint64) << np.uint64(32))
     tokens: list[str] = []
     for j, part in enumerate(np.split(pairs & np.uint64(0xFFFFFFFF), cuts)):
         tokens.extend(map(f"b{bands}_{j}_%x".__mod__, part.tolist()))
     return tokens
+
+
+def distinct_band_tokens(values: np.ndarray) -> list[str]:
+    """The distinct band tokens of all rows of ``uint16[n, k]`` (:func:`band_tokens`, flattened), ordered by band
+    then key. Duplicates are dropped on the ``(band, key)`` integers before any string is built: a batch query of
+    many signatures formats each token once."""
+    return pair_tokens(distinct_band_pairs(values), values.shape[-1])
 
 
 # -- position tokens, many at once -----------------------------------------------------------------------------

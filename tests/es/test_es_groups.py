@@ -6,6 +6,7 @@ import json
 import random
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -156,6 +157,11 @@ def test_cli_json_and_assign(
         assert len(obj["members"]) >= 2 and len(set(obj["members"])) == len(obj["members"])
     assert sorted(sorted(o["members"]) for o in lines) == sorted(map(sorted, _expected_clusters(grouped)))
     assert "groups" in err and "Traceback" not in err
+    # --assign kept the index's band filter where --new looks for it by default (the tests' $XDG_CACHE_HOME).
+    from es_integration.band_filter import default_directory
+    from es_integration.groups import index_uuid
+
+    assert len(list(default_directory().glob(f"{index_uuid(es_client, index)}-*.json"))) == 1
 
     # --assign wrote group, status and duplicate_of on every member; others are their own group.
     in_group = {m: obj for obj in lines for m in obj["members"]}
@@ -277,13 +283,18 @@ def _without_new_fields(es: Elasticsearch, index: str, doc_id: str) -> dict[str,
     return dict(source)
 
 
+@pytest.mark.parametrize("filtered", [False, True], ids=["every-token", "band-filter"])
 def test_new_equals_a_full_run_and_assign_writes_only_changes(
-    es_client: Elasticsearch, grouped: dict[str, Any]
+    es_client: Elasticsearch, grouped: dict[str, Any], filtered: bool, tmp_path: Path
 ) -> None:
     """Index a first part, group it (--assign), index the rest (joining, merging and starting groups), then
-    --new --assign: every document's group fields are those of a full run, which then has nothing to write."""
+    --new --assign: every document's group fields are those of a full run, which then has nothing to write.
+    With a band filter (written by the first --assign) --new queries fewer tokens and gives the same groups."""
+    from es_integration.band_filter import BandFilterStore
     from es_integration.client import EsError
-    from es_integration.groups import find_new_groups
+    from es_integration.groups import find_new_groups, groups_watermark, index_uuid
+
+    store = BandFilterStore(tmp_path) if filtered else None
 
     sketcher, tag = grouped["sketcher"], grouped["sketcher"].tag
     records = list(grouped["records"])
@@ -294,16 +305,24 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     with pytest.raises(EsError, match="--assign"):
         find_new_groups(es_client, index, tag, T)
     before = find_groups(es_client, index, tag, T)
-    written = assign_groups(es_client, index, before)
+    written = assign_groups(es_client, index, before, band_filter=store)
     assert written == sum(len(g.members) - 1 for g in before.groups)  # only members change: reps stay "kept"
     index_records(es_client, index, rest, sketcher)
     # A result window of 30 hits: the band and group queries of --new (one request each while their hits fit
     # the window) are then paged like the sweep, as they are on an index with more matches than the window.
     es_client.indices.put_settings(index=index, settings={"index.max_result_window": 30})
-    new = find_new_groups(es_client, index, tag, T, page_size=30)
+    new = find_new_groups(es_client, index, tag, T, page_size=30, band_filter=store)
     es_client.indices.put_settings(index=index, settings={"index.max_result_window": None})
     assert new.documents == sum(1 for r in rest if r["text"].strip())
-    assign_groups(es_client, index, new)
+    if store is not None:  # used, and it spared the tokens no older document holds
+        assert new.band_filter is not None and 0 < new.band_tokens < new.band_tokens_total
+    else:
+        assert new.band_filter is None and new.band_tokens == new.band_tokens_total > 0
+    assign_groups(es_client, index, new, band_filter=store)
+    if store is not None:  # extended with the new documents, for the new watermark
+        mark = groups_watermark(es_client, index, tag)["seq"]
+        extended = store.load(index_uuid(es_client, index), tag, mark)
+        assert extended is not None and extended.keys == new.band_filter.keys
     fields_after_new = _group_fields(es_client, index)
     full = find_groups(es_client, index, tag, T)
     assert assign_groups(es_client, index, full) == 0  # --new left exactly the fields of a full run
