@@ -161,17 +161,37 @@ class BandFilterStore:
             return None
         return BandFilter(words, int(record.get("keys", 0)))
 
-    def save(self, band_filter: BandFilter, index_uuid: str, tag: str, seq: int) -> None:
+    def save(self, band_filter: BandFilter, index_uuid: str, tag: str, seq: int, *, replaces: int | None = None
+             ) -> bool:
         """Write the filter for this index, tag and watermark (bits first, then the record that makes them valid;
-        each replaced atomically)."""
+        each replaced atomically) and return True.
+
+        Args:
+            replaces: the watermark of the filter this one extends: if the file on disk is no longer that one
+                (another run on this machine saved meanwhile), neither covers both runs' documents, so the file
+                is removed instead and False returned.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         bits_path, record_path = self._paths(index_uuid, tag)
+        if replaces is not None and self._seq_on_disk(record_path) != replaces:
+            logger.warning("band filter %s changed during this run (another groups run?): removed; a full --assign "
+                           "writes a new one", record_path)
+            self.discard(index_uuid, tag)
+            return False
         record_path.unlink(missing_ok=True)  # bits and record are never a mismatched pair
         with atomic_writer(bits_path) as out:
             np.save(out, band_filter.words, allow_pickle=False)
         record = {"format": _FORMAT, "index_uuid": index_uuid, "tag": tag, "seq": seq, "keys": band_filter.keys}
         with atomic_writer(record_path) as out:
             out.write(json.dumps(record).encode())
+        return True
+
+    @staticmethod
+    def _seq_on_disk(record_path: Path) -> object:
+        try:
+            return json.loads(record_path.read_text()).get("seq")
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def discard(self, index_uuid: str, tag: str) -> None:
         """Remove this index and tag's filter (it no longer covers the watermark)."""

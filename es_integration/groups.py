@@ -362,6 +362,8 @@ class GroupReport:
     #: rows of ``swept`` that are in a group
     grouped_rows: np.ndarray | None = None
     band_filter: BandFilter | None = None
+    #: the watermark ``band_filter`` was written for
+    band_filter_seq: int | None = None
     band_tokens: int = 0
     band_tokens_total: int = 0
 
@@ -591,6 +593,7 @@ def find_new_groups(
     report = GroupReport(swept=docs, tag=tag, min_shared=min_shared, new=True)
     if band_filter is not None:
         report.band_filter = band_filter.load(index_uuid(client, index), tag, mark)
+        report.band_filter_seq = mark
     window = _result_window(client, index)
     older = {"range": {F_SEQ: {"lte": mark}}}
     with point_in_time(client, index) as pit, ThreadPoolExecutor(max_workers=max(1, slices)) as pool:
@@ -774,7 +777,8 @@ def _keep_band_filter(store: BandFilterStore, uuid: str, report: GroupReport, se
     else:
         store.discard(uuid, report.tag)
         return
-    store.save(fresh, uuid, report.tag, seq)
+    if not store.save(fresh, uuid, report.tag, seq, replaces=report.band_filter_seq if report.new else None):
+        return
     logger.info("band filter for %s written (%d keys, false-positive rate %.3f)", report.tag, fresh.keys,
                 fresh.false_positive_rate())
 

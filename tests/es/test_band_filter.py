@@ -54,3 +54,15 @@ def test_a_damaged_filter_file_is_ignored(tmp_path: Path) -> None:
     bits = next(tmp_path.glob("*.npy"))
     bits.write_bytes(b"not a numpy file")
     assert store.load("u", "t", 1) is None
+
+
+def test_an_extension_saved_over_another_runs_filter_removes_both(tmp_path: Path) -> None:
+    """Two incremental runs on one machine load the same filter; the second to save would drop the first's
+    documents, so its save removes the file instead (the next full --assign writes a new one)."""
+    store = BandFilterStore(tmp_path)
+    store.save(BandFilter.sized_for(10), "u", "t", 1)
+    first, second = store.load("u", "t", 1), store.load("u", "t", 1)
+    assert first is not None and second is not None
+    assert store.save(first, "u", "t", 2, replaces=1)
+    assert not store.save(second, "u", "t", 3, replaces=1)
+    assert store.load("u", "t", 2) is None and store.load("u", "t", 3) is None and not list(tmp_path.iterdir())
