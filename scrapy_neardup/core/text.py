@@ -380,12 +380,15 @@ def _open_max(keys: np.ndarray, closing: np.ndarray) -> int:
         sorted_keys = keys[order]
         np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
     steps = 1 - 2 * closing[order].view(np.int8)
-    name = np.cumsum(first, dtype=np.int32) - 1
     walk = np.cumsum(steps, dtype=np.int32)
     starts = np.flatnonzero(first)
-    walk -= (walk[starts] - steps[starts])[name]  # each name's walk from its own first tag
-    if walk.min() >= 0:  # no end tag without an open element of its name: the walks add up to the plain one
+    base = walk[starts] - steps[starts]  # the running sum before each name's first tag
+    # No end tag without an open element of its name (each name's running sum never dips below where it
+    # started): the reflections change nothing and the walks add up to the plain one.
+    if (np.minimum.reduceat(walk, starts) >= base).all():
         return int(np.cumsum(1 - 2 * closing.view(np.int8), dtype=np.int32).max())
+    name = np.cumsum(first, dtype=np.int32) - 1
+    walk -= base[name]  # each name's walk from its own first tag
     walk = walk.astype(np.int64)
     offset = name * np.int64(2 * keys.size + 2)  # a name's walk lies within +-size: the offsets keep names apart
     lowest = np.minimum.accumulate(walk - offset) + offset
