@@ -332,8 +332,8 @@ def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str, int]:
     name |= window == 0x2D
     stop = (~name).view("<u8").ravel()
     keys = (words | _LOWER_BITS) & ((stop & (~stop + _ONE)) - _ONE)
-    slots = (keys * _HASH_MULTIPLIER) >> _HASH_SHIFT
-    kind = np.where(_KEY_TABLE[slots] == keys, _CLASS_TABLE[slots], np.uint8(_OTHER))
+    slots = ((keys * _HASH_MULTIPLIER) >> _HASH_SHIFT).view(np.intp)  # < 2**_HASH_BITS: no cast per lookup
+    kind = np.where(np.take(_KEY_TABLE, slots) == keys, np.take(_CLASS_TABLE, slots), np.uint8(_OTHER))
     nesting = letter[:, 0] & (kind != _VOID_OR_SIBLING)  # a name starts with a letter: "<@", "<1" are no tags
     open_elements = _open_max(keys[nesting], closing[nesting])
     if open_elements > MAX_NESTING:
