@@ -238,18 +238,18 @@ def html_to_text(html: str, mode: ContentMode = "body") -> str:
 
 def _markup_to_text(data: bytes, tags: np.ndarray, mode: ContentMode) -> str:
     """:func:`html_to_text` of UTF-8 ``data`` (``tags``: where its ``<`` are)."""
-    hazard, dropped = _scan_tags(data, tags)
+    hazard, dropped, start_tags = _scan_tags(data, tags)
     if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
         return _strip_tags(scrub_unicode(data.decode("utf-8", "replace")))
     tree = LexborHTMLParser(data)
-    if mode == "main":
-        dropped = f"{dropped},{_BOILERPLATE}" if dropped else _BOILERPLATE
-    if dropped:  # one C-level selection; a page without such start tags skips the walk altogether
-        for node in tree.css(dropped):
-            node.decompose()
     if mode == "body":
+        if dropped:
+            _drop(tree, dropped, start_tags)
         return tree.text(separator=" ")
+    dropped = f"{dropped},{_BOILERPLATE}" if dropped else _BOILERPLATE
+    for node in tree.css(dropped):  # one C-level selection
+        node.decompose()
     for selector in _MAIN_CANDIDATES:
         nodes = _outermost(tree.css(selector))
         text = " ".join(node.text(separator=" ") for node in nodes)
@@ -257,6 +257,32 @@ def _markup_to_text(data: bytes, tags: np.ndarray, mode: ContentMode) -> str:
             return text
     root = tree.body or tree.root
     return "" if root is None else root.text(separator=" ")
+
+
+def _drop(tree: LexborHTMLParser, dropped: str, start_tags: int) -> None:
+    """Remove from ``tree`` the elements that CSS selector ``dropped`` (element names) matches, knowing that the
+    page has at most ``start_tags`` start tags of those names (-1: unknown).
+
+    Each such element comes from a start tag of its own, so once as many elements are removed as there are start
+    tags, none is left. Pages usually keep them in ``<head>`` (small) but for one or two in the body (an icon):
+    the head is searched first, then a lone remaining one by a search that stops at the first match. Otherwise
+    one selection walks the whole tree, as a walk that finds nothing would have (never more than two walks).
+    """
+    head = tree.head
+    if start_tags >= 0 and head is not None:
+        found = head.css(dropped)
+        for node in found:
+            node.decompose()
+        start_tags -= len(found)
+        if start_tags <= 0:
+            return
+        if start_tags == 1:
+            last = tree.root.css_first(dropped) if tree.root is not None else None
+            if last is not None:
+                last.decompose()
+            return
+    for node in tree.css(dropped):
+        node.decompose()
 
 
 def _outermost(nodes: list) -> list:
@@ -274,7 +300,7 @@ def _outermost(nodes: list) -> list:
     return out
 
 
-def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str]:
+def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str, int]:
     """Whether parsing the HTML bytes ``data`` (``<`` at ``tags``) could take more than linear time (see
     :data:`MAX_NESTING`, :data:`MAX_REOPENED`), and the CSS selector of the dropped elements (:data:`_DROPPED`)
     whose start tag appears (empty: none; all of them when the page is too small to be scanned).
@@ -290,7 +316,7 @@ def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str]:
     does), so a dropped element whose start tag the scan does not see cannot exist.
     """
     if tags.size <= _SAFE_TAGS:
-        return False, _DROPPED
+        return False, _DROPPED, -1
     padded = np.frombuffer(data + _PAD, dtype=np.uint8)
     closing = padded[tags + 1] == 0x2F
     # The 8 bytes after each "<" (after "</" for end tags) as one little-endian uint64, through a uint64 view
@@ -306,20 +332,21 @@ def _scan_tags(data: bytes, tags: np.ndarray) -> tuple[bool, str]:
     name |= window == 0x2D
     stop = (~name).view("<u8").ravel()
     keys = (words | _LOWER_BITS) & ((stop & (~stop + _ONE)) - _ONE)
-    slots = (keys * _HASH_MULTIPLIER) >> _HASH_SHIFT
-    kind = np.where(_KEY_TABLE[slots] == keys, _CLASS_TABLE[slots], np.uint8(_OTHER))
+    slots = ((keys * _HASH_MULTIPLIER) >> _HASH_SHIFT).view(np.intp)  # < 2**_HASH_BITS: no cast per lookup
+    kind = np.where(np.take(_KEY_TABLE, slots) == keys, np.take(_CLASS_TABLE, slots), np.uint8(_OTHER))
     nesting = letter[:, 0] & (kind != _VOID_OR_SIBLING)  # a name starts with a letter: "<@", "<1" are no tags
     open_elements = _open_max(keys[nesting], closing[nesting])
     if open_elements > MAX_NESTING:
-        return True, _DROPPED
+        return True, _DROPPED, -1
     # Formatting elements are some of the names counted above, and the bound only grows with the names counted:
     # their own bound is needed only when the one above is too high to settle it.
     if open_elements * tags.size > MAX_REOPENED:
         formatting = kind == _FORMATTING_ELEMENT
         if _open_max(keys[formatting], closing[formatting]) * tags.size > MAX_REOPENED:
-            return True, _DROPPED
-    found = np.unique(keys[(kind == _DROPPED_ELEMENT_CLASS) & ~closing]).tolist()
-    return False, ",".join(_DROPPED_BY_KEY[key] for key in found)
+            return True, _DROPPED, -1
+    dropped_keys = keys[(kind == _DROPPED_ELEMENT_CLASS) & ~closing]
+    found = np.unique(dropped_keys).tolist()
+    return False, ",".join(_DROPPED_BY_KEY[key] for key in found), dropped_keys.size
 
 
 def _open_max(keys: np.ndarray, closing: np.ndarray) -> int:
@@ -353,12 +380,15 @@ def _open_max(keys: np.ndarray, closing: np.ndarray) -> int:
         sorted_keys = keys[order]
         np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
     steps = 1 - 2 * closing[order].view(np.int8)
-    name = np.cumsum(first, dtype=np.int32) - 1
     walk = np.cumsum(steps, dtype=np.int32)
     starts = np.flatnonzero(first)
-    walk -= (walk[starts] - steps[starts])[name]  # each name's walk from its own first tag
-    if walk.min() >= 0:  # no end tag without an open element of its name: the walks add up to the plain one
+    base = walk[starts] - steps[starts]  # the running sum before each name's first tag
+    # No end tag without an open element of its name (each name's running sum never dips below where it
+    # started): the reflections change nothing and the walks add up to the plain one.
+    if (np.minimum.reduceat(walk, starts) >= base).all():
         return int(np.cumsum(1 - 2 * closing.view(np.int8), dtype=np.int32).max())
+    name = np.cumsum(first, dtype=np.int32) - 1
+    walk -= base[name]  # each name's walk from its own first tag
     walk = walk.astype(np.int64)
     offset = name * np.int64(2 * keys.size + 2)  # a name's walk lies within +-size: the offsets keep names apart
     lowest = np.minimum.accumulate(walk - offset) + offset
