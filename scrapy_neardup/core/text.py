@@ -248,8 +248,12 @@ def _markup_to_text(data: bytes, tags: np.ndarray, mode: ContentMode) -> str:
             _drop(tree, dropped, start_tags)
         return tree.text(separator=" ")
     dropped = f"{dropped},{_BOILERPLATE}" if dropped else _BOILERPLATE
+    root_id = tree.root.mem_id if tree.root is not None else None
     for node in tree.css(dropped):  # one C-level selection
-        node.decompose()
+        # <html role="navigation"> cannot be removed (lexbor refuses to remove the root): the document's text
+        # is not boilerplate because its root says so; its inner boilerplate still goes.
+        if node.mem_id != root_id:
+            node.decompose()
     for selector in _MAIN_CANDIDATES:
         nodes = _outermost(tree.css(selector))
         text = " ".join(node.text(separator=" ") for node in nodes)

@@ -107,5 +107,10 @@ def test_content_modes() -> None:
     assert normalize(html_to_text(article, "main")) == "one two"  # the outermost article, read once
     assert normalize(html_to_text("<body><nav>menu</nav><main> </main><p>body text</p></body>", "main")) == "body text"
     assert normalize(html_to_text("<frameset><frame src=a></frameset>", "main")) == ""
+    # A boilerplate role on the root: the root stays (lexbor cannot remove it), the rest of the rule applies.
+    rooted = "<html role=navigation><body><nav>menu</nav><main>hello world</main></body></html>"
+    assert normalize(html_to_text(rooted, "main")) == "hello world"
+    banner = "<html role=banner><body><aside>x</aside><p>only</p></body></html>"
+    assert normalize(html_to_text(banner, "main")) == "only"
     assert clean_text(PAGE, mode="main").text == "the story first para graph second"
     assert clean_text("plain text, nav and all", mode="main").text == "plain text nav and all"

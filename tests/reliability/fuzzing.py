@@ -30,7 +30,7 @@ hostile_text = st.text(characters, max_size=300)
 TAGS = [
     "html", "head", "body", "title", "p", "div", "span", "a", "b", "br", "hr", "img", "script", "style", "noscript",
     "template", "svg", "math", "iframe", "object", "table", "tr", "td", "ul", "li", "pre", "h1", "article", "nav",
-    "textarea", "xmp", "plaintext", "frameset", "x-custom",
+    "textarea", "xmp", "plaintext", "frameset", "x-custom", "main", "header", "footer", "aside",
 ]
 FRAGMENTS = [
     "<!doctype html>", "<?xml version='1.0' encoding='latin-1'?>", '<meta charset="utf-16">', "<!--", "-->",
@@ -44,7 +44,9 @@ def _element(tag: str, attrs: list[tuple[str, str]], children: list[str], closed
     return f"<{tag}{attributes}>" + "".join(children) + (f"</{tag}>" if closed else "")
 
 
-_attrs = st.lists(st.tuples(st.sampled_from(["class", "id", "href", "style", "on-click", "x"]), hostile_text),
+_roles = st.sampled_from(["navigation", "banner", "contentinfo", "complementary", "main"])
+_attrs = st.lists(st.one_of(st.tuples(st.sampled_from(["class", "id", "href", "style", "on-click", "x"]), hostile_text),
+                            st.tuples(st.just("role"), _roles)),  # the roles "main" content mode reads
                   max_size=2)
 
 

@@ -77,8 +77,9 @@ def test_fuzz_clean_text_never_raises_and_caps_are_exact(raw: Any, is_html: bool
 @given(markup)
 def test_fuzz_html_to_text_never_raises(document: str) -> None:
     counted("html_to_text")
-    out = html_to_text(document)
-    assert isinstance(out, str) and out == html_to_text(document)
+    for mode in ("body", "main"):
+        out = html_to_text(document, mode)
+        assert isinstance(out, str) and out == html_to_text(document, mode)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
