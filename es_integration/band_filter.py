@@ -17,7 +17,9 @@ false negatives, so the groups are exactly those the unfiltered queries give.
 
 A filter file is used only for the index (by its UUID), tag and watermark it was written for: an ``--assign``
 from elsewhere (another machine, or without the filter) moves the watermark, and this filter is then ignored
-(the run falls back to querying every token) until a full ``--assign`` writes a new one.
+(the run falls back to querying every token) until a full ``--assign`` writes a new one. It covers what the
+watermark covers: a document indexed during a run with a ``seq`` below the one that run records is missed by
+the watermark already (neither new nor in any group) until a full run, and the filter does not hold it either.
 """
 
 from __future__ import annotations

@@ -557,15 +557,15 @@ def find_new_groups(
     long as the older documents' group fields are those of the last assigned run (no document deleted or
     re-sketched since; a full run repairs that).
 
-    Raises:
-        EsError: no assigned run is recorded for ``tag``, it used another ``t``, ``t`` is below the stored band
-            layout's, or documents lack ``neardup.sig``.
-
     Args:
         band_filter: where band filters are kept (:mod:`es_integration.band_filter`): with the one the last
             assigned run wrote, only the band tokens an older document may hold are queried (the same groups,
             for a fraction of the server's term seeks); without one, or with another run's, every token.
         Other arguments: as :func:`find_groups`.
+
+    Raises:
+        EsError: no assigned run is recorded for ``tag``, it used another ``t``, ``t`` is below the stored band
+            layout's, or documents lack ``neardup.sig``.
     """
     validate_index_name(index)
     keep = keep or KeepRule()
