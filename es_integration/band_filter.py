@@ -5,8 +5,9 @@ Why: a band query costs the server one term-dictionary seek per token and segmen
 at k = 128, times ~25 segments at 1M documents), and most tokens of a new page are held by no older page. The
 filter answers "no older document has this token" for almost all of them on the client, from a few bits.
 
-The math: ``m`` bits (a power of two), ``h`` probes per key at ``g_i = h1 + i * h2 mod m`` (two halves of one
-64-bit mix of the key; Kirsch and Mitzenmacher, "Less hashing, same performance", 2006), ``n`` keys added:
+The math: ``m`` bits (a power of two), ``h`` probes per key at ``g_i = h1 + i * h2 mod m`` (``h1`` a 64-bit mix
+of the key, ``h2`` the same with its halves swapped; Kirsch and Mitzenmacher, "Less hashing, same performance",
+2006), ``n`` keys added:
 
     false-positive rate  p ~= (1 - exp(-h * n / m)) ** h
 
@@ -100,10 +101,12 @@ class BandFilter:
         return float((1.0 - np.exp(-PROBES * self.keys / self.bits)) ** PROBES)
 
     def _probes(self, pairs: np.ndarray) -> np.ndarray:
-        mixed = _mix(pairs.astype(np.uint64, copy=False))
-        low, high = mixed & np.uint64(0xFFFFFFFF), (mixed >> np.uint64(32)) | np.uint64(1)
+        # h1 is the whole mix (a filter may pass 2**32 bits at 100M documents); h2 the mix with its halves
+        # swapped, odd so that the probes differ: below 2**32 bits the two come from disjoint halves.
+        h1 = _mix(pairs.astype(np.uint64, copy=False))
+        h2 = ((h1 << np.uint64(32)) | (h1 >> np.uint64(32))) | np.uint64(1)
         steps = np.arange(PROBES, dtype=np.uint64)
-        return (low[:, None] + steps * high[:, None]) & np.uint64(self.bits - 1)
+        return (h1[:, None] + steps * h2[:, None]) & np.uint64(self.bits - 1)
 
     def add_pairs(self, pairs: np.ndarray) -> None:
         """Add ``uint64`` band pairs."""
