@@ -237,7 +237,7 @@ def test_primary_killed_mid_crawl(es_cluster: Any, cluster_client: Any, cluster_
         # (a new replica built on the third node; node_left.delayed_timeout is 0 for this index).
         try:
             while "primary_s" not in fault:
-                copies = shard_copies(cluster_client, cluster_index)
+                copies = fault["copies"] = shard_copies(cluster_client, cluster_index)
                 if any(c["prirep"] == "p" and c["state"] == "STARTED" and c["node"] != fault["node"]
                        for c in copies):
                     fault["primary_s"] = time.monotonic() - fault["at"]
@@ -256,6 +256,12 @@ def test_primary_killed_mid_crawl(es_cluster: Any, cluster_client: Any, cluster_
         try:
             cluster_client.indices.put_settings(index=cluster_index,
                                                 settings={"index.unassigned.node_left.delayed_timeout": "0"})
+            # The premise is a failover: the replica must be started (in sync) before its primary dies, or the
+            # kill takes the only copy away. Its recovery is usually done long before; on a loaded machine it
+            # may not be.
+            health = cluster_client.cluster.health(index=cluster_index, wait_for_status="green", timeout="60s")
+            if health.get("status") != "green":
+                raise RuntimeError(f"the index was not green before the kill: {dict(health)}")
             (primary,) = [c["node"] for c in shard_copies(cluster_client, cluster_index) if c["prirep"] == "p"]
             master = cluster_client.cat.master(format="json")[0]["node"]
             node = es_cluster.node_named(primary)
@@ -273,7 +279,7 @@ def test_primary_killed_mid_crawl(es_cluster: Any, cluster_client: Any, cluster_
     try:
         results = run_crawlers(site, es_cluster.hosts, cluster_index, crawl_dir)
         elapsed = time.monotonic() - started
-        assert recovered.wait(150), "the cluster did not recover"
+        assert recovered.wait(150), f"the cluster did not recover; shard copies last seen: {fault.get('copies')}"
     finally:
         site.stop()
         if "node" in fault:  # make the session cluster whole again
