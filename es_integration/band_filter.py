@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_neardup.core.storage import atomic_writer
-from scrapy_neardup.core.stored import band_keys, band_layout
+from scrapy_neardup.core.stored import band_pairs
 
-__all__ = ["BITS_PER_KEY", "PROBES", "BandFilter", "BandFilterStore", "band_pairs", "default_directory"]
+__all__ = ["BITS_PER_KEY", "PROBES", "BandFilter", "BandFilterStore", "default_directory"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +55,6 @@ def default_directory() -> Path:
     keeps band filters unless told otherwise."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "scrapy-neardup" / "band-filters"
-
-
-def band_pairs(values: np.ndarray) -> np.ndarray:
-    """``uint64[n * b]``: the stored layout's ``(band j, key)`` pairs ``j << 32 | key`` of the rows of
-    ``uint16[n, k]`` (with repeats)."""
-    keys = band_keys(values, band_layout(values.shape[-1]))
-    return ((np.arange(keys.shape[1], dtype=np.uint64) << np.uint64(32)) | keys.astype(np.uint64)).ravel()
 
 
 def _mix(keys: np.ndarray) -> np.ndarray:

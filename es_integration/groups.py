@@ -63,7 +63,7 @@ import numpy as np
 
 from scrapy_neardup.core.clustering import cluster_labels
 from scrapy_neardup.core.sketch import parse_tag
-from scrapy_neardup.core.stored import band_layout, decode_many, distinct_band_pairs, pair_tokens
+from scrapy_neardup.core.stored import band_layout, decode_many, distinct_band_pairs, pair_tokens, stored_bands
 
 from .band_filter import BandFilter, BandFilterStore
 from .client import EsError
@@ -769,7 +769,7 @@ def _keep_band_filter(store: BandFilterStore, uuid: str, report: GroupReport, se
     if docs is None:
         return
     if not report.new:
-        fresh = BandFilter.sized_for(docs.with_values * _bands(docs.num_perm))
+        fresh = BandFilter.sized_for(docs.with_values * stored_bands(docs.num_perm))
         fresh.add(docs.values())
     elif report.band_filter is not None:
         fresh = report.band_filter
@@ -782,9 +782,6 @@ def _keep_band_filter(store: BandFilterStore, uuid: str, report: GroupReport, se
     logger.info("band filter for %s written (%d keys, false-positive rate %.3f)", report.tag, fresh.keys,
                 fresh.false_positive_rate())
 
-
-def _bands(num_perm: int) -> int:
-    return num_perm - band_layout(num_perm) + 1
 
 
 def _assign_actions(index: str, report: GroupReport) -> Iterator[dict[str, Any]]:

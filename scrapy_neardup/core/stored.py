@@ -279,16 +279,26 @@ def band_tokens(values: np.ndarray) -> list[list[str]]:
     return [[p + format(key, "x") for p, key in zip(prefixes, row, strict=True)] for row in keys.tolist()]
 
 
-def distinct_band_pairs(values: np.ndarray) -> np.ndarray:
-    """The distinct ``(band j, key)`` pairs of the stored layout's bands over all rows of ``uint16[n, k]``, as
-    sorted ``uint64`` values ``j << 32 | key`` (the integers behind :func:`band_tokens`)."""
+def stored_bands(num_perm: int) -> int:
+    """``b = k - t0 + 1``: the number of stored band tokens per document."""
+    return num_perm - band_layout(num_perm) + 1
+
+
+def band_pairs(values: np.ndarray) -> np.ndarray:
+    """``uint64[n * b]``: the stored layout's ``(band j, key)`` pairs ``j << 32 | key`` of the rows of
+    ``uint16[n, k]`` (with repeats; the integers behind :func:`band_tokens`)."""
     keys = band_keys(values, band_layout(values.shape[-1]))
-    return np.unique((np.arange(keys.shape[1], dtype=np.uint64) << np.uint64(32)) | keys.astype(np.uint64))
+    return ((np.arange(keys.shape[1], dtype=np.uint64) << np.uint64(32)) | keys.astype(np.uint64)).ravel()
+
+
+def distinct_band_pairs(values: np.ndarray) -> np.ndarray:
+    """The distinct :func:`band_pairs` of all rows of ``uint16[n, k]``, sorted."""
+    return np.unique(band_pairs(values))
 
 
 def pair_tokens(pairs: np.ndarray, num_perm: int) -> list[str]:
     """The band tokens of sorted :func:`distinct_band_pairs` values (``b{b}_{j}_{key:x}``)."""
-    bands = num_perm - band_layout(num_perm) + 1
+    bands = stored_bands(num_perm)
     cuts = np.searchsorted(pairs, np.arange(1, bands, dtype=np.uint64) << np.uint64(32))
     tokens: list[str] = []
     for j, part in enumerate(np.split(pairs & np.uint64(0xFFFFFFFF), cuts)):
