@@ -50,7 +50,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _add_start(commands: Any) -> None:
-    from neardup_devnode.distribution import ENGINES, ES8_VERSION, ES_VERSION, OPENSEARCH_VERSION
+    from neardup_devnode.distribution import ENGINES, ES8_VERSION, ES_VERSION, OPENSEARCH2_VERSION, OPENSEARCH_VERSION
     from neardup_devnode.node import DEFAULT_HEAP
 
     p = commands.add_parser(
@@ -68,8 +68,8 @@ def _add_start(commands: Any) -> None:
             "When run as root the node runs as the system user `neardup-es` (created if missing). Node data,\n"
             "logs and state live under ${NEARDUP_ES_BASE:-/tmp/scrapy-neardup-es-<uid>}, one state per --name.\n\n"
             "The node URL is printed as the last line, so `URL=$(neardup es start | tail -n1)` works.\n\n"
-            f"--engine opensearch starts OpenSearch (default {OPENSEARCH_VERSION}, Java 17) the same way; its\n"
-            "integ-test distribution has no security plugin, so --secure is refused there."
+            f"--engine opensearch starts OpenSearch (default {OPENSEARCH_VERSION}; 3.x needs Java 21+, 2.x Java 17)\n"
+            "the same way; its integ-test distribution has no security plugin, so --secure is refused there."
         ),
     )
     p.add_argument(
@@ -83,7 +83,8 @@ def _add_start(commands: Any) -> None:
         "--version",
         default=None,
         help=f"Elasticsearch version, any 8.x.y or 9.x.y on Maven Central (default: {ES_VERSION}; e.g. "
-        f"{ES8_VERSION}); with --engine opensearch any 2.x.y (default: {OPENSEARCH_VERSION})",
+        f"{ES8_VERSION}); with --engine opensearch any 2.x.y or 3.x.y (default: {OPENSEARCH_VERSION}; e.g. "
+        f"{OPENSEARCH2_VERSION})",
     )
     p.add_argument("--name", default="default", help="name of this node's state, per user (default: %(default)s)")
     p.add_argument("--heap", default=DEFAULT_HEAP, help="JVM heap, e.g. 512m or 1g (default: %(default)s)")

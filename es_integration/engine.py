@@ -1,4 +1,5 @@
-"""The other engine: OpenSearch 2.x behind the elasticsearch-py 8 API that the rest of ``es_integration`` speaks.
+"""The other engine: OpenSearch 2.x and 3.x behind the elasticsearch-py 8 API that the rest of ``es_integration``
+speaks.
 
 Which engine a URL serves is read from the server's answer to ``GET /`` (``version.distribution ==
 "opensearch"``), sent through elastic-transport so that elasticsearch-py's product check does not refuse it. Any
@@ -10,7 +11,7 @@ the same keyword arguments, answer in the same shapes and raise the same excepti
 difference that matters here lives in this module:
 
 ==================  ==========================================  ==============================================
-                    Elasticsearch (elasticsearch-py)            OpenSearch 2.x (opensearch-py)
+                    Elasticsearch (elasticsearch-py)            OpenSearch 2.x, 3.x (opensearch-py)
 ==================  ==========================================  ==============================================
 request arguments   keyword fields (``query=``, ``size=``)      one ``body`` dict plus query ``params``
 point in time       ``open_point_in_time`` -> ``{"id"}``;       ``create_pit`` -> ``{"pit_id"}``;
@@ -121,7 +122,8 @@ _RENAMED = {"from_": "from", "source": "_source", "meta": "_meta", "source_inclu
 
 
 #: OpenSearch 2.x has no ``_shard_doc``; under a point in time ``_doc`` alone loses hits whose Lucene doc ids tie
-#: across shards at a page boundary, so ``_id`` breaks the ties (fielddata on ``_id``: deprecated, allowed in 2.x).
+#: across shards at a page boundary, so ``_id`` breaks the ties (fielddata on ``_id``: deprecated, still allowed in
+#: 2.19 and 3.4, which the tests run against).
 _SHARD_DOC = [{"_doc": "asc"}, {"_id": "asc"}]
 
 
@@ -236,7 +238,7 @@ def _rethrow(exc: Exception) -> None:
     raise exc
 
 
-#: elasticsearch-py API names that OpenSearch 2.x serves under another name (the old one answers with a
+#: elasticsearch-py API names that OpenSearch 2.x and 3.x serve under another name (the old one answers with a
 #: deprecation warning): the last part of the path, renamed.
 _RENAMED_APIS = {"cat.master": "cluster_manager"}
 

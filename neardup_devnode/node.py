@@ -220,7 +220,7 @@ def _node_settings(
         s["xpack.security.autoconfiguration.enabled"] = False
     modules = es_home / "modules"
     # Only set options for modules the distribution has: unknown settings make the node refuse to start.
-    if (modules / "ingest-geoip").is_dir():
+    if (modules / "ingest-geoip").is_dir() and not opensearch:  # OpenSearch's geoip module has no downloader
         s["ingest.geoip.downloader.enabled"] = False
     if (modules / "x-pack-ml").is_dir():
         s["xpack.ml.enabled"] = False
@@ -305,7 +305,7 @@ class _Setup:
             check_traversable(self.base, self.run_as)
         elif created:
             self.base.chmod(0o700)
-        java = find_java(version)
+        java = find_java(version, engine)
         self.es_home = runtime_distribution(version, self.base, self.run_as, java, engine)
         self.java: JavaRuntime = runtime_java(java, self.base, self.run_as)
         self.nodes = self.base / "nodes"
@@ -449,7 +449,8 @@ def start_node(
     :param secure: enable security with HTTP TLS and a password for ``elastic`` (see module docs).
     :param heap: JVM heap, used for both ``-Xms`` and ``-Xmx`` (e.g. ``"512m"``, ``"1g"``).
     :param version: Elasticsearch version, any 8.x.y or 9.x.y integ-test zip on Maven Central (default
-        :data:`ES_VERSION`); with ``engine="opensearch"`` an OpenSearch 2.x.y (default :data:`OPENSEARCH_VERSION`).
+        :data:`ES_VERSION`); with ``engine="opensearch"`` an OpenSearch 2.x.y or 3.x.y (default
+        :data:`OPENSEARCH_VERSION`).
     :param engine: ``"elasticsearch"`` or ``"opensearch"`` (whose integ-test zip has no security: not *secure*).
     :param name: node name; default ``node-<random>``. The node dir is ``<base>/nodes/<name>``.
     :param base: base dir (default :func:`base_dir`).

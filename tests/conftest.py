@@ -17,7 +17,7 @@ Elasticsearch fixtures (all session-scoped, started lazily, at most one plain an
 If a node cannot be started the fixture raises (the tests error); they are never skipped. Tests using these
 fixtures get the ``es`` marker automatically, so ``-m "not es"`` deselects them.
 
-``NEARDUP_ENGINE=opensearch`` starts OpenSearch (default 2.19.1) instead, and ``es_client`` is then opensearch-py
+``NEARDUP_ENGINE=opensearch`` starts OpenSearch (default 3.4.0) instead, and ``es_client`` is then opensearch-py
 behind elasticsearch-py's API (:mod:`es_integration.engine`). OpenSearch's integ-test distribution has no security
 plugin, so the tests that need ``secure_es_node`` are deselected (not skipped) there, with the reason printed.
 

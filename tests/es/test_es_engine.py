@@ -81,10 +81,14 @@ def test_start_refuses_secure_opensearch() -> None:
     assert proc.stderr.count("\n") == 1 and "no security plugin" in proc.stderr
 
 
-@pytest.mark.parametrize("version", ["9.2.0", "2.x", "3.0.0"])
+@pytest.mark.parametrize("version", ["9.2.0", "1.3.20", "2.x", "3.0"])
 def test_opensearch_versions_checked(version: str) -> None:
     from neardup_devnode.distribution import NodeError, check_version
+    from neardup_devnode.java import required_java
 
-    with pytest.raises(NodeError, match="OpenSearch version must be 2.x.y"):
+    with pytest.raises(NodeError, match="OpenSearch version must be 2.x.y or 3.x.y"):
         check_version(version, "opensearch")
     assert check_version("2.19.1", "opensearch") == "2.19.1"
+    assert check_version("3.4.0", "opensearch") == "3.4.0"
+    assert required_java("2.19.1", "opensearch") == 17 and required_java("3.4.0", "opensearch") == 21
+    assert required_java("8.19.21") == 17 and required_java("9.2.0") == 21

@@ -180,8 +180,11 @@ class Fault:
 
 class FaultProxy:
     """Listens on 127.0.0.1 (fixed port for its life) and forwards to ``target``; ``mode`` is ``forward``,
-    ``refuse`` (accept and reset) or ``stall`` (accept, never answer). Changing the mode or the target cuts the
-    live connections, as a dying node does.
+    ``refuse`` (accept and reset) or ``stall`` (answer nothing, as a hung node does: new connections are accepted
+    and held, and so is whatever a live connection carries from then on). Changing the mode or the target cuts
+    the live connections, as a dying node does; entering ``stall`` does not, so that a request already in flight
+    or sent on a pooled connection meets the stall like any other (``stalled`` then counts every attempt that
+    met it, one per connection, whichever connection it took).
 
     With ``http=True`` forwarding understands HTTP/1.1 (keep-alive, Content-Length or chunked bodies), so that
     :meth:`add` can inject a :class:`Fault` into chosen requests and ``delay`` holds every response that long.
@@ -204,7 +207,7 @@ class FaultProxy:
         self._live: set[socket.socket] = set()
         self._guard = threading.Lock()
         self._closed = False
-        self.stalled = 0  # connections accepted in stall mode
+        self.stalled = 0  # connections that met the stall: accepted in stall mode, or live ones held by it
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -216,7 +219,8 @@ class FaultProxy:
             self.mode = mode
         if target is not None:
             self.target = target
-        self._cut()
+        if mode != "stall" or target is not None:
+            self._cut()
 
     def add(self, fault: Fault) -> Fault:
         """Inject ``fault`` into the next matching requests (HTTP mode)."""
@@ -267,10 +271,16 @@ class FaultProxy:
         upstream.settimeout(None)
         self._track(client)
         self._track(upstream)
+        held = [False]  # whether this connection has met a stall (it is counted once)
 
         def pump(src: socket.socket, dst: socket.socket) -> None:
             try:
                 while data := src.recv(65536):
+                    if self.mode == "stall":
+                        with self._guard:
+                            self.stalled += not held[0]
+                            held[0] = True
+                        return  # never forwarded: the client times out, or the stall's end cuts both sockets
                     dst.sendall(data)
             except OSError:
                 pass
@@ -569,8 +579,8 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
     stall_done, killed, resume = threading.Event(), threading.Event(), threading.Event()
 
     def end_stall() -> None:
-        # Every attempt of one check (1 + ``retries``) hits the stalled node and times out (the first may instead
-        # meet the cut of its pooled connection); the node answers again once the 4th held one has timed out.
+        # Every attempt of one check (1 + ``retries``) meets the stalled node and times out, on a pooled connection
+        # or a new one; the node answers again once the 4th held one has timed out.
         deadline = time.monotonic() + 30
         while proxy.stalled < 4 and time.monotonic() < deadline:
             time.sleep(0.02)
