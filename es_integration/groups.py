@@ -1,6 +1,8 @@
 """Near-duplicate groups across an index: Broder's clustering of the sketches stored in it.
 
-1. Sweep the sketched documents in parallel slices of one point in time (threads), reading only their compact
+1. Sweep the sketched documents (all but those a crawler of the Elasticsearch backend is deciding right now, status
+   ``pending``: their content and status are about to be written, and ``--assign`` must not overwrite them; the
+   next run covers them) in parallel slices of one point in time (threads), reading only their compact
    signatures (``neardup.sig``, doc values, ``_source`` off; :func:`es_integration.sweep.sliced_sweep`) and the
    few doc-value fields the representative and ``--assign`` need (``seq``, ``group``, ``status``,
    ``duplicate_of``). Signatures are spilled to a temporary file as they arrive; what stays in memory per
@@ -79,6 +81,7 @@ from .mapping import (
     F_STATUS,
     F_TAG,
     KEPT,
+    PENDING,
     ROOT,
     UNCHECKED,
 )
@@ -381,8 +384,13 @@ class GroupReport:
         return text + (f", {self.malformed} malformed" if self.malformed else "")
 
 
-def _sketched(tag: str, *extra: dict[str, Any]) -> dict[str, Any]:
-    return {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_SIG}}, *extra]}}
+def _sketched(tag: str, *extra: dict[str, Any], settled: bool = False) -> dict[str, Any]:
+    """The documents sketched with ``tag`` that match ``extra``; with ``settled``, not those a crawler is deciding
+    right now (status ``pending``)."""
+    query: dict[str, Any] = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_SIG}}, *extra]}}
+    if settled:
+        query["bool"]["must_not"] = [{"term": {F_STATUS: PENDING}}]
+    return query
 
 
 def _refuse_old_documents(client: Elasticsearch, index: str, tag: str) -> None:
@@ -448,7 +456,9 @@ def find_groups(
     num_perm = parse_tag(tag).num_perm
     started = time.perf_counter()
     _refuse_old_documents(client, index, tag)
-    query = _sketched(tag)
+    # Pages a crawler of the Elasticsearch backend is deciding (pending) are left out: their content and status
+    # are about to be written, and --assign must not overwrite them meanwhile (other crawlers wait on "pending").
+    query = _sketched(tag, settled=True)
     if total is not None:
         total(int(client.count(index=index, query=query)["count"]))
     docs = SweptDocs(num_perm, keep, spill_dir)

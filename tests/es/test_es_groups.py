@@ -339,6 +339,35 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     es_client.indices.delete(index=index)
 
 
+def test_pages_a_crawler_is_deciding_are_left_out_and_never_overwritten(es_client: Elasticsearch) -> None:
+    """A document the crawler backend wrote ``pending`` (being decided: other crawlers wait for it to settle) is
+    neither grouped nor written by a full run with --assign, even when it copies a grouped page exactly: its
+    status stays ``pending`` until its crawler writes the decision. Once settled, the next full run groups it."""
+    sketcher = Sketcher(num_perm=K)
+    records = [r for r in grouped_records(seed=11) if r["id"].startswith(("cluster0-", "single1"))]
+    index = f"nd-groups-pending-{uuid.uuid4().hex[:8]}"
+    assert index_records(es_client, index, records, sketcher).errors == 0
+    source = es_client.get(index=index, id="cluster0-1")["_source"]
+    fields = source["neardup"]
+    fields.update(status="pending", group="pending-copy", writer="crawler-a:1", key="pending-copy")
+    fields.pop("seq", None)
+    es_client.index(index=index, id="pending-copy", document=source, refresh=True)
+    before = dict(es_client.get(index=index, id="pending-copy")["_source"]["neardup"])
+
+    report = find_groups(es_client, index, sketcher.tag, T)
+    assert report.documents == len(records)
+    assert not any("pending-copy" in g.members for g in report.groups)
+    assert any("cluster0-1" in g.members for g in report.groups)
+    assert assign_groups(es_client, index, report) > 0
+    assert es_client.get(index=index, id="pending-copy")["_source"]["neardup"] == before
+
+    settled = {**before, "status": "kept", "seq": 2**62}  # its crawler's decision, written last
+    es_client.index(index=index, id="pending-copy", document={"neardup": settled}, refresh=True)
+    again = find_groups(es_client, index, sketcher.tag, T)
+    assert any({"cluster0-1", "pending-copy"} <= set(g.members) for g in again.groups)
+    es_client.indices.delete(index=index)
+
+
 def _group_fields(es: Elasticsearch, index: str) -> dict[str, tuple[Any, ...]]:
     hits = es.search(index=index, size=1000, source_includes=["neardup.group", "neardup.status",
                                                               "neardup.duplicate_of"])["hits"]["hits"]
