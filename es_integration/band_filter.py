@@ -19,8 +19,10 @@ false negatives, so the groups are exactly those the unfiltered queries give.
 A filter file is used only for the index (by its UUID), tag and watermark it was written for: an ``--assign``
 from elsewhere (another machine, or without the filter) moves the watermark, and this filter is then ignored
 (the run falls back to querying every token) until a full ``--assign`` writes a new one. It covers what the
-watermark covers: a document indexed during a run with a ``seq`` below the one that run records is missed by
-the watermark already (neither new nor in any group) until a full run, and the filter does not hold it either.
+watermark covers. Pages the crawler backend was deciding during a run keep the watermark below them (see
+:func:`es_integration.groups.find_groups`); a document that ``neardup es index`` sketched before a run but wrote
+after the run's point in time, with another indexer's later ``seq`` already visible, is missed by the watermark
+(neither new nor in any group) until a full run, and the filter does not hold it either.
 """
 
 from __future__ import annotations

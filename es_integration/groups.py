@@ -343,7 +343,9 @@ class GroupReport:
             signatures.
         malformed: documents whose compact signature cannot be read (left out of the groups, logged).
         seconds: wall time; ``sweep_seconds``: of which reading the index.
-        watermark: the highest ``neardup.seq`` the groups cover (written by :func:`assign_groups`).
+        watermark: the ``neardup.seq`` up to which the groups cover the index (written by
+            :func:`assign_groups`): the highest one swept, kept below the ``_seq_no`` of any page crawlers were
+            deciding (:func:`_lowest_pending_seq`), which will settle with that seq.
         new: ``True`` for an incremental run.
         band_filter: with ``--new``, the band filter its queries used (None: every token was queried);
             :func:`assign_groups` extends it with the new documents.
@@ -465,12 +467,13 @@ def find_groups(
     report = GroupReport(swept=docs, tag=tag, min_shared=min_shared)
     with point_in_time(client, index) as pit:
         _sweep_into(client, pit, docs, query, slices=slices, page_size=page_size, progress=progress)
+        pending = _lowest_pending_seq(client, pit, tag, index)
     report.sweep_seconds = time.perf_counter() - started
     labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
     report.documents, report.malformed = docs.size, docs.malformed
     report.queries, report.pairs = stats.distinct, stats.links + stats.twins
     report.groups, report.grouped_rows = _make_groups(labels, docs, np.arange(docs.size))
-    report.watermark = docs.max_seq
+    report.watermark = _below_pending(docs.max_seq, pending)
     report.seconds = time.perf_counter() - started
     _log(report, index)
     return report
@@ -636,6 +639,7 @@ def find_new_groups(
         _sweep_into(client, pit, docs, new_query, slices=slices, page_size=page_size, progress=progress,
                     after_page=send_full_batches)
         send_full_batches(final=True)
+        pending = _lowest_pending_seq(client, pit, tag, index)
         new_count = docs.size
         report.sweep_seconds = time.perf_counter() - started
         seen: set[str] = set(docs.ids(range(new_count)))
@@ -655,10 +659,40 @@ def find_new_groups(
     with_new = np.unique(labels[:new_count])
     rows = np.flatnonzero(np.isin(labels, with_new))
     report.groups, report.grouped_rows = _make_groups(labels, docs, rows)
-    report.watermark = docs.max_seq if new_count else None
+    report.watermark = _below_pending(docs.max_seq, pending) if new_count else None
     report.seconds = time.perf_counter() - started
     _log(report, index)
     return report
+
+
+def _lowest_pending_seq(client: Elasticsearch, pit: PointInTime, tag: str, index: str) -> int | None:
+    """The lowest ``_seq_no`` of the pages crawlers were deciding in ``pit`` (status ``pending``), or None.
+
+    The Elasticsearch backend writes a page ``pending`` and then its decision with ``seq`` = that first write's
+    ``_seq_no``, so a page settled after a run may get a ``seq`` below the run's watermark, and ``--new`` would
+    never take it. The backend decides a page only once every earlier write is visible (the checkpoint wait and
+    refresh of its step c), so a page that can still settle below the highest ``seq`` a run saw is pending in that
+    run's point in time: the watermark is kept below the lowest of them (:func:`_below_pending`).
+    """
+    response = client.search(
+        pit=pit.body(), query=_sketched(tag, {"term": {F_STATUS: PENDING}}), source=False, size=1,
+        sort=[{"_seq_no": "asc"}], track_total_hits=True, filter_path="pit_id,hits.total,hits.hits.sort",
+    )
+    pit.id = response.get("pit_id", pit.id)
+    hits = response.get("hits", {}).get("hits", [])
+    if not hits:
+        return None
+    lowest = int(hits[0]["sort"][0])
+    logger.info("%d pages of %s were being decided by crawlers (pending): the watermark stays below seq %d, so "
+                "the next --new takes them once settled", response["hits"]["total"]["value"], index, lowest)
+    return lowest
+
+
+def _below_pending(max_seq: int | None, pending: int | None) -> int | None:
+    """The watermark of a run that saw ``max_seq`` at most, kept below the lowest pending ``_seq_no``."""
+    if max_seq is None or pending is None:
+        return max_seq
+    return min(max_seq, pending - 1)
 
 
 def _result_window(client: Elasticsearch, index: str) -> int:

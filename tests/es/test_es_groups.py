@@ -339,10 +339,16 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     es_client.indices.delete(index=index)
 
 
-def test_pages_a_crawler_is_deciding_are_left_out_and_never_overwritten(es_client: Elasticsearch) -> None:
+def test_pages_a_crawler_is_deciding_are_left_out_never_overwritten_and_taken_by_new(
+    es_client: Elasticsearch,
+) -> None:
     """A document the crawler backend wrote ``pending`` (being decided: other crawlers wait for it to settle) is
     neither grouped nor written by a full run with --assign, even when it copies a grouped page exactly: its
-    status stays ``pending`` until its crawler writes the decision. Once settled, the next full run groups it."""
+    status stays ``pending`` until its crawler writes the decision. That decision carries ``seq`` = the pending
+    write's ``_seq_no``, below the highest ``seq`` the run saw; the recorded watermark stays below it, so the next
+    --new takes the settled page, and leaves what a full run gives."""
+    from es_integration.groups import find_new_groups, groups_watermark
+
     sketcher = Sketcher(num_perm=K)
     records = [r for r in grouped_records(seed=11) if r["id"].startswith(("cluster0-", "single1"))]
     index = f"nd-groups-pending-{uuid.uuid4().hex[:8]}"
@@ -351,7 +357,7 @@ def test_pages_a_crawler_is_deciding_are_left_out_and_never_overwritten(es_clien
     fields = source["neardup"]
     fields.update(status="pending", group="pending-copy", writer="crawler-a:1", key="pending-copy")
     fields.pop("seq", None)
-    es_client.index(index=index, id="pending-copy", document=source, refresh=True)
+    pending_seq_no = es_client.index(index=index, id="pending-copy", document=source, refresh=True)["_seq_no"]
     before = dict(es_client.get(index=index, id="pending-copy")["_source"]["neardup"])
 
     report = find_groups(es_client, index, sketcher.tag, T)
@@ -360,11 +366,15 @@ def test_pages_a_crawler_is_deciding_are_left_out_and_never_overwritten(es_clien
     assert any("cluster0-1" in g.members for g in report.groups)
     assert assign_groups(es_client, index, report) > 0
     assert es_client.get(index=index, id="pending-copy")["_source"]["neardup"] == before
+    assert report.watermark is not None and report.watermark < pending_seq_no
+    assert groups_watermark(es_client, index, sketcher.tag)["seq"] < pending_seq_no
 
-    settled = {**before, "status": "kept", "seq": 2**62}  # its crawler's decision, written last
+    settled = {**before, "status": "kept", "seq": pending_seq_no}  # its crawler's decision, as the backend writes it
     es_client.index(index=index, id="pending-copy", document={"neardup": settled}, refresh=True)
-    again = find_groups(es_client, index, sketcher.tag, T)
-    assert any({"cluster0-1", "pending-copy"} <= set(g.members) for g in again.groups)
+    new = find_new_groups(es_client, index, sketcher.tag, T)
+    assert any({"cluster0-1", "pending-copy"} <= set(g.members) for g in new.groups)
+    assign_groups(es_client, index, new)
+    assert assign_groups(es_client, index, find_groups(es_client, index, sketcher.tag, T)) == 0
     es_client.indices.delete(index=index)
 
 
