@@ -458,9 +458,7 @@ def find_groups(
     num_perm = parse_tag(tag).num_perm
     started = time.perf_counter()
     _refuse_old_documents(client, index, tag)
-    # Pages a crawler of the Elasticsearch backend is deciding (pending) are left out: their content and status
-    # are about to be written, and --assign must not overwrite them meanwhile (other crawlers wait on "pending").
-    query = _sketched(tag, settled=True)
+    query = _sketched(tag, settled=True)  # pending pages left out: see the module doc, step 1
     if total is not None:
         total(int(client.count(index=index, query=query)["count"]))
     docs = SweptDocs(num_perm, keep, spill_dir)
