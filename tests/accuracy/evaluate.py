@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -64,9 +64,10 @@ class Evaluation:
         return asdict(self)
 
 
-def evaluate(corpus: Corpus, decisions: Mapping[str, Decision], worst: int = 10,
+def evaluate(corpus: Corpus, decisions: Mapping[str, Decision] | Sequence[tuple[str, Decision]], worst: int = 10,
              labels: Labels | None = None) -> Evaluation:
-    """Score ``decisions`` (one per page of ``corpus``) against the corpus' labels.
+    """Score ``decisions`` (one per page of ``corpus``: a mapping, or ``(key, decision)`` pairs in crawl order)
+    against the corpus' labels.
 
     ``worst`` false drops (lowest Jaccard first, then crawl order) are listed with their paths.
 
@@ -75,6 +76,8 @@ def evaluate(corpus: Corpus, decisions: Mapping[str, Decision], worst: int = 10,
             the corpus.
     """
     labels = labels or labels_for(corpus)
+    if not isinstance(decisions, Mapping):
+        decisions = dict(decisions)
     missing = [key for key in labels.keys if key not in decisions]
     if missing:
         raise ValueError(f"{len(missing)} pages of {corpus.name} have no decision, e.g. {missing[0]}")

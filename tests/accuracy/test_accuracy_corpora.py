@@ -203,7 +203,7 @@ def test_evaluate_scores_known_decisions(corpora: dict[str, Corpus], labels: dic
     assert (score.drops, score.false_drops, score.grey_drops, score.correct_drops) == (len(pairs), 0, 0, len(pairs))
     assert score.precision == 1.0 and score.real_pairs == len(pairs) and score.whole == 0 and score.recall == 1.0
 
-    keep_all: dict[str, Decision] = {key: ("kept", None) for key in twice.keys}
+    keep_all: list[tuple[str, Decision]] = [(key, ("kept", None)) for key in twice.keys]  # pairs in crawl order
     score = evaluate(twice, keep_all)
     assert score.drops == 0 and score.whole == score.real_pairs and score.recall == 0.0
 
