@@ -56,7 +56,9 @@ from labels import labels_for  # noqa: E402
 
 from scrapy_neardup.core.clustering import GroupBuilder  # noqa: E402
 from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
+from scrapy_neardup.core.mirrors import host_of  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
+from scrapy_neardup.core.template import SAMPLE_PAGES, learn_template  # noqa: E402
 from scrapy_neardup.core.text import ContentMode  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -81,14 +83,19 @@ class MethodResult:
 Method = Callable[[Sequence[tuple[str, bytes]]], MethodResult]
 
 
-def product_method(content: ContentMode) -> Method:
-    """The product's current sketching with ``Sketcher(content=content)`` and ``Deduper``'s first-seen-is-kept
-    decisions (default ``k`` and threshold); groups from ``GroupBuilder`` on the same sketches."""
+def product_method(content: ContentMode, learn: str | None = None) -> Method:
+    """The product's sketching with ``Sketcher(content=content)`` and ``Deduper``'s first-seen-is-kept decisions
+    (default ``k`` and threshold); groups from ``GroupBuilder`` on the same sketches.
+
+    ``learn`` (``"auto"`` mode): how each host's template is learned: ``"batch"`` from all of the host's pages (as
+    ``neardup dedupe`` does), ``"crawl"`` from its first :data:`~scrapy_neardup.core.template.SAMPLE_PAGES` pages in
+    crawl order (as a crawl does, holding them until then), ``None`` not at all."""
 
     def run(pages: Sequence[tuple[str, bytes]]) -> MethodResult:
         sketcher = Sketcher(content=content)
         start = time.process_time()
-        sketches = sketcher.sketch_many([html for _, html in pages])
+        templates = _templates(sketcher, pages, learn) if learn is not None else None
+        sketches = sketcher.sketch_many([html for _, html in pages], templates=templates)
         cpu = time.process_time() - start
         deduper = Deduper(sketcher)
         builder = GroupBuilder(sketcher.num_perm, deduper.min_shared, sketcher.tag)
@@ -104,9 +111,24 @@ def product_method(content: ContentMode) -> Method:
     return run
 
 
+def _templates(sketcher: Sketcher, pages: Sequence[tuple[str, bytes]], learn: str) -> list[Any]:
+    """Each page's host template hashes, learned as ``learn`` says (see :func:`product_method`)."""
+    blocks = sketcher.block_hashes([html for _, html in pages])
+    by_host: dict[str, list[Any]] = {}
+    for (key, _), hashes in zip(pages, blocks, strict=True):
+        if hashes is not None:  # pages that mark their main content are sketched without a template
+            by_host.setdefault(host_of(key) or "", []).append(hashes)
+    limit = None if learn == "batch" else SAMPLE_PAGES
+    learned = {host: learn_template(sample[:limit]).hashes for host, sample in by_host.items()}
+    return [learned.get(host_of(key) or "") for key, _ in pages]
+
+
 METHODS: dict[str, Callable[[], Method]] = {
     "body": lambda: product_method("body"),
     "main": lambda: product_method("main"),
+    "auto": lambda: product_method("auto", "crawl"),
+    "auto-batch": lambda: product_method("auto", "batch"),
+    "auto-none": lambda: product_method("auto", None),
 }
 
 
@@ -153,13 +175,13 @@ def _path(key: str) -> str:
 
 
 def print_table(rows: Sequence[dict[str, Any]]) -> None:
-    header = (f"{'corpus':<14} {'variant':<8} {'mode':<6} {'pages':>5} {'false':>5} {'grey':>4} {'prec':>6} "
+    header = (f"{'corpus':<14} {'variant':<8} {'mode':<10} {'pages':>5} {'false':>5} {'grey':>4} {'prec':>6} "
               f"{'real':>5} {'whole':>5} {'recall':>6} {'MB/CPU s':>8} {'group':>5} {'g-false':>7}")
     print(header)
     print("-" * len(header))
     for r in rows:
         group = r["largest_group"]
-        print(f"{r['corpus']:<14} {r['variant']:<8} {r['method']:<6} {r['pages']:>5} {r['false_drops']:>5} "
+        print(f"{r['corpus']:<14} {r['variant']:<8} {r['method']:<10} {r['pages']:>5} {r['false_drops']:>5} "
               f"{r['grey_drops']:>4} {r['precision']:>6.3f} {r['real_pairs']:>5} {r['whole']:>5} "
               f"{r['recall']:>6.3f} {r['mb_html_per_cpu_s'] or 0:>8.1f} {group['largest']:>5} "
               f"{group['false_pairs']:>7}")
