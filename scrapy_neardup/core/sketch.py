@@ -242,14 +242,18 @@ class Sketcher:
     def __repr__(self) -> str:
         return f"Sketcher({self.tag!r})"
 
-    def sketch(self, content: Content, is_html: bool | None = None, template: np.ndarray | None = None) -> Sketch:
+    def sketch(
+        self, content: Content, is_html: bool | None = None, template: np.ndarray | None = None,
+        leave_out: np.ndarray | None = None,
+    ) -> Sketch:
         """Sketch one page (text, HTML or UTF-8 bytes; ``is_html=None`` sniffs for markup); ``template``: its host's
-        template block hashes (``"auto"`` mode; see :meth:`sketch_many`)."""
-        return self.sketch_many([content], is_html=is_html, templates=[template])[0]
+        template block hashes, ``leave_out``: word hashes not to shingle (``"auto"`` mode; see :meth:`sketch_many`)."""
+        return self.sketch_many([content], is_html=is_html, templates=[template],
+                                leave_out=None if leave_out is None else [leave_out])[0]
 
     def sketch_many(
         self, contents: Iterable[Content], is_html: bool | None = None,
-        templates: Sequence[np.ndarray | None] | None = None,
+        templates: Sequence[np.ndarray | None] | None = None, leave_out: Sequence[np.ndarray | None] | None = None,
     ) -> list[Sketch]:
         """Sketch many pages at once: the fast path (shingling and MinHash vectorized over the batch).
 
@@ -259,10 +263,16 @@ class Sketcher:
             templates: ``"auto"`` mode: per page, the sorted ``uint64`` block hashes of its host's template
                 (:attr:`scrapy_neardup.core.template.HostTemplate.hashes`), or ``None`` where none is known; ignored
                 in the other modes.
+            leave_out: ``"auto"`` mode: per page, a sequence of word hashes
+                (:func:`scrapy_neardup.core.shingles.word_hashes`) whose occurrences are left out of its own words, or
+                ``None`` (the URL a "not found" page names: :func:`scrapy_neardup.core.soft404.url_words`); ignored in
+                the other modes.
         """
         cleaned = [clean_text(c, is_html, self.max_chars, self.content) for c in contents]
         if self.content == "auto":
-            return self._sketch_auto(cleaned, templates if templates is not None else [None] * len(cleaned))
+            nothing: list[np.ndarray | None] = [None] * len(cleaned)
+            return self._sketch_auto(cleaned, templates if templates is not None else nothing,
+                                     leave_out if leave_out is not None else nothing)
         texts = [c.utf8 for c in cleaned]
         sketches: list[Sketch] = []
         for lo, hi in _batches(texts):
@@ -279,7 +289,9 @@ class Sketcher:
                 )
         return sketches
 
-    def _sketch_auto(self, cleaned: list[CleanText], templates: Sequence[np.ndarray | None]) -> list[Sketch]:
+    def _sketch_auto(
+        self, cleaned: list[CleanText], templates: Sequence[np.ndarray | None], leave_out: Sequence[np.ndarray | None],
+    ) -> list[Sketch]:
         """``"auto"`` sketches: each page's own words (:func:`~scrapy_neardup.core.blocks.own_words` under its
         host's template), shingled from the word hashes the blocks were read with; the fingerprint is that of
         the own words' hashes in order (equal for pages whose own words are equal)."""
@@ -289,6 +301,9 @@ class Sketcher:
             # A page that marks its main content is read without its host's template (the page says what it says).
             kept = [own_words(page, None if c.marked else template)
                     for page, c, template in zip(pages, cleaned[lo:hi], templates[lo:hi], strict=True)]
+            for keep, page, words in zip(kept, pages, leave_out[lo:hi], strict=True):
+                if words is not None and words.size:
+                    keep &= ~_occurrences(page.words, words)
             units = [page.words[keep] for page, keep in zip(pages, kept, strict=True)]
             if self.shingle == "word":
                 hashes, counts = window_hashes(
@@ -338,6 +353,20 @@ class Sketcher:
     def jaccard(self, a: Content, b: Content, is_html: bool | None = None) -> float:
         """Exact resemblance ``|A ∩ B| / |A ∪ B|`` of two pages' shingle sets (1.0 when both are empty)."""
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
+
+
+def _occurrences(words: np.ndarray, run: np.ndarray) -> np.ndarray:
+    """``bool[len(words)]``: the words that are part of an occurrence of the sequence ``run`` in ``words``."""
+    hit = np.zeros(words.size, dtype=bool)
+    n = words.size - run.size + 1
+    if n <= 0:
+        return hit
+    starts = np.ones(n, dtype=bool)
+    for j, word in enumerate(run.tolist()):
+        starts &= words[j : j + n] == word
+    for j in range(run.size):
+        hit[j : j + n] |= starts
+    return hit
 
 
 def fingerprint(normalized_utf8: bytes) -> int:
