@@ -54,12 +54,6 @@ _HTML_SNIFF = re.compile(
 # Elements whose content is not page text (template content is kept out of the tree by the parser itself).
 _DROPPED_NAMES = ("script", "style", "noscript", "template", "svg", "math", "iframe", "object")
 _DROPPED = ",".join(_DROPPED_NAMES)
-# Boilerplate dropped in "main" mode: the elements and their ARIA landmark equivalents.
-_BOILERPLATE = (
-    "nav,header,footer,aside,[role=navigation],[role=banner],[role=contentinfo],[role=complementary]"
-)
-# Where "main" mode looks for the main content, in order of preference.
-_MAIN_CANDIDATES = ("main,[role=main]", "article")
 # For _scan_tags: tag names packed little-endian into a uint64 (up to 8 lower-case bytes, zero-padded).
 _SCAN = 8
 _PAD = bytes(_SCAN + 2)
@@ -92,8 +86,9 @@ _BLOCK_NAMES = (
     "header", "hgroup", "hr", "legend", "li", "main", "menu", "nav", "ol", "p", "pre", "section", "summary", "td",
     "th", "ul",
 )
-# What _MARK_TABLE says of a name: not marked, a block boundary, a link.
-_UNMARKED, _BLOCK_MARK, _LINK_MARK = 0, 1, 2
+# What _MARK_TABLE says of a name, as bits: a block boundary, a link, a landmark "main" mode looks for.
+_UNMARKED, _BLOCK_MARK, _LINK_MARK, _LANDMARK = 0, 1, 2, 4
+_LANDMARK_NAMES = ("main", "article", "nav", "header", "footer", "aside")
 # Pages with at most this many "<" cannot be slow to parse (at most 32,768 steps of depth, 1,024 re-opened
 # elements): the scan is skipped.
 _SAFE_TAGS = 128
@@ -108,6 +103,8 @@ def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray, np.ndarray]:
               (_DROPPED_NAMES, _DROPPED_ELEMENT_CLASS))
     kind_of = {name: kind for group, kind in groups for name in group}
     mark_of = {name: _BLOCK_MARK for name in _BLOCK_NAMES} | {"a": _LINK_MARK}
+    for name in _LANDMARK_NAMES:
+        mark_of[name] = mark_of.get(name, _UNMARKED) | _LANDMARK
     names = sorted(kind_of.keys() | mark_of.keys())
     classes = [kind_of.get(name, _OTHER) for name in names]
     marks = [mark_of.get(name, _UNMARKED) for name in names]
@@ -184,9 +181,12 @@ def markup_to_text(data: bytes, tags: np.ndarray, mode: HtmlMode) -> str:
         if dropped:
             _drop(tree, dropped, start_tags)
         return tree.text(separator=" ")
-    if not _has_landmarks(data, scan):
+    if scan is None:
+        return _main_text(tree, dropped, " ")[0]
+    landmarks = _Landmarks.of(data, scan.table(_MARK_TABLE), scan)
+    if not landmarks.any:
         return _body_text(tree, dropped, start_tags)
-    return _main_text(tree, dropped, " ")[0]
+    return _main_text(tree, dropped, " ", landmarks)[0]
 
 
 def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
@@ -202,30 +202,54 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     data = data.translate(CLEAR_MARKS)
     scan = _TagScan.of(data, tags)
     hazard, dropped, start_tags = _hazard(scan if tags.size > _SAFE_TAGS else None, tags.size)
-    data = _insert_marks(data, tags, scan)
+    marks = scan.table(_MARK_TABLE)
+    data = _insert_marks(data, tags, scan, marks)
     if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
         return _strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False
     tree = LexborHTMLParser(data)
-    if not _has_landmarks(data, scan):
+    landmarks = _Landmarks.of(data, marks, scan)
+    if not landmarks.any:
         return _body_text(tree, dropped, start_tags), False
-    return _main_text(tree, dropped, _BLOCK_STR)
+    return _main_text(tree, dropped, _BLOCK_STR, landmarks)
 
 
 _BLOCK_STR = chr(BLOCK)
-_LANDMARKS = np.array(sorted(_name_key(n) for n in ("main", "article", "nav", "header", "footer", "aside")),
-                      dtype=np.uint64)
 _ROLE = re.compile(rb"role", re.IGNORECASE)
+_LANDMARK_BY_KEY = {_name_key(name): name for name in _LANDMARK_NAMES}
+_BOILERPLATE_ROLES = ("[role=navigation]", "[role=banner]", "[role=contentinfo]", "[role=complementary]")
 
 
-def _has_landmarks(data: bytes, scan: _TagScan | None) -> bool:
-    """Whether the page may have an element "main" mode looks for (a landmark element, or a ``role``
-    attribute); ``False`` only when the scan of its tags proves it has none, so that the CSS selections that
-    would find nothing are skipped."""
-    if scan is None:
-        return True
-    starts = scan.keys[scan.letter & ~scan.closing]
-    return bool(np.isin(starts, _LANDMARKS).any()) or _ROLE.search(data) is not None
+@dataclass(frozen=True, slots=True)
+class _Landmarks:
+    """What the scan of a page's tags found that "main" mode looks for: the landmark elements present and whether
+    a ``role`` attribute may be (so that CSS selections that would find nothing are left out)."""
+
+    names: frozenset[str]
+    roles: bool
+
+    @classmethod
+    def of(cls, data: bytes, marks: np.ndarray, scan: _TagScan) -> _Landmarks:
+        keys = scan.keys[(marks & _LANDMARK != 0) & scan.letter & ~scan.closing]
+        return cls(frozenset(_LANDMARK_BY_KEY[key] for key in np.unique(keys).tolist()),
+                   _ROLE.search(data) is not None)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.names) or self.roles
+
+    def boilerplate(self) -> str:
+        """The CSS selector of the boilerplate present."""
+        parts = [name for name in ("nav", "header", "footer", "aside") if name in self.names]
+        return ",".join([*parts, *(_BOILERPLATE_ROLES if self.roles else ())])
+
+    def main_candidates(self) -> tuple[str, ...]:
+        """The selectors of the main content, in order of preference, present."""
+        main = [*(["main"] if "main" in self.names else []), *(["[role=main]"] if self.roles else [])]
+        return tuple(c for c in (",".join(main), "article" if "article" in self.names else "") if c)
+
+
+_EVERY_LANDMARK = _Landmarks(frozenset(_LANDMARK_NAMES), True)
 
 
 def _body_text(tree: LexborHTMLParser, dropped: str, start_tags: int) -> str:
@@ -237,18 +261,20 @@ def _body_text(tree: LexborHTMLParser, dropped: str, start_tags: int) -> str:
     return "" if root is None else root.text(separator=" ")
 
 
-def _main_text(tree: LexborHTMLParser, dropped: str, joiner: str) -> tuple[str, bool]:
+def _main_text(
+    tree: LexborHTMLParser, dropped: str, joiner: str, landmarks: _Landmarks = _EVERY_LANDMARK,
+) -> tuple[str, bool]:
     """The main content of ``tree`` (see :func:`html_to_text`, mode ``"main"``), after removing the elements
     selected by ``dropped``, several main elements joined with ``joiner``; and whether it is marked (a main or
-    article element with text) rather than the body."""
-    dropped = f"{dropped},{_BOILERPLATE}" if dropped else _BOILERPLATE
+    article element with text) rather than the body. ``landmarks``: what the page may have (all by default)."""
+    dropped = ",".join(part for part in (dropped, landmarks.boilerplate()) if part)
     root_id = tree.root.mem_id if tree.root is not None else None
-    for node in tree.css(dropped):  # one C-level selection
+    for node in tree.css(dropped) if dropped else ():  # one C-level selection
         # <html role="navigation"> cannot be removed (lexbor refuses to remove the root): the document's text
         # is not boilerplate because its root says so; its inner boilerplate still goes.
         if node.mem_id != root_id:
             node.decompose()
-    for selector in _MAIN_CANDIDATES:
+    for selector in landmarks.main_candidates():
         nodes = _outermost(tree.css(selector))
         text = joiner.join(node.text(separator=" ") for node in nodes)
         if _has_text(text):
@@ -344,9 +370,10 @@ def _hazard(scan: _TagScan | None, tag_count: int) -> tuple[bool, str, int]:
     return False, ",".join(_DROPPED_BY_KEY[key] for key in found), dropped_keys.size
 
 
-def _insert_marks(data: bytes, tags: np.ndarray, scan: _TagScan) -> bytes:
+def _insert_marks(data: bytes, tags: np.ndarray, scan: _TagScan, mark: np.ndarray) -> bytes:
     """``data`` with :data:`~scrapy_neardup.core.marks.BLOCK` right after the start tag and right before the end
-    tag of every block element, and :data:`~scrapy_neardup.core.marks.LINK_START` / ``LINK_END`` inside ``<a>``.
+    tag of every block element, and :data:`~scrapy_neardup.core.marks.LINK_START` / ``LINK_END`` inside ``<a>``
+    (``scan``: its tags; ``mark``: their entries in :data:`_MARK_TABLE`).
 
     Inside the element, so the parser keeps each mark in the element's text; a start tag's end is the first
     ``>`` after its ``<`` (a ``>`` inside an attribute value puts the mark into that value instead: one lost
@@ -354,9 +381,8 @@ def _insert_marks(data: bytes, tags: np.ndarray, scan: _TagScan) -> bytes:
     """
     if tags.size == 0:
         return data
-    mark = scan.table(_MARK_TABLE)
     start = scan.letter & ~scan.closing
-    block, link = mark == _BLOCK_MARK, mark == _LINK_MARK
+    block, link = (mark & _BLOCK_MARK) != 0, (mark & _LINK_MARK) != 0
     arr = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(arr == _GT)
     opening = (block | link) & start
