@@ -134,7 +134,9 @@ class HostTemplates:
         known = self._known.get(host)
         if known is not None:
             return known
-        sample = self._samples[host]
+        sample = self._samples.get(host)
+        if sample is None:  # the save that this page's sample started failed at once
+            raise BackendError(f"the template of {host} could not be saved")
         waiter: Deferred[HostTemplate] = Deferred()
         sample.waiters.append(waiter)
         self._held += 1
