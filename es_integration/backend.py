@@ -151,6 +151,7 @@ from scrapy_neardup.core.stored import (
     distinct_band_tokens,
     shared_counts,
 )
+from scrapy_neardup.errors import NearDupError
 
 from .candidates import band_query, candidate_query
 from .client import ConnectionSettings, EsError, connect_async, describe_error
@@ -325,7 +326,7 @@ class _Unchecked:
     doc_id: str  # the _id its check used: the pending document, if the check got that far
 
 
-class _Refused(Exception):
+class _Refused(NearDupError):
     """Pages a bulk request refused (a conflict, or HTTP 429 inside the response): another round reads them."""
 
 

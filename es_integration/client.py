@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapy_neardup.core.backend import BackendError
+from scrapy_neardup.errors import EsError
 
 from .engine import PROBE_HEADERS, engine_from_root, missing_opensearch_py
 
@@ -45,13 +45,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class EsError(BackendError, RuntimeError):
-    """A failure talking to Elasticsearch, with a message fit for a user (no traceback, no secrets).
-
-    A :class:`~scrapy_neardup.core.backend.BackendError`, so that the pipeline passes an item whose check
-    failed through unchecked."""
 
 
 @dataclass(frozen=True)

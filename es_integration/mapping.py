@@ -62,6 +62,7 @@ import numpy as np
 
 from scrapy_neardup.core.sketch import Sketch, content_change, parse_tag
 from scrapy_neardup.core.stored import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
+from scrapy_neardup.errors import TagMismatch
 
 from .client import EsError
 from .names import validate_index_name
@@ -269,10 +270,6 @@ def _create_arguments(shards: int | None, settings: dict[str, Any] | None) -> di
 
 def _mapping_conflict(index: str, exc: Any) -> EsError:
     return EsError(f"index {index} cannot take the near-duplicate fields: {_error_reason(exc)}")
-
-
-class TagMismatch(EsError):
-    """The index holds sketches made with other parameters (another tag) than the ones asked for."""
 
 
 def index_tags(client: Elasticsearch, index: str, *, limit: int = 10) -> list[str]:

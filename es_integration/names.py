@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from scrapy_neardup.errors import InvalidNameError
+
 __all__ = ["InvalidNameError", "validate_field_name", "validate_index_name"]
 
 _MAX_INDEX_BYTES = 255
@@ -20,10 +22,6 @@ _INDEX_FORBIDDEN = set('\\/*?"<>|,#: ') | {chr(c) for c in range(32)}
 _FIELD_SEGMENT = re.compile(r"[^\s*?\\\"'#,\x00-\x1f\x7f]+")
 #: The object holding this package's fields; user fields may not live inside it.
 RESERVED_FIELD_PREFIX = "neardup"
-
-
-class InvalidNameError(ValueError):
-    """An index or field name that must not reach Elasticsearch; the message says which rule it breaks."""
 
 
 def validate_index_name(name: str) -> str:

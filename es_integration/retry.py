@@ -21,13 +21,15 @@ from tenacity import (
     wait_exponential,
 )
 
+from scrapy_neardup.errors import NearDupError
+
 __all__ = ["RETRY_STATUSES", "ShardsUnavailable", "is_retryable", "retrying"]
 
 #: HTTP statuses worth retrying: too many requests, and a gateway or node briefly unavailable.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
-class ShardsUnavailable(Exception):
+class ShardsUnavailable(NearDupError):
     """An answer with HTTP 200 that covers no (or not every) copy of a shard, as during a primary failover:
     retried like a 503."""
 

@@ -21,6 +21,7 @@ from .core.index import Match, SketchIndex, StateError
 from .core.params import SketchParams
 from .core.sketch import IncompatibleSketches, Sketch, Sketcher, jaccard
 from .core.theory import choose_parameters, curve, flag_probability, min_shared_for
+from .errors import NearDupError
 
 if TYPE_CHECKING:
     from .crawl.addon import NearDuplicateAddon
@@ -31,6 +32,7 @@ __all__ = [
     "DedupeStats",
     "IncompatibleSketches",
     "Match",
+    "NearDupError",
     "NearDuplicateAddon",
     "NearDuplicatePipeline",
     "Sketch",

@@ -19,13 +19,9 @@ from typing import IO, Any
 
 from ..core.dedupe import skip_reason
 from ..core.mirrors import host_of
+from ..errors import InputError
 
 __all__ = ["InputError", "json_line", "open_input", "read_records", "record_host", "record_pages"]
-
-
-class InputError(ValueError):
-    """The input cannot be read (``cannot read PATH: reason``), or a line is not a JSON object (``line N: ...``);
-    the commands print the message as their one-line error."""
 
 
 @contextlib.contextmanager

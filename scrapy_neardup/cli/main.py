@@ -30,16 +30,13 @@ from ..core.theory import (
     midpoint,
     min_shared_for,
 )
+from ..errors import CommandError
 from .jsonl import InputError, json_line, open_input, read_records, record_host, record_pages
 from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
 _BATCH = 512
-
-
-class CommandError(Exception):
-    """A failure to report as ``neardup: error: ...`` with exit status 1."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from ..errors import BackendError
 from .index import Match
 
 if TYPE_CHECKING:
@@ -52,11 +53,6 @@ if TYPE_CHECKING:
     from .template import HostTemplate
 
 Outcome = Literal["kept", "duplicate", "revisit"]
-
-
-class BackendError(Exception):
-    """A backend could not decide a page (its store is unreachable, refused the request, or could not record
-    the page). The pipeline catches this type, and only this one, to pass the item through unchecked."""
 
 
 @dataclass(frozen=True, slots=True)

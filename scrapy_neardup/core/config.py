@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import NearDupSettingsError
 from .params import FIELDS, ParameterError, SketchParams
 from .shingles import SHINGLE_KINDS
 from .text import CONTENT_MODES, DEFAULT_CONTENT
@@ -23,10 +24,6 @@ class SettingsLike(Protocol):
     """What the readers need of a settings object: ``get(name)``, ``None`` when unset."""
 
     def get(self, name: str, default: Any = None) -> Any: ...
-
-
-class NearDupSettingsError(ValueError):
-    """A ``NEARDUP_*`` setting has a wrong value; the message names the setting and the value."""
 
 
 #: The setting behind each sketch parameter (see :class:`~scrapy_neardup.core.params.SketchParams`).

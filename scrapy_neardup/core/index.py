@@ -72,6 +72,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..errors import StateError
 from .sketch import Sketch, content_change, parse_tag
 from .storage import atomic_writer
 from .stored import StoredSignature, band_bounds, band_sums, shared_counts, stored_values
@@ -149,10 +150,6 @@ def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, i
                 f"when the crawl meets it), or keep it with NEARDUP_CONTENT={mode!r}")
     return (f"{path} was made with tag={saved[0]} num_perm={saved[1]} min_shared={saved[2]}, but this run uses "
             f"tag={used[0]} num_perm={used[1]} min_shared={used[2]}; use another state directory or reset it")
-
-
-class StateError(RuntimeError):
-    """A saved index cannot be used: damaged, truncated, of another format, or made with other parameters."""
 
 
 @dataclass(frozen=True, slots=True)

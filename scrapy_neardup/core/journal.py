@@ -45,8 +45,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..errors import JournalWriteError
 from . import records
-from .backend import BackendError
 from .index import SketchIndex, StateError, parameters_differ
 from .sketch import Sketch
 from .storage import write_atomically
@@ -63,11 +63,6 @@ DELETE = 2
 
 _HEADER = struct.Struct("<8sIII")  # magic, format, params length, crc32(params)
 _FINGERPRINT = struct.Struct("<Q")
-
-
-class JournalWriteError(StateError, BackendError):
-    """A record could not be appended (e.g. a full disk): the page is kept for this run but would be forgotten
-    after a crash. A :class:`BackendError`, so the pipeline passes the item through unchecked."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,10 @@ point renders it under its own names (``NEARDUP_NUM_PERM``, ``--num-perm``, ``nu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ParameterError
 from .shingles import SHINGLE_KINDS, ShingleKind
 from .text import CONTENT_MODES, DEFAULT_CONTENT, ContentMode
 from .theory import DEFAULT_THRESHOLD, min_shared_for
@@ -30,29 +30,6 @@ SEED_LIMIT = 1 << 64
 #: The fields, under the names the Python API uses.
 FIELDS = ("num_perm", "min_shared", "threshold", "shingle", "shingle_size", "seed", "content")
 _CORE_NAMES = {name: name for name in FIELDS}
-
-
-class ParameterError(ValueError):
-    """A sketch parameter has a wrong value.
-
-    Attributes:
-        field: which one (one of :data:`FIELDS`).
-        value: the value refused.
-        problem: what is wrong, a template in which ``{num_perm}`` etc. stand for the fields' names, so that
-            each entry point can name them its own way (see :meth:`render`).
-    """
-
-    def __init__(self, field: str, value: Any, problem: str) -> None:
-        self.field = field
-        self.value = value
-        self.problem = problem
-        super().__init__(self.render(_CORE_NAMES))
-
-    def render(self, names: Mapping[str, str], value: Any = None) -> str:
-        """``"<name>=<value> <problem>"`` with every field named through ``names`` (``value``: the raw value
-        as the user wrote it, e.g. the string of ``-s NAME=value``; default the value refused)."""
-        shown = self.value if value is None else value
-        return f"{names[self.field]}={shown!r} " + self.problem.format_map(names)
 
 
 def check_num_perm(num_perm: Any) -> int:

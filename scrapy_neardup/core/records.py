@@ -16,14 +16,12 @@ import struct
 import zlib
 from typing import IO
 
+from ..errors import DamagedRecord
+
 _RECORD = struct.Struct("<III")  # payload size, crc32(size), crc32(payload)
 _SIZE = struct.Struct("<I")
 #: Bytes a record adds to its payload.
 OVERHEAD = _RECORD.size
-
-
-class DamagedRecord(ValueError):
-    """A record failed a check and is not the last one: the file is damaged (the message says how)."""
 
 
 def frame(payload: bytes) -> bytes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import mmh3
 import numpy as np
 
+from ..errors import IncompatibleSketches
 from .blocks import own_text, own_words, split_blocks, split_blocks_many
 from .minhash import OnePermutationHasher
 from .params import (
@@ -53,10 +54,6 @@ __all__ = [
 _BATCH_CHARS = 1 << 20
 
 Content = str | bytes | bytearray | memoryview
-
-
-class IncompatibleSketches(ValueError):
-    """Raised when sketches made with different parameters (different tags) are compared."""
 
 
 @dataclass(frozen=True, eq=False)

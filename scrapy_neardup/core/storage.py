@@ -18,16 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from ..errors import DirectoryLocked
+
 try:  # POSIX only; elsewhere directories are not locked.
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
-
-
-class DirectoryLocked(OSError):
-    """Another process holds the lock of the directory."""
 
 
 @contextlib.contextmanager

@@ -31,6 +31,8 @@ from typing import Any
 import mmh3
 import numpy as np
 
+from ..errors import TemplateFormatError
+
 #: A block found on at least this share of a host's sampled pages is template.
 TEMPLATE_SHARE = 0.3
 #: ... and on at least this many of them.
@@ -46,10 +48,6 @@ BATCH_SAMPLE = 2000
 
 _HEADER = struct.Struct("<4sII")
 _MAGIC = b"NDT1"
-
-
-class TemplateFormatError(ValueError):
-    """Bytes that are not a host template written by :meth:`HostTemplate.to_bytes`."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -27,8 +27,8 @@ import zlib
 from pathlib import Path
 from typing import IO
 
+from ..errors import TemplateWriteError
 from . import records
-from .backend import BackendError
 from .index import StateError
 from .storage import write_atomically
 from .template import HostTemplate, TemplateFormatError
@@ -39,11 +39,6 @@ TEMPLATE_LOG_MAGIC = b"NDUPTMPL"
 TEMPLATE_LOG_FORMAT = 1
 _HEADER = struct.Struct("<8sIII")  # magic, format, params length, crc32(params)
 _HOST = struct.Struct("<H")
-
-
-class TemplateWriteError(StateError, BackendError):
-    """A template could not be appended (e.g. a full disk). A :class:`BackendError`: the pages waiting for it pass
-    through unchecked, and the host's template is learned again."""
 
 
 class TemplateLog:

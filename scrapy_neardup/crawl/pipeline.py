@@ -46,6 +46,7 @@ from ..core.index import Match
 from ..core.mirrors import host_of
 from ..core.text import looks_binary
 from ..core.theory import describe_rule
+from ..errors import MarkFieldError, NearDupError
 from .batcher import CheckBatcher
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
@@ -82,7 +83,7 @@ TEXT_FIELD_PROBE = 20
 NO_URL_PREFIX = "no-url:"
 
 
-class NearDuplicateDropped(DropItem):
+class NearDuplicateDropped(DropItem, NearDupError):
     """An item dropped because its page near-duplicates a page kept earlier.
 
     Raised with ``log_level="DEBUG"``; Scrapy counts it as
@@ -100,7 +101,7 @@ class NearDuplicateDropped(DropItem):
         self.match = match
 
 
-class RevisitDropped(DropItem):
+class RevisitDropped(DropItem, NearDupError):
     """An item dropped because its page was seen before under the same key with the same content
     (``NEARDUP_REVISIT = "drop_unchanged"``: incremental crawls that want only new and changed pages).
 
@@ -113,14 +114,6 @@ class RevisitDropped(DropItem):
     def __init__(self, url: str) -> None:
         super().__init__(f"unchanged revisit of {url}", log_level="DEBUG")
         self.url = url
-
-
-class MarkFieldError(NearDupSettingsError):
-    """``NEARDUP_ACTION='mark'`` but the item class does not declare ``NEARDUP_MARK_FIELD``.
-
-    Not raised through Scrapy (that would lose the item): the pipeline logs its message, passes such items
-    through unmarked (``neardup/mark_field_missing``), stops the crawl and makes its exit status non-zero
-    (:mod:`scrapy_neardup.crawl.exit_status`). Raised by :meth:`NearDuplicatePipeline.check_mark_field`."""
 
 
 class NearDuplicatePipeline:

@@ -52,6 +52,7 @@ from twisted.internet.protocol import ProcessProtocol
 from ..core.sketch import Content, Sketch, Sketcher
 from ..core.template import HostTemplate
 from ..core.text import looks_binary
+from ..errors import BinaryContent, SketchWorkerError
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -70,14 +71,6 @@ _NO_BLOCKS = 0xFFFFFFFF
 _READ_SIZE = 1 << 20
 # Seconds the parent waits for the child to exit after closing its stdin, before killing it.
 _EXIT_GRACE = 5.0
-
-
-class SketchWorkerError(RuntimeError):
-    """The sketch worker process died, could not start, or answered something unreadable."""
-
-
-class BinaryContent(ValueError):
-    """The content is binary data (a PDF, an image...), not text: it is not sketched."""
 
 
 def sketcher_parameters(sketcher: Sketcher) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from twisted.internet.defer import Deferred
 
 from ..core.mirrors import host_of
 from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_path, url_words
+from ..errors import NearDupError
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature
 from .settings import NearDupSettings
@@ -66,7 +67,7 @@ PROBE_META = "neardup_soft404_probe"
 _TIMED_OUT = object()
 
 
-class Soft404Dropped(DropItem):
+class Soft404Dropped(DropItem, NearDupError):
     """An item dropped because its page near-duplicates its host's soft-404 template.
 
     No kept page is named: the template is what the host answers for a URL that cannot exist
