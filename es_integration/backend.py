@@ -141,7 +141,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrapy_neardup.core.backend import Backend, BackendError, Decision
-from scrapy_neardup.core.index import Match, best_first
+from scrapy_neardup.core.match import Match, best_first
 from scrapy_neardup.core.params import check_min_shared
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 from scrapy_neardup.core.stored import (

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from scrapy_neardup.core.index import Match, best_first
+from scrapy_neardup.core.match import Match, best_first
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import StoredSignature, band_layout, decode_many, shared_counts
 

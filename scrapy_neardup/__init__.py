@@ -17,17 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 from .core.clustering import UnionFind, broder_clusters
 from .core.dedupe import Deduper, DedupeStats, Verdict
-from .core.index import Match, SketchIndex, StateError
+from .core.index import SketchIndex
+from .core.match import Decision, Match
 from .core.params import SketchParams
 from .core.sketch import IncompatibleSketches, Sketch, Sketcher, jaccard
 from .core.theory import choose_parameters, curve, flag_probability, min_shared_for
-from .errors import NearDupError
+from .errors import NearDupError, StateError
 
 if TYPE_CHECKING:
     from .crawl.addon import NearDuplicateAddon
     from .crawl.pipeline import NearDuplicatePipeline
 
 __all__ = [
+    "Decision",
     "Deduper",
     "DedupeStats",
     "IncompatibleSketches",

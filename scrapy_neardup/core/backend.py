@@ -37,11 +37,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import BackendError
-from .index import Match
+from .match import Decision, Match, Outcome
 
 if TYPE_CHECKING:
     from typing import Self
@@ -51,50 +50,6 @@ if TYPE_CHECKING:
     from .params import SketchParams
     from .sketch import Sketch
     from .template import HostTemplate
-
-Outcome = Literal["kept", "duplicate", "revisit"]
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What a backend decided for one page.
-
-    Attributes:
-        outcome: ``"kept"`` (stored under its key; later near-duplicates name it), ``"duplicate"`` (shares
-            ``>= t`` of ``k`` positions with ``match``, a kept page; nothing stored) or ``"revisit"`` (its key
-            was stored before: a refetch of a kept page, never a copy of itself).
-        match: the kept page a duplicate names (``None`` otherwise).
-        changed: for a revisit, whether the content differs from the stored version.
-    """
-
-    outcome: Outcome
-    match: Match | None = None
-    changed: bool = False
-
-    @classmethod
-    def kept(cls) -> Decision:
-        return _KEPT
-
-    @classmethod
-    def duplicate(cls, match: Match) -> Decision:
-        return cls("duplicate", match)
-
-    @classmethod
-    def revisit(cls, changed: bool) -> Decision:
-        return cls("revisit", None, changed)
-
-    @classmethod
-    def of(cls, match: Match | None) -> Decision:
-        """The decision a :meth:`Backend.check_and_add` answer stands for: kept when ``None``."""
-        return _KEPT if match is None else cls("duplicate", match)
-
-    @property
-    def is_duplicate(self) -> bool:
-        return self.outcome == "duplicate"
-
-
-_KEPT = Decision("kept")
-
 
 class Backend(ABC):
     """A store of kept sketches, as the pipeline uses it.

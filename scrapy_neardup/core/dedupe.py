@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .index import Match, SketchIndex
+from .index import SketchIndex
+from .match import Match
 from .sketch import Sketch, Sketcher
 from .text import looks_binary
 from .theory import DEFAULT_THRESHOLD, min_shared_for

@@ -61,10 +61,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import StateError
 from .backend import Backend, Decision
 from .config import job_state_dir, read_bool, read_str
-from .index import Match, SketchIndex, StateError
+from .index import SketchIndex
 from .journal import Journal
+from .match import Match
 from .storage import DirectoryLocked, lock_directory
 from .template_log import TemplateLog
 
@@ -185,16 +187,14 @@ class EmbeddedBackend(Backend):
         Raises:
             JournalWriteError: the change holds for this run but could not be journaled.
         """
-        checked = self.index.check_key(key, sketch)
+        decision = self.index.check_key(key, sketch)
         journal = self.journal if self.journal is not None and self.journal.is_open else None
-        if checked.kind == "duplicate":
-            assert checked.match is not None
-            if checked.removed and journal is not None:
+        if journal is not None:
+            if decision.removed:
                 journal.append_delete(key)
-            return Decision.duplicate(checked.match)
-        if journal is not None and (checked.kind == "kept" or checked.changed):
-            journal.append(key, sketch)
-        return Decision.kept() if checked.kind == "kept" else Decision.revisit(checked.changed)
+            elif decision.outcome == "kept" or decision.changed:
+                journal.append(key, sketch)
+        return decision
 
     async def load_template(self, host: str) -> HostTemplate | None:
         return self.templates.get(host)

@@ -66,13 +66,13 @@ import logging
 import os
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from ..errors import StateError
+from .match import Decision, Match, best_first
 from .sketch import Sketch, content_change, parse_tag
 from .storage import atomic_writer
 from .stored import StoredSignature, band_bounds, band_sums, shared_counts, stored_values
@@ -119,28 +119,6 @@ _REBUILD_CHUNK = 1 << 16
 _RECENT_KEYS = 1 << 15
 
 
-Kind = Literal["kept", "duplicate", "revisit"]
-
-
-@dataclass(frozen=True, slots=True)
-class Checked:
-    """What :meth:`SketchIndex.check_key` did with a page.
-
-    Attributes:
-        kind: ``"kept"`` (a new key, stored), ``"duplicate"`` (``match`` names the kept page it
-            near-duplicates; nothing stored) or ``"revisit"`` (the key was stored and its best match is its
-            own stored version, or it matches nothing any more).
-        match: the kept page a duplicate names.
-        changed: a revisit whose content differs from the stored version (which was replaced).
-        removed: a duplicate whose key was stored: its stale entry was removed.
-    """
-
-    kind: Kind
-    match: Match | None = None
-    changed: bool = False
-    removed: bool = False
-
-
 def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, int, int]) -> str:
     """The one line refusing a saved store (index or journal) made with other parameters, naming what to do."""
     change = content_change(str(saved[0]), used[0]) if saved[1:] == used[1:] else None
@@ -150,39 +128,6 @@ def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, i
                 f"when the crawl meets it), or keep it with NEARDUP_CONTENT={mode!r}")
     return (f"{path} was made with tag={saved[0]} num_perm={saved[1]} min_shared={saved[2]}, but this run uses "
             f"tag={used[0]} num_perm={used[1]} min_shared={used[2]}; use another state directory or reset it")
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    """A kept page that a query sketch near-duplicates.
-
-    Attributes:
-        key: the kept page's key (URL or id) as given to :meth:`SketchIndex.add`.
-        shared: positions where the signatures agree (>= t).
-        resemblance: ``shared / k``, the estimated resemblance.
-        exact: the normalized texts are identical (equal 64-bit fingerprints).
-    """
-
-    key: str
-    shared: int
-    resemblance: float
-    exact: bool
-
-
-def best_first(
-    exact: np.ndarray | list[bool], shared: np.ndarray | list[int], order: np.ndarray | list[float],
-    keys: np.ndarray | list[str] | None = None,
-) -> np.ndarray:
-    """The one ranking of matches: indices of the matches, best first.
-
-    Exact duplicates (equal fingerprints) first, then most shared positions, then the earliest kept (smallest
-    ``order``: insertion number, ``neardup.seq`` or ``_seq_no``), then the smallest key. Used by the embedded
-    index, the Elasticsearch candidate queries and the crawler backend, so all pick the same best match.
-    """
-    columns: list[np.ndarray] = [] if keys is None else [np.asarray(keys)]
-    columns += [np.asarray(order, dtype=np.float64), -np.asarray(shared, dtype=np.int64),
-                ~np.asarray(exact, dtype=bool)]
-    return np.lexsort(columns)
 
 
 class SketchIndex:
@@ -350,7 +295,7 @@ class SketchIndex:
         self.remove(doc)
         return True
 
-    def check_key(self, key: str, sketch: Sketch) -> Checked:
+    def check_key(self, key: str, sketch: Sketch) -> Decision:
         """The recrawl rule: a page seen again under its key is a revisit, never a copy of itself.
 
         * ``key`` not stored: as :meth:`check_and_add` (a duplicate of its best match, else kept).
@@ -369,17 +314,17 @@ class SketchIndex:
         best = self._best_doc(values, candidates, sketch.fingerprint, own) if candidates else None
         if own is None:
             if best is not None:
-                return Checked("duplicate", self._match(best[0], best[1], sketch.fingerprint))
+                return Decision.duplicate(self._match(best[0], best[1], sketch.fingerprint))
             self._insert(key, values, keys, band_keys, sketch.fingerprint)
-            return Checked("kept")
+            return Decision.kept()
         if best is not None and best[0] != own:
             self.remove(own)
-            return Checked("duplicate", self._match(best[0], best[1], sketch.fingerprint), removed=True)
+            return Decision.duplicate(self._match(best[0], best[1], sketch.fingerprint), removed=True)
         if int(self._fingerprints[own]) == sketch.fingerprint:
-            return Checked("revisit")
+            return Decision.revisit(False)
         self.remove(own)
         self._insert(key, values, keys, band_keys, sketch.fingerprint)
-        return Checked("revisit", changed=True)
+        return Decision.revisit(True)
 
     def compact(self) -> None:
         """Drop the removed pages, renumbering the live ones in order (rebuilds the band runs: one sort)."""

@@ -45,9 +45,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..errors import JournalWriteError
+from ..errors import JournalWriteError, StateError
 from . import records
-from .index import SketchIndex, StateError, parameters_differ
+from .index import SketchIndex, parameters_differ
 from .sketch import Sketch
 from .storage import write_atomically
 from .stored import StoredSignature, stored_values

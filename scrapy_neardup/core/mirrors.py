@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .index import StateError
+from ..errors import StateError
 from .storage import write_atomically
 
 #: File of the mirror table in the state directory, next to the index.

@@ -27,9 +27,8 @@ import zlib
 from pathlib import Path
 from typing import IO
 
-from ..errors import TemplateWriteError
+from ..errors import StateError, TemplateWriteError
 from . import records
-from .index import StateError
 from .storage import write_atomically
 from .template import HostTemplate, TemplateFormatError
 

@@ -42,7 +42,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 
 from ..core.backend import Backend, BackendError, Decision
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
-from ..core.index import Match
+from ..core.match import Match
 from ..core.mirrors import host_of
 from ..core.text import looks_binary
 from ..core.theory import describe_rule

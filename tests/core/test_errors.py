@@ -6,8 +6,9 @@ import importlib
 import inspect
 import pkgutil
 
-import es_integration
 import pytest
+
+import es_integration
 import scrapy_neardup
 from scrapy_neardup import NearDupError
 from scrapy_neardup.errors import BackendError, EsError, ParameterError, StateError

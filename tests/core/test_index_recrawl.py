@@ -48,39 +48,39 @@ def new_index() -> SketchIndex:
 
 def test_the_recrawl_rule() -> None:
     index = new_index()
-    assert index.check_key("a", sketch(1)).kind == "kept"
-    assert index.check_key("b", sketch(2)).kind == "kept"
+    assert index.check_key("a", sketch(1)).outcome == "kept"
+    assert index.check_key("b", sketch(2)).outcome == "kept"
     copy = index.check_key("c", sketch(1, edits=1))
-    assert copy.kind == "duplicate" and copy.match is not None and copy.match.key == "a" and not copy.removed
+    assert copy.outcome == "duplicate" and copy.match is not None and copy.match.key == "a" and not copy.removed
     # Seen again, unchanged: a revisit, never a duplicate of itself; nothing stored twice.
     again = index.check_key("a", sketch(1))
-    assert (again.kind, again.changed, len(index)) == ("revisit", False, 2)
+    assert (again.outcome, again.changed, len(index)) == ("revisit", False, 2)
     # Lightly edited: its own version is its best match; replaced.
     edited = index.check_key("a", sketch(1, edits=2))
-    assert (edited.kind, edited.changed, len(index)) == ("revisit", True, 2)
+    assert (edited.outcome, edited.changed, len(index)) == ("revisit", True, 2)
     doc = index.find("a")
     assert doc is not None and int(index._fingerprints[doc]) == sketch(1, edits=2).fingerprint
     # Completely new content: a changed revisit too.
     rewritten = index.check_key("a", sketch(3))
-    assert (rewritten.kind, rewritten.changed, len(index)) == ("revisit", True, 2)
+    assert (rewritten.outcome, rewritten.changed, len(index)) == ("revisit", True, 2)
     assert index.best_match(sketch(1)) is None  # the old content is gone: its copies are judged afresh
     # Turned into a copy of b: dropped naming b, its stale entry removed.
     turned = index.check_key("a", sketch(2, edits=1))
-    assert turned.kind == "duplicate" and turned.removed and turned.match is not None and turned.match.key == "b"
+    assert turned.outcome == "duplicate" and turned.removed and turned.match is not None and turned.match.key == "b"
     assert index.find("a") is None and len(index) == 1
     assert index.best_match(sketch(3)) is None
     # Seen again with its old content: a new key as far as the store knows, kept.
-    assert index.check_key("a", sketch(1)).kind == "kept"
+    assert index.check_key("a", sketch(1)).outcome == "kept"
 
 
 def test_same_key_with_own_version_and_another_page_matching_equally_is_a_revisit() -> None:
     base = article_words(50, 300)
     index = new_index()
-    assert index.check_key("a", SKETCHER.sketch(" ".join(base))).kind == "kept"
+    assert index.check_key("a", SKETCHER.sketch(" ".join(base))).outcome == "kept"
     # The same content under another key is a duplicate; the key's own version wins a tie.
     dup = index.check_key("b", SKETCHER.sketch(" ".join(base)))
-    assert dup.kind == "duplicate"
-    assert index.check_key("a", SKETCHER.sketch(" ".join(base))).kind == "revisit"
+    assert dup.outcome == "duplicate"
+    assert index.check_key("a", SKETCHER.sketch(" ".join(base))).outcome == "revisit"
 
 
 def test_replacements_and_removals_are_compacted_on_save(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_replacements_and_removals_are_compacted_on_save(tmp_path: Path) -> None
     sizes = []
     for crawl in range(5):
         for i in range(50):  # every page changed every crawl
-            assert index.check_key(f"k{i}", sketch(100 + i, edits=1 + crawl % 3)).kind == "revisit"
+            assert index.check_key(f"k{i}", sketch(100 + i, edits=1 + crawl % 3)).outcome == "revisit"
         index.save(tmp_path / "x.bin")
         sizes.append((tmp_path / "x.bin").stat().st_size)
         index = SketchIndex.load(tmp_path / "x.bin", K, T, SKETCHER.tag)
