@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from scrapy_neardup.core.clustering import cluster_labels
-from scrapy_neardup.core.sketch import parse_tag
+from scrapy_neardup.core.params import parse_tag
 from scrapy_neardup.core.stored import band_layout, decode_many, distinct_band_pairs, pair_tokens, stored_bands
 
 from .band_filter import BandFilter, BandFilterStore

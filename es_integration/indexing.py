@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrapy_neardup.core.mirrors import host_of
-from scrapy_neardup.core.sketch import Sketcher, parse_tag
+from scrapy_neardup.core.params import parse_tag
+from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.stored import StoredSignature, values_from_token_lists
 from scrapy_neardup.core.template import HostTemplate, learn_hosts
 

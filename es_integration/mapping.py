@@ -60,7 +60,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.sketch import Sketch, content_change, parse_tag
+from scrapy_neardup.core.params import content_change, parse_tag
+from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
 from scrapy_neardup.errors import TagMismatch
 

@@ -73,7 +73,8 @@ import numpy as np
 
 from ..errors import StateError
 from .match import Decision, Match, best_first
-from .sketch import Sketch, content_change, parse_tag
+from .params import content_change, parse_tag
+from .sketch import Sketch
 from .storage import atomic_writer
 from .stored import StoredSignature, band_bounds, band_sums, shared_counts, stored_values
 

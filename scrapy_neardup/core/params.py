@@ -9,6 +9,7 @@ point renders it under its own names (``NEARDUP_NUM_PERM``, ``--num-perm``, ``nu
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,15 @@ from ..errors import ParameterError
 from .shingles import SHINGLE_KINDS, ShingleKind
 from .text import CONTENT_MODES, DEFAULT_CONTENT, ContentMode
 from .theory import DEFAULT_THRESHOLD, min_shared_for
+
+#: Version of the hash scheme (HTML extraction, normalization, shingle hashing, MinHash); part of every tag.
+#: 3: HTML text extracted by lexbor, every element boundary a word separator (2: lxml, block elements only).
+#: 4: ``"auto"`` content (the page's own text, template and link lists out: :mod:`scrapy_neardup.core.blocks`), and
+#: ``"main"`` content read once where the main element matched twice (``<main role="main">``).
+SCHEME_VERSION = 4
+#: ``"body"`` sketches have not changed since scheme 3, which their tags keep: stores and indices of earlier
+#: versions stay usable in that mode.
+BODY_SCHEME_VERSION = 3
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a
 #: thousand positions the candidate queries of Elasticsearch grow past its clause limits.
@@ -160,24 +170,103 @@ class SketchParams:
 
     @property
     def tag(self) -> str:
-        """The tag sketches made with these parameters carry (:func:`~scrapy_neardup.core.sketch.make_tag`)."""
-        from .sketch import make_tag
-
+        """The tag sketches made with these parameters carry (:func:`make_tag`); read back by :meth:`from_tag`."""
         return make_tag(self.num_perm, self.shingle, self.width, self.seed, self.content)
+
+    @classmethod
+    def from_tag(cls, tag: str, min_shared: int | None = None, threshold: float | None = None) -> SketchParams:
+        """The parameters a tag names, with ``t`` from ``min_shared`` or ``threshold`` (default 0.9) as in
+        :meth:`create`.
+
+        Raises:
+            ValueError: not a sketch parameter tag (:func:`parse_tag`).
+            ParameterError: ``t`` does not suit the tag's ``k``.
+        """
+        parts = parse_tag(tag)
+        shingle: ShingleKind = "char" if parts.shingle == "char" else "word"
+        return cls.create(num_perm=parts.num_perm, threshold=threshold, min_shared=min_shared, shingle=shingle,
+                          shingle_size=parts.width, seed=parts.seed, content=check_content(parts.content))
+
+
+def make_tag(num_perm: int, shingle: str, width: int, seed: int, content: ContentMode = "auto") -> str:
+    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``, plus ``-auto`` or ``-main`` for the
+    content modes that do not sketch the whole body (``"body"`` adds nothing, so its tags read as in earlier
+    versions, whose stores and indices it can still use: :data:`BODY_SCHEME_VERSION`). Sketches of different
+    modes never compare. Read back by :func:`parse_tag`; :attr:`SketchParams.tag` gives it for a set of parameters."""
+    suffix = "" if content == "body" else f"-{content}"
+    scheme = BODY_SCHEME_VERSION if content == "body" else SCHEME_VERSION
+    return f"mh{scheme}-k{num_perm}-{shingle}{width}-s{seed}{suffix}"
+
+
+@dataclass(frozen=True)
+class TagParts:
+    """The parameters a tag names (see :func:`make_tag`)."""
+
+    scheme: int
+    num_perm: int
+    shingle: str
+    width: int
+    seed: int
+    content: str = "body"
+
+
+_TAG = re.compile(r"mh(\d+)-k(\d+)-(word|char)(\d+)-s(\d+)(?:-(main|auto))?")
+
+
+def parse_tag(tag: str) -> TagParts:
+    """The parameters of a tag made by :func:`make_tag`.
+
+    Raises:
+        ValueError: not a sketch parameter tag.
+    """
+    match = _TAG.fullmatch(tag)
+    if match is None:
+        raise ValueError(
+            f"not a sketch parameter tag (mh<scheme>-k<k>-<word|char><width>-s<seed>[-main|-auto]): {tag!r}"
+        )
+    scheme, num_perm, shingle, width, seed, content = match.groups()
+    return TagParts(int(scheme), int(num_perm), shingle, int(width), int(seed), content or "body")
+
+
+_CONTENT_WORDS = {"body": "each page's whole body", "main": "the main content each page marks",
+                  "auto": "each page's own text"}
+
+
+def content_change(saved: str, tag: str) -> str | None:
+    """When sketches tagged ``saved`` and ``tag`` differ only in what of a page they read (the content mode, and
+    with it the scheme): a sentence saying so, for the one-line refusal of a store or index made in another mode
+    (e.g. by an earlier version, whose default read the whole body). ``None`` when other parameters differ too."""
+    try:
+        old, new = parse_tag(saved), parse_tag(tag)
+    except ValueError:
+        return None
+    if (old.num_perm, old.shingle, old.width, old.seed) != (new.num_perm, new.shingle, new.width, new.seed):
+        return None
+    if old.content == new.content:
+        return None
+    default = ", the default of earlier versions" if old.content == "body" and old.scheme < SCHEME_VERSION else ""
+    return (f"its sketches read {_CONTENT_WORDS[old.content]} ({saved}{default}), this run's read "
+            f"{_CONTENT_WORDS[new.content]} ({tag}): they never compare")
 
 
 __all__ = [
+    "BODY_SCHEME_VERSION",
     "DEFAULT_NUM_PERM",
     "DEFAULT_SEED",
     "DEFAULT_WIDTH",
     "FIELDS",
     "MAX_NUM_PERM",
     "ParameterError",
+    "SCHEME_VERSION",
     "SketchParams",
+    "TagParts",
     "check_min_shared",
     "check_num_perm",
     "check_content",
     "check_seed",
     "check_shingling",
     "check_threshold",
+    "content_change",
+    "make_tag",
+    "parse_tag",
 ]

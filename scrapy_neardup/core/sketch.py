@@ -7,7 +7,6 @@ shingling, seed and hash scheme); comparing across tags raises :class:`Incompati
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,38 +16,40 @@ import numpy as np
 from ..errors import IncompatibleSketches
 from .blocks import own_text, own_words, split_blocks, split_blocks_many
 from .minhash import OnePermutationHasher
-from .params import (
+from .params import (  # the tag codec is re-exported: it was defined here in earlier versions
+    BODY_SCHEME_VERSION,
     DEFAULT_NUM_PERM,
     DEFAULT_SEED,
+    SCHEME_VERSION,
     SketchParams,
+    TagParts,
     check_content,
     check_num_perm,
     check_seed,
     check_shingling,
+    content_change,
+    make_tag,
+    parse_tag,
 )
 from .shingles import ShingleKind, shingle_hashes, window_hashes
 from .text import DEFAULT_MAX_CHARS, CleanText, ContentMode, clean_text
 
-#: Version of the hash scheme (HTML extraction, normalization, shingle hashing, MinHash); part of every tag.
-#: 3: HTML text extracted by lexbor, every element boundary a word separator (2: lxml, block elements only).
-#: 4: ``"auto"`` content (the page's own text, template and link lists out: :mod:`scrapy_neardup.core.blocks`), and
-#: ``"main"`` content read once where the main element matched twice (``<main role="main">``).
-SCHEME_VERSION = 4
-#: ``"body"`` sketches have not changed since scheme 3, which their tags keep: stores and indices of earlier
-#: versions stay usable in that mode.
-BODY_SCHEME_VERSION = 3
-
 __all__ = [
+    "BODY_SCHEME_VERSION",
     "DEFAULT_NUM_PERM",  # re-exported: the default k belongs with the Sketcher's other defaults for readers
     "DEFAULT_SEED",
     "Content",
     "IncompatibleSketches",
+    "SCHEME_VERSION",
     "Sketch",
     "Sketcher",
+    "TagParts",
     "check_compatible",
+    "content_change",
     "fingerprint",
     "jaccard",
     "make_tag",
+    "parse_tag",
 ]
 # Texts are shingled in groups of about this many characters: bounded temporary arrays.
 _BATCH_CHARS = 1 << 20
@@ -117,67 +118,6 @@ def check_compatible(a: Sketch, b: Sketch) -> None:
         raise IncompatibleSketches(
             f"sketches made with different parameters cannot be compared: {a.tag!r} vs {b.tag!r}"
         )
-
-
-def make_tag(num_perm: int, shingle: str, width: int, seed: int, content: ContentMode = "auto") -> str:
-    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``, plus ``-auto`` or ``-main`` for the
-    content modes that do not sketch the whole body (``"body"`` adds nothing, so its tags read as in earlier
-    versions, whose stores and indices it can still use: :data:`BODY_SCHEME_VERSION`). Sketches of different
-    modes never compare. Read back by :func:`parse_tag`."""
-    suffix = "" if content == "body" else f"-{content}"
-    scheme = BODY_SCHEME_VERSION if content == "body" else SCHEME_VERSION
-    return f"mh{scheme}-k{num_perm}-{shingle}{width}-s{seed}{suffix}"
-
-
-@dataclass(frozen=True)
-class TagParts:
-    """The parameters a tag names (see :func:`make_tag`)."""
-
-    scheme: int
-    num_perm: int
-    shingle: str
-    width: int
-    seed: int
-    content: str = "body"
-
-
-_TAG = re.compile(r"mh(\d+)-k(\d+)-(word|char)(\d+)-s(\d+)(?:-(main|auto))?")
-
-
-def parse_tag(tag: str) -> TagParts:
-    """The parameters of a tag made by :func:`make_tag`.
-
-    Raises:
-        ValueError: not a sketch parameter tag.
-    """
-    match = _TAG.fullmatch(tag)
-    if match is None:
-        raise ValueError(
-            f"not a sketch parameter tag (mh<scheme>-k<k>-<word|char><width>-s<seed>[-main|-auto]): {tag!r}"
-        )
-    scheme, num_perm, shingle, width, seed, content = match.groups()
-    return TagParts(int(scheme), int(num_perm), shingle, int(width), int(seed), content or "body")
-
-
-_CONTENT_WORDS = {"body": "each page's whole body", "main": "the main content each page marks",
-                  "auto": "each page's own text"}
-
-
-def content_change(saved: str, tag: str) -> str | None:
-    """When sketches tagged ``saved`` and ``tag`` differ only in what of a page they read (the content mode, and
-    with it the scheme): a sentence saying so, for the one-line refusal of a store or index made in another mode
-    (e.g. by an earlier version, whose default read the whole body). ``None`` when other parameters differ too."""
-    try:
-        old, new = parse_tag(saved), parse_tag(tag)
-    except ValueError:
-        return None
-    if (old.num_perm, old.shingle, old.width, old.seed) != (new.num_perm, new.shingle, new.width, new.seed):
-        return None
-    if old.content == new.content:
-        return None
-    default = ", the default of earlier versions" if old.content == "body" and old.scheme < SCHEME_VERSION else ""
-    return (f"its sketches read {_CONTENT_WORDS[old.content]} ({saved}{default}), this run's read "
-            f"{_CONTENT_WORDS[new.content]} ({tag}): they never compare")
 
 
 class Sketcher:

@@ -55,3 +55,15 @@ def test_default_batch_call_loops_over_check_and_add() -> None:
     assert [d.outcome for d in decisions] == ["kept", "duplicate", "kept"]
     assert decisions[1].match is not None and decisions[1].match.key == "a" and decisions[1].is_duplicate
     assert Decision.of(None) == Decision.kept() and Decision.revisit(changed=True).changed
+
+
+@pytest.mark.parametrize("options", [{}, {"content": "body"}, {"content": "main", "num_perm": 64, "seed": 7},
+                                     {"shingle": "char", "shingle_size": 7, "content": "auto"}])
+def test_the_tag_names_the_parameters_and_reads_back(options: dict) -> None:
+    params = SketchParams.create(**options)
+    assert params.tag == Sketcher(**options).tag
+    again = SketchParams.from_tag(params.tag, min_shared=params.min_shared)
+    assert (again.tag, again.num_perm, again.min_shared, again.width, again.seed, again.content) == (
+        params.tag, params.num_perm, params.min_shared, params.width, params.seed, params.content)
+    with pytest.raises(ValueError, match="not a sketch parameter tag"):
+        SketchParams.from_tag(params.tag + "-x")
