@@ -44,7 +44,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from .client import ConnectionSettings
+    from .connection import ConnectionSettings
 
 __all__ = [
     "ELASTICSEARCH",
