@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scrapy_neardup import Sketch  # noqa: E402
-from scrapy_neardup.core.embedded import STATE_FILE, EmbeddedBackend  # noqa: E402
 from scrapy_neardup.core.theory import min_shared_for  # noqa: E402
+from scrapy_neardup.store.embedded import STATE_FILE, EmbeddedBackend  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 K = 128

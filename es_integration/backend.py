@@ -95,7 +95,7 @@ Errors
 Requests failing with a connection error, a timeout, or HTTP 429/502/503/504 are retried up to ``retries``
 times with exponential backoff (0.1 s, 0.2 s, ...; the policy of :mod:`es_integration.retry`); then, or at
 once for any other failure (wrong credentials, missing privileges, bad index),
-:class:`~es_integration.client.EsError` (a :class:`~scrapy_neardup.core.backend.BackendError`) is raised with
+:class:`~es_integration.client.EsError` (a :class:`~scrapy_neardup.store.backend.BackendError`) is raised with
 a one-line message holding no secret. ``errors`` counts failed requests, ``retried`` the retries
 (``neardup/backend_retries`` in the crawl's stats).
 
@@ -140,7 +140,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.backend import Backend, BackendError, Decision
 from scrapy_neardup.core.match import Match, best_first
 from scrapy_neardup.core.params import check_min_shared
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
@@ -152,6 +151,7 @@ from scrapy_neardup.core.stored import (
     shared_counts,
 )
 from scrapy_neardup.errors import NearDupError
+from scrapy_neardup.store.backend import Backend, BackendError, Decision
 
 from .candidates import band_query, candidate_query
 from .client import ConnectionSettings, EsError, connect_async, describe_error
@@ -187,10 +187,10 @@ if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
     from tenacity import RetryCallState
 
-    from scrapy_neardup.core.config import SettingsLike
     from scrapy_neardup.core.mirrors import HostStore
     from scrapy_neardup.core.params import SketchParams
     from scrapy_neardup.core.template import HostTemplate
+    from scrapy_neardup.store.config import SettingsLike
 
 __all__ = ["ElasticsearchBackend"]
 
@@ -331,7 +331,7 @@ class _Refused(NearDupError):
 
 
 class ElasticsearchBackend(Backend):
-    """A :class:`~scrapy_neardup.core.backend.Backend` storing kept sketches in an Elasticsearch index.
+    """A :class:`~scrapy_neardup.store.backend.Backend` storing kept sketches in an Elasticsearch index.
 
     Args:
         url: ``http(s)://host:port``.

@@ -2,8 +2,8 @@
 
 ``ElasticsearchBackend.from_settings`` calls :meth:`ElasticsearchSettings.from_settings` when the crawler is
 built, so a wrong value stops the crawl before any request with one
-:class:`~scrapy_neardup.core.config.NearDupSettingsError` line naming the setting. The readers are the core's
-(:mod:`scrapy_neardup.core.config`), shared with the Scrapy layer.
+:class:`~scrapy_neardup.store.config.NearDupSettingsError` line naming the setting. The readers are the core's
+(:mod:`scrapy_neardup.store.config`), shared with the Scrapy layer.
 
 ====================  ========================================================================================
 NEARDUP_ES_URL        ``http(s)://host:port`` of the cluster, or several nodes' URLs separated by commas (required).
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from scrapy_neardup.core.config import (
+from scrapy_neardup.store.config import (
     NearDupSettingsError,
     SettingsLike,
     read_float,

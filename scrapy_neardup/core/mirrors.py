@@ -99,7 +99,7 @@ class HostCounts:
 
 class HostStore(ABC):
     """Where the processes of a fleet share their mirror counts (see the module doc); a backend that has one
-    returns it from :meth:`scrapy_neardup.core.backend.Backend.host_store`.
+    returns it from :meth:`scrapy_neardup.store.backend.Backend.host_store`.
 
     Every method may raise any exception: the caller (the crawl's mirror middleware) logs, counts and goes on
     with its local counts, so a failing store never fails the crawl.

@@ -23,8 +23,8 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred
 
 if TYPE_CHECKING:
-    from ..core.backend import Backend, Decision
     from ..core.sketch import Sketch
+    from ..store.backend import Backend, Decision
 
 __all__ = ["CheckBatcher"]
 

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 
-from ..core.config import SettingsLike, read_bool, read_float, read_int, settings_error
 from ..core.mirrors import DEFAULT_MIN_PAGES, DEFAULT_SHARE, DEFAULT_SYNC_INTERVAL
+from ..store.config import SettingsLike, read_bool, read_float, read_int, settings_error
 from .settings import NearDupSettings
 from .startup import reporting_settings_errors
 

@@ -16,7 +16,7 @@ With the embedded backend and a state directory (``NEARDUP_STATE_DIR``, default 
 is saved there on close (``neardup-hosts.json``, written atomically) and loaded on open, so a resumed or
 recurring crawl keeps skipping a known mirror; ``NEARDUP_RESET`` discards it.
 
-With a backend shared by several crawler processes (one whose :meth:`~scrapy_neardup.core.backend.Backend.host_store`
+With a backend shared by several crawler processes (one whose :meth:`~scrapy_neardup.store.backend.Backend.host_store`
 gives a store: Elasticsearch), the processes share their counts: every ``NEARDUP_MIRROR_SYNC_INTERVAL`` seconds
 (5; checked when a request passes or a page is checked) this process pushes its own counts and pulls the sums
 over the others, off the crawl's path (the crawl never waits for it), and decides on the totals; once more at
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
-from ..core.config import NearDupSettingsError
-from ..core.embedded import EmbeddedBackend, state_settings
 from ..core.mirrors import HostStore, MirrorDecision, MirrorTable, discard, host_of
+from ..store.config import NearDupSettingsError
+from ..store.embedded import EmbeddedBackend, state_settings
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature
 from .settings import NearDupSettings

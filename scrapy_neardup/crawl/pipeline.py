@@ -22,7 +22,7 @@ CPU-bound part, happens outside the batches, by default in a child process
 
 Persistence: the embedded store lives in ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``): a snapshot
 saved atomically on ``close_spider``, and a journal to which each kept page is appended before its item leaves
-the pipeline (see :mod:`scrapy_neardup.core.embedded`). Both are loaded on ``open_spider``, so a crawl paused
+the pipeline (see :mod:`scrapy_neardup.store.embedded`). Both are loaded on ``open_spider``, so a crawl paused
 gracefully, or killed (``kill -9``), and resumed with the same JOBDIR drops near-duplicates of pages kept
 before; what the journal recovered is counted in ``neardup/journal_replayed`` (``neardup/journal_torn``: the
 torn record of the page in flight at the kill, ignored). Damaged or mismatched state stops the crawl at start
@@ -40,13 +40,13 @@ from itemadapter import ItemAdapter
 from scrapy.exceptions import DropItem, NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 
-from ..core.backend import Backend, BackendError, Decision
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.match import Match
 from ..core.mirrors import host_of
 from ..core.text import looks_binary
 from ..core.theory import describe_rule
 from ..errors import MarkFieldError, NearDupError
+from ..store.backend import Backend, BackendError, Decision
 from .batcher import CheckBatcher
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks

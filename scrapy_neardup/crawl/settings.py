@@ -2,7 +2,7 @@
 
 Values may come from ``settings.py`` (Python values) or from the command line (``-s NAME=value``, always a
 string), so numbers and booleans are accepted in both forms (the readers are in
-:mod:`scrapy_neardup.core.config`, shared with the backends). A wrong value raises
+:mod:`scrapy_neardup.store.config`, shared with the backends). A wrong value raises
 :class:`NearDupSettingsError`, whose message names the setting and the bad value; the pipeline raises it from
 ``from_crawler``, which makes Scrapy abort the crawl before any request is sent (the error is logged at
 CRITICAL level and ``scrapy crawl`` exits with status 1). Each backend parses its own settings in its
@@ -29,7 +29,7 @@ NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance",
 NEARDUP_REVISIT       ``"emit"`` (default) or ``"drop_unchanged"``: what becomes of a page seen again under
                       its key (a recurring crawl) whose content did not change.
 NEARDUP_BACKEND       ``"embedded"`` (default), ``"elasticsearch"``, or the dotted path of a
-                      :class:`~scrapy_neardup.core.backend.Backend` subclass.
+                      :class:`~scrapy_neardup.store.backend.Backend` subclass.
 NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT of the Elasticsearch backend.
 NEARDUP_STATE_DIR     where the embedded store is saved (default ``<JOBDIR>/neardup``; none without JOBDIR).
 NEARDUP_RESET         bool: discard the saved embedded store at start.
@@ -45,8 +45,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ..core.backend import Backend
-from ..core.config import (
+from ..core.params import SketchParams
+from ..core.sketch import Sketcher
+from ..core.template import SAMPLE_PAGES
+from ..store.backend import Backend
+from ..store.config import (
     NearDupSettingsError,
     SettingsLike,
     read_bool,
@@ -56,10 +59,7 @@ from ..core.config import (
     read_sketch_params,
     settings_error,
 )
-from ..core.embedded import EmbeddedBackend
-from ..core.params import SketchParams
-from ..core.sketch import Sketcher
-from ..core.template import SAMPLE_PAGES
+from ..store.embedded import EmbeddedBackend
 
 if TYPE_CHECKING:
     from ..core.shingles import ShingleKind
@@ -71,10 +71,13 @@ Revisit = Literal["emit", "drop_unchanged"]
 REVISITS: tuple[Revisit, ...] = ("emit", "drop_unchanged")
 #: ``NEARDUP_BACKEND`` aliases and the classes they stand for.
 BACKEND_ALIASES: dict[str, str] = {
-    "embedded": "scrapy_neardup.core.embedded.EmbeddedBackend",
+    "embedded": "scrapy_neardup.store.embedded.EmbeddedBackend",
     "elasticsearch": "es_integration.backend.ElasticsearchBackend",
 }
 BACKENDS: tuple[str, ...] = tuple(BACKEND_ALIASES)
+#: Dotted paths of earlier versions, still accepted: the stores moved from ``core`` to ``store``.
+MOVED_PATHS: dict[str, str] = {"scrapy_neardup.core.embedded.": "scrapy_neardup.store.embedded.",
+                               "scrapy_neardup.core.backend.": "scrapy_neardup.store.backend."}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,7 @@ class NearDupSettings:
         revisit: a page seen again under its key with unchanged content is emitted (``"emit"``) or dropped
             (``"drop_unchanged"``, :class:`~scrapy_neardup.crawl.pipeline.RevisitDropped`).
         backend: ``NEARDUP_BACKEND`` as given (an alias, lowercased, or a dotted path).
-        backend_class: the :class:`~scrapy_neardup.core.backend.Backend` subclass it names.
+        backend_class: the :class:`~scrapy_neardup.store.backend.Backend` subclass it names.
         debug: log every drop at INFO instead of DEBUG.
         sketch_process: sketch in a child process (:mod:`scrapy_neardup.crawl.sketch_worker`) instead of on the
             crawl's reactor thread.
@@ -201,7 +204,7 @@ def load_backend(value: Any) -> tuple[str, type[Backend]]:
         return "embedded", EmbeddedBackend
     expected = (
         "one of " + ", ".join(repr(a) for a in BACKEND_ALIASES)
-        + " or the dotted path of a scrapy_neardup.core.backend.Backend subclass"
+        + " or the dotted path of a scrapy_neardup.store.backend.Backend subclass"
     )
     if not isinstance(value, str) and not isinstance(value, type):
         raise settings_error("NEARDUP_BACKEND", value, expected)
@@ -213,6 +216,9 @@ def load_backend(value: Any) -> tuple[str, type[Backend]]:
         if name.lower() in BACKEND_ALIASES:
             name = name.lower()
         path = BACKEND_ALIASES.get(name, name)
+        for old, new in MOVED_PATHS.items():
+            if path.startswith(old):
+                path = new + path[len(old):]
     if isinstance(path, str) and "." not in path:
         raise settings_error("NEARDUP_BACKEND", value, expected)
     from scrapy.utils.misc import load_object

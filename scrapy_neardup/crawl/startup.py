@@ -21,7 +21,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from ..core.config import NearDupSettingsError
+from ..store.config import NearDupSettingsError
 
 logger = logging.getLogger(__name__)
 

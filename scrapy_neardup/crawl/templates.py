@@ -34,14 +34,14 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 
-from ..core.backend import BackendError
 from ..core.template import learn_template
+from ..store.backend import BackendError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..core.backend import Backend
     from ..core.template import HostTemplate
+    from ..store.backend import Backend
 
 logger = logging.getLogger(__name__)
 

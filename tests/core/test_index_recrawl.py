@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_neardup import Sketcher
-from scrapy_neardup.core.embedded import JOURNAL_FILE, STATE_FILE, EmbeddedBackend
 from scrapy_neardup.core.index import SketchIndex
 from scrapy_neardup.core.theory import min_shared_for
+from scrapy_neardup.store.embedded import JOURNAL_FILE, STATE_FILE, EmbeddedBackend
 
 SKETCHER = Sketcher()
 K, T = SKETCHER.num_perm, min_shared_for(0.9, SKETCHER.num_perm)

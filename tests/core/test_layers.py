@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def top(name: str) -> str:
 def test_the_import_helper_sees_imports() -> None:
     # Negative control: a module known to import Scrapy, and relative imports resolved.
     pipeline = imported_modules(PACKAGE / "crawl" / "pipeline.py")
-    assert "scrapy.exceptions" in pipeline and "scrapy_neardup.core.backend" in pipeline
+    assert "scrapy.exceptions" in pipeline and "scrapy_neardup.store.backend" in pipeline
 
 
 def test_nothing_in_scrapy_neardup_imports_es_integration() -> None:
@@ -56,7 +57,7 @@ def test_the_core_imports_no_framework() -> None:
 
 def test_importing_the_package_and_its_sketching_api_loads_no_framework() -> None:
     code = (
-        "import sys, scrapy_neardup, scrapy_neardup.core.sketch, scrapy_neardup.core.embedded\n"
+        "import sys, scrapy_neardup, scrapy_neardup.core.sketch, scrapy_neardup.store.embedded\n"
         "s = scrapy_neardup.Sketcher(); s.sketch('a b c d e f g')\n"
         f"loaded = sorted(m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r})\n"
         "assert not loaded, loaded\n"
@@ -92,3 +93,137 @@ def test_es_integration_takes_bulk_helpers_from_the_engine_adapter() -> None:
     assert helper_imports(root / "engine.py"), "control: the adapter itself imports elasticsearch.helpers"
     offenders = {p.name: helper_imports(p) for p in root.glob("*.py") if p.name != "engine.py"}
     assert {name: found for name, found in offenders.items() if found} == {}
+
+
+# -- the layers of the whole product ------------------------------------------------------------------------------
+
+#: Each product package's layer: a module imports only modules of its own layer or below (every import counts,
+#: those inside functions too). The dev-node launcher is above them all, and nothing in the product imports it.
+LAYERS = {
+    "scrapy_neardup.errors": 0,
+    "scrapy_neardup.core": 1,
+    "scrapy_neardup.store": 2,
+    "scrapy_neardup.crawl": 3,
+    "es_integration": 3,
+    "scrapy_neardup.cli": 4,
+    "es_integration.cli": 4,
+    "neardup_devnode": 5,
+}
+
+
+def layer_of(module: str) -> int | None:
+    best = None
+    for prefix, layer in LAYERS.items():
+        if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, layer)
+    return None if best is None else best[1]
+
+
+@functools.cache
+def _package_dirs() -> dict[str, Path]:
+    """Where each product package lives (the launcher is a distribution of its own, elsewhere in the tree)."""
+    import importlib.util
+
+    dirs = {}
+    for package in ("scrapy_neardup", "es_integration", "neardup_devnode"):
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.submodule_search_locations, package
+        dirs[package] = Path(next(iter(spec.submodule_search_locations)))
+    return dirs
+
+
+def _exists(module: str) -> bool:
+    top_, *rest = module.split(".")
+    base = _package_dirs().get(top_)
+    return base is not None and (base.joinpath(*rest).with_suffix(".py").exists() or
+                                 (base.joinpath(*rest) / "__init__.py").exists())
+
+
+def product_graph() -> dict[str, set[str]]:
+    """Module -> the product modules it imports (package faces ``__init__`` left out: they only hand names on)."""
+    graph: dict[str, set[str]] = {}
+    for package, base in _package_dirs().items():
+        for path in base.rglob("*.py"):
+            module = ".".join((package, *path.relative_to(base).with_suffix("").parts))
+            if module.endswith(("__init__", "__main__")):
+                continue
+            names = _resolved(path, module)
+            graph[module] = {n for n in names if layer_of(n) is not None and not n.endswith("__init__")}
+    return graph
+
+
+def _resolved(path: Path, module: str) -> set[str]:
+    """Imports of ``path`` with relative ones resolved, and ``from package import module`` seen as the module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module.rsplit(".", 1)[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, node.module] if node.module else parts)
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names if _exists(f"{base}.{alias.name}"))
+    return {n for n in names if _exists(n)}
+
+
+def test_the_layer_graph_sees_lazy_imports() -> None:
+    # Controls: an import inside a function (es_integration/cli.py takes shared options from the CLI layer).
+    graph = product_graph()
+    assert "es_integration.backend" in graph and "scrapy_neardup.core.match" in graph["es_integration.backend"]
+    assert any(n.startswith("scrapy_neardup.cli") for n in graph["es_integration.cli"])
+
+
+def test_every_import_points_down_the_layers() -> None:
+    graph = product_graph()
+    upward = {f"{module} -> {name}" for module, names in graph.items() for name in names
+              if layer_of(name) > layer_of(module)}  # type: ignore[operator]
+    assert sorted(upward) == []
+
+
+def test_crawl_and_es_integration_do_not_import_each_other_and_nothing_imports_the_launcher() -> None:
+    graph = product_graph()
+    across = {f"{m} -> {n}" for m, names in graph.items() for n in names
+              if (m.startswith("scrapy_neardup.crawl") and n.startswith("es_integration"))
+              or (m.startswith("es_integration") and n.startswith("scrapy_neardup.crawl"))
+              or (not m.startswith("neardup_devnode") and n.startswith("neardup_devnode"))}
+    assert sorted(across) == []
+
+
+def test_no_import_circle() -> None:
+    graph = product_graph()
+    # Tarjan's strongly connected components; a component of two or more modules is a circle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top_ = stack.pop()
+                on_stack.discard(top_)
+                component.append(top_)
+                if top_ == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert circles == []

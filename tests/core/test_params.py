@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from scrapy_neardup import Sketcher
-from scrapy_neardup.core.backend import Backend, Decision
-from scrapy_neardup.core.embedded import EmbeddedBackend
 from scrapy_neardup.core.params import ParameterError, SketchParams
+from scrapy_neardup.store.backend import Backend, Decision
+from scrapy_neardup.store.embedded import EmbeddedBackend
 
 
 def test_defaults_and_derived_t() -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_neardup.core.embedded import TEMPLATES_FILE, EmbeddedBackend
 from scrapy_neardup.core.index import StateError
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.template import (
@@ -21,7 +20,8 @@ from scrapy_neardup.core.template import (
     TemplateLearner,
     learn_template,
 )
-from scrapy_neardup.core.template_log import TemplateLog
+from scrapy_neardup.store.embedded import TEMPLATES_FILE, EmbeddedBackend
+from scrapy_neardup.store.template_log import TemplateLog
 
 
 def pages_with(shared: list[int], pages: int, own: int = 5, seed: int = 0) -> list[np.ndarray]:

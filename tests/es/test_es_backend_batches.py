@@ -14,9 +14,9 @@ from test_es_backend import SKETCHER, K, T, make_backend, near_duplicates, strea
 
 from es_integration.backend import ElasticsearchBackend, doc_id_of
 from es_integration.mapping import PENDING, ROOT
-from scrapy_neardup.core.backend import Decision
 from scrapy_neardup.core.index import SketchIndex
 from scrapy_neardup.core.sketch import Sketch
+from scrapy_neardup.store.backend import Decision
 
 pytestmark = pytest.mark.es
 

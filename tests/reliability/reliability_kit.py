@@ -31,8 +31,8 @@ import scrapy  # noqa: E402
 from neardup_testkit import CrawlResult, Page, SiteServer  # noqa: E402
 from scrapy.http import Response, TextResponse  # noqa: E402
 
-from scrapy_neardup.core.backend import Backend  # noqa: E402
 from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline  # noqa: E402
+from scrapy_neardup.store.backend import Backend  # noqa: E402
 
 #: Seconds a crawl subprocess may take before the test fails.
 CRAWL_TIMEOUT = 120

@@ -18,7 +18,7 @@ import pytest
 from neardup_testkit import Page, article_words, edit_words, html_page, path_of
 from reliability_kit import CrawlOutcome, Ledger, RawPage, RawSiteServer, links_page, run_crawl
 
-from scrapy_neardup.core.embedded import JOURNAL_FILE, STATE_FILE
+from scrapy_neardup.store.embedded import JOURNAL_FILE, STATE_FILE
 
 ServeRawSite = Callable[..., RawSiteServer]
 MB = 1_000_000

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from reliability_kit import Ledger
 
 from scrapy_neardup import Sketcher, StateError
-from scrapy_neardup.core.embedded import JOURNAL_FILE, STATE_FILE, TEMPLATES_FILE, EmbeddedBackend
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.theory import min_shared_for
+from scrapy_neardup.store.embedded import JOURNAL_FILE, STATE_FILE, TEMPLATES_FILE, EmbeddedBackend
 
 SKETCHER = Sketcher()
 K, T = SKETCHER.num_perm, min_shared_for(0.9, SKETCHER.num_perm)
@@ -325,7 +325,7 @@ _FAULT_TALLY: dict[str, int] = {"injected": 0, "refused": 0, "recovered": 0, "re
 
 
 def record_ends(journal: bytes) -> list[int]:
-    """Where each record of an intact journal ends (read from the format: see scrapy_neardup.core.journal)."""
+    """Where each record of an intact journal ends (read from the format: see scrapy_neardup.store.journal)."""
     offset = 20 + int.from_bytes(journal[12:16], "little")
     ends = []
     while offset < len(journal):

@@ -26,12 +26,12 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
 from scrapy_neardup import NearDuplicatePipeline
-from scrapy_neardup.core.backend import Backend, Decision
-from scrapy_neardup.core.embedded import EmbeddedBackend
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.core.text import looks_binary
 from scrapy_neardup.crawl.pipeline import NearDuplicateDropped
 from scrapy_neardup.crawl.settings import NearDupSettings
+from scrapy_neardup.store.backend import Backend, Decision
+from scrapy_neardup.store.embedded import EmbeddedBackend
 
 _TALLY: dict[str, int] = {"examples": 0, "items": 0, "dropped": 0, "marked": 0, "skipped": 0, "kept": 0}
 

@@ -27,11 +27,11 @@ from urllib.parse import urlsplit
 import scrapy
 from scrapy.http import Response
 
-from scrapy_neardup.core.backend import Backend, Decision
 from scrapy_neardup.core.index import Match, SketchIndex
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline
+from scrapy_neardup.store.backend import Backend, Decision
 
 # -- a static site on 127.0.0.1 ----------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from neardup_testkit import (
     run_scrapy_command,
 )
 
-from scrapy_neardup.core.embedded import STATE_FILE
+from scrapy_neardup.store.embedded import STATE_FILE
 
 RunCrawl = Callable[..., CrawlResult]
 

@@ -13,11 +13,11 @@ from neardup_testkit import article_words
 from scrapy.utils.test import get_crawler
 
 from scrapy_neardup import NearDuplicatePipeline, Sketcher, StateError
-from scrapy_neardup.core.backend import Backend, BackendError
-from scrapy_neardup.core.embedded import STATE_FILE
 from scrapy_neardup.core.index import Match
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.crawl.pipeline import MarkFieldError, NearDuplicateDropped
+from scrapy_neardup.store.backend import Backend, BackendError
+from scrapy_neardup.store.embedded import STATE_FILE
 
 ARTICLE = " ".join(article_words(5, 300))
 

@@ -19,7 +19,7 @@ from neardup_testkit import (
     path_of,
 )
 
-from scrapy_neardup.core.embedded import STATE_FILE
+from scrapy_neardup.store.embedded import STATE_FILE
 
 RunCrawl = Callable[..., CrawlResult]
 

@@ -12,10 +12,10 @@ from scrapy.utils.test import get_crawler
 
 from es_integration.settings import ElasticsearchSettings
 from scrapy_neardup import NearDuplicatePipeline
-from scrapy_neardup.core.embedded import EmbeddedBackend
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.theory import min_shared_for
 from scrapy_neardup.crawl.settings import NearDupSettings, NearDupSettingsError
+from scrapy_neardup.store.embedded import EmbeddedBackend
 
 
 def parse(**values: Any) -> NearDupSettings:
@@ -160,14 +160,14 @@ def test_wrong_setting_is_named_in_the_error(values: dict[str, Any], expected: l
 
 def test_backend_is_a_dotted_path_or_an_alias() -> None:
     """NEARDUP_BACKEND loads a Backend subclass by its path, as HTTPCACHE_STORAGE does; the aliases stay."""
-    assert parse(NEARDUP_BACKEND="scrapy_neardup.core.embedded.EmbeddedBackend").backend_class is EmbeddedBackend
+    assert parse(NEARDUP_BACKEND="scrapy_neardup.store.embedded.EmbeddedBackend").backend_class is EmbeddedBackend
     assert parse(NEARDUP_BACKEND="Embedded").backend == "embedded"
     from es_integration.backend import ElasticsearchBackend
 
     config = parse(NEARDUP_BACKEND="es_integration.backend.ElasticsearchBackend")
     assert config.backend_class is ElasticsearchBackend and parse(NEARDUP_BACKEND="elasticsearch").backend_class \
         is ElasticsearchBackend
-    for wrong in ("nowhere.Backend", "scrapy_neardup.core.embedded.Nothing", "scrapy_neardup.core.index.SketchIndex"):
+    for wrong in ("nowhere.Backend", "scrapy_neardup.store.embedded.Nothing", "scrapy_neardup.core.index.SketchIndex"):
         with pytest.raises(NearDupSettingsError) as info:
             build(NEARDUP_BACKEND=wrong)
         assert str(info.value).startswith(f"NEARDUP_BACKEND={wrong!r} is not valid") and "\n" not in str(info.value)
@@ -194,3 +194,10 @@ def test_from_crawler_builds_pipeline_with_settings() -> None:
     pipeline = NearDuplicatePipeline.from_crawler(crawler)
     assert (pipeline.config.num_perm, pipeline.config.min_shared) == (64, 60)
     assert pipeline.sketcher.num_perm == 64
+
+
+def test_the_embedded_store_under_its_earlier_dotted_path_still_loads() -> None:
+    from scrapy_neardup.crawl.settings import load_backend
+    from scrapy_neardup.store.embedded import EmbeddedBackend
+
+    assert load_backend("scrapy_neardup.core.embedded.EmbeddedBackend")[1] is EmbeddedBackend

@@ -1,6 +1,6 @@
 """The journal of the embedded store: every change since the last snapshot, one record per change.
 
-The embedded store (:mod:`scrapy_neardup.core.embedded`) appends a record the moment a check changes the store
+The embedded store (:mod:`scrapy_neardup.store.embedded`) appends a record the moment a check changes the store
 (a page kept, a kept page's content replaced on a recrawl, a stale page removed), so that a crawl killed with
 ``kill -9`` (or an out-of-memory kill, or a crash) still knows, when resumed, every change it made.
 
@@ -8,7 +8,7 @@ Journal format 2 (all integers little-endian)::
 
     header   b"NDUPJRNL" | u32 format (2) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON
              {"tag": ..., "num_perm": k, "min_shared": t, "base": B, "snapshot": S}
-    record   u32 size | u32 crc32(size) | u32 crc32(payload) | payload: size bytes (scrapy_neardup.core.records)
+    record   u32 size | u32 crc32(size) | u32 crc32(payload) | payload: size bytes (scrapy_neardup.store.records)
              payload = u8 1 (put) | u64 fingerprint | k x u32 signature | key (UTF-8, lone surrogates kept)
                      | u8 2 (delete) | key
 
@@ -24,7 +24,7 @@ Format 1 (read, never written: a store written by an older version) has only put
 and no snapshot identity: record ``i`` is the snapshot's page ``base + i``.
 
 A record is handed to the kernel (an unbuffered ``write(2)``) before :meth:`Journal.append` returns; it is not
-fsynced (see :mod:`scrapy_neardup.core.embedded` for why). A new journal's header is written atomically and
+fsynced (see :mod:`scrapy_neardup.store.embedded` for why). A new journal's header is written atomically and
 fsynced. A torn last record (the one in flight when the process died: incomplete, or failing a checksum with
 nothing but zero bytes after it, i.e. blocks allocated but never written after a power loss) is reported by
 :meth:`Journal.replay` and ignored; a damaged record *before* the end, a damaged header, a journal made with
@@ -45,12 +45,12 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..core.index import SketchIndex, parameters_differ
+from ..core.sketch import Sketch
+from ..core.storage import write_atomically
+from ..core.stored import StoredSignature, stored_values
 from ..errors import JournalWriteError, StateError
 from . import records
-from .index import SketchIndex, parameters_differ
-from .sketch import Sketch
-from .storage import write_atomically
-from .stored import StoredSignature, stored_values
 
 logger = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class Journal:
 
     def _parse_record(self, data: mmap.mmap, offset: int, number: int, version: int) -> tuple[Record | None, int]:
         """The record at ``offset`` and its length; ``(None, 0)`` when the rest of the file is a torn tail
-        (:func:`scrapy_neardup.core.records.unframe`)."""
+        (:func:`scrapy_neardup.store.records.unframe`)."""
         min_size = 1 if version >= 2 else _FINGERPRINT.size + 4 * self.num_perm
         try:
             payload, length = records.unframe(data, offset, min_size)

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.params import FIELDS, ParameterError, SketchParams
+from ..core.shingles import SHINGLE_KINDS
+from ..core.text import CONTENT_MODES, DEFAULT_CONTENT
 from ..errors import NearDupSettingsError
-from .params import FIELDS, ParameterError, SketchParams
-from .shingles import SHINGLE_KINDS
-from .text import CONTENT_MODES, DEFAULT_CONTENT
 
 
 class SettingsLike(Protocol):

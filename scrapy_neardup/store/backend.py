@@ -1,7 +1,7 @@
 """The contract between the Scrapy pipeline and a store of kept sketches: :class:`Backend`.
 
 A backend answers one question atomically: *is this sketch a near-duplicate of a page already kept? If not,
-keep it.* Two backends implement it: :class:`~scrapy_neardup.core.embedded.EmbeddedBackend` (an in-process
+keep it.* Two backends implement it: :class:`~scrapy_neardup.store.embedded.EmbeddedBackend` (an in-process
 :class:`~scrapy_neardup.core.index.SketchIndex`, optionally persisted to a state directory) and
 ``es_integration.backend.ElasticsearchBackend`` (several crawler processes sharing one index). The pipeline
 picks one with ``NEARDUP_BACKEND`` (an alias or the dotted path of a subclass, as Scrapy's
@@ -39,17 +39,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from ..core.match import Decision, Match, Outcome
 from ..errors import BackendError
-from .match import Decision, Match, Outcome
 
 if TYPE_CHECKING:
     from typing import Self
 
+    from ..core.mirrors import HostStore
+    from ..core.params import SketchParams
+    from ..core.sketch import Sketch
+    from ..core.template import HostTemplate
     from .config import SettingsLike
-    from .mirrors import HostStore
-    from .params import SketchParams
-    from .sketch import Sketch
-    from .template import HostTemplate
 
 class Backend(ABC):
     """A store of kept sketches, as the pipeline uses it.

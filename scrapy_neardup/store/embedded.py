@@ -6,13 +6,13 @@ With a state directory, the embedded store is two files:
 
 * ``neardup-index.bin``, the *snapshot*: the whole index, written atomically (temporary file, fsync, rename)
   by :meth:`SketchIndex.save` when the spider closes gracefully.
-* ``neardup-journal.bin``, the *journal* (:mod:`scrapy_neardup.core.journal`, which gives the format): every
+* ``neardup-journal.bin``, the *journal* (:mod:`scrapy_neardup.store.journal`, which gives the format): every
   change since that snapshot (a page kept, a kept page's content replaced on a recrawl, a stale page removed),
   appended the moment a check makes it, so that a crawl killed with ``kill -9`` (or an out-of-memory kill, or
   a crash) still knows, when resumed, every change it made and passed on.
 
 Recurring crawls: a page's key identifies it across crawls; :meth:`EmbeddedBackend.check_and_add_many`
-answers :meth:`~scrapy_neardup.core.backend.Decision.revisit` for a key whose best match is its own stored
+answers :meth:`~scrapy_neardup.store.backend.Decision.revisit` for a key whose best match is its own stored
 version (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key` for the rule). The snapshot holds the
 latest content of each kept key only (removed and replaced versions are compacted away when it is written),
 so its size is bounded by the number of distinct kept keys, however many crawls refreshed them.
@@ -40,7 +40,7 @@ Guarantees:
   raise :class:`~scrapy_neardup.core.index.StateError` naming the
   file, before any page is checked, and leave both files untouched. ``NEARDUP_RESET`` (``reset=True``)
   discards both files.
-* *Host templates* (``"auto"`` mode) go to ``neardup-templates.bin`` (:mod:`scrapy_neardup.core.template_log`),
+* *Host templates* (``"auto"`` mode) go to ``neardup-templates.bin`` (:mod:`scrapy_neardup.store.template_log`),
   written before any page sketched under them reaches the journal; reset with the rest.
 * *Close.* The snapshot is written atomically (compacted), then the journal is replaced (atomically) by an
   empty one continuing it. A crash between the two is the case handled above.
@@ -61,20 +61,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.index import SketchIndex
+from ..core.match import Match
+from ..core.storage import DirectoryLocked, lock_directory
 from ..errors import StateError
 from .backend import Backend, Decision
 from .config import job_state_dir, read_bool, read_str
-from .index import SketchIndex
 from .journal import Journal
-from .match import Match
-from .storage import DirectoryLocked, lock_directory
 from .template_log import TemplateLog
 
 if TYPE_CHECKING:
+    from ..core.params import SketchParams
+    from ..core.sketch import Sketch
+    from ..core.template import HostTemplate
     from .config import SettingsLike
-    from .params import SketchParams
-    from .sketch import Sketch
-    from .template import HostTemplate
 
 logger = logging.getLogger(__name__)
 

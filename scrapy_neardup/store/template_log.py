@@ -8,7 +8,7 @@ before the pipeline releases the host's pages, whose journal records come after 
 Format (little-endian)::
 
     header   b"NDUPTMPL" | u32 format (1) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON {"tag": ...}
-    record   framed as in scrapy_neardup.core.records; payload = u16 host length | host (UTF-8) | template
+    record   framed as in scrapy_neardup.store.records; payload = u16 host length | host (UTF-8) | template
              (scrapy_neardup.core.template.HostTemplate.to_bytes)
 
 A host has one template: a second record for it (there is none unless the file was edited) is ignored. A torn last
@@ -27,10 +27,10 @@ import zlib
 from pathlib import Path
 from typing import IO
 
+from ..core.storage import write_atomically
+from ..core.template import HostTemplate, TemplateFormatError
 from ..errors import StateError, TemplateWriteError
 from . import records
-from .storage import write_atomically
-from .template import HostTemplate, TemplateFormatError
 
 logger = logging.getLogger(__name__)
 
