@@ -33,37 +33,32 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 from typing import TYPE_CHECKING, Any, cast
 
 from itemadapter import ItemAdapter
-from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.match import Match
-from ..core.mirrors import host_of
-from ..core.text import looks_binary
 from ..core.theory import describe_rule
-from ..errors import MarkFieldError, NearDupError
+from ..errors import BinaryContent, MarkFieldError
 from ..store.backend import Backend, BackendError, Decision
 from .batcher import CheckBatcher
+from .drops import NearDuplicateDropped, RevisitDropped, describe
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
+from .page_sketcher import PageSketcher
 from .settings import NearDupSettings, NearDupSettingsError
-from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
 from .soft404 import Soft404Dropped
 from .startup import report_startup_failure, reporting_settings_errors
-from .templates import HOLD_ACTIVE_SIZE, HostTemplates
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
-    from twisted.internet.interfaces import IReactorCore
 
-    from ..core.sketch import Content, Sketch
+    from ..core.sketch import Content, Sketch, Sketcher
     from ..core.soft404 import Soft404Match
-    from ..core.template import HostTemplate
 
 logger = logging.getLogger(__name__)
 
@@ -81,39 +76,6 @@ MARK_FIELD_MISSING = "neardup_mark_field_missing"
 TEXT_FIELD_PROBE = 20
 #: Key prefix for items without a URL; the rest is the text's exact fingerprint, so the key is stable.
 NO_URL_PREFIX = "no-url:"
-
-
-class NearDuplicateDropped(DropItem, NearDupError):
-    """An item dropped because its page near-duplicates a page kept earlier.
-
-    Raised with ``log_level="DEBUG"``; Scrapy counts it as
-    ``item_dropped_reasons_count/NearDuplicateDropped``.
-
-    Attributes:
-        url: the dropped page's key.
-        match: the kept page it near-duplicates (``match.key``), with the shared positions and the estimated
-            resemblance ``shared / k``.
-    """
-
-    def __init__(self, url: str, match: Match) -> None:
-        super().__init__(f"near-duplicate of {match.key} ({_describe(match)})", log_level="DEBUG")
-        self.url = url
-        self.match = match
-
-
-class RevisitDropped(DropItem, NearDupError):
-    """An item dropped because its page was seen before under the same key with the same content
-    (``NEARDUP_REVISIT = "drop_unchanged"``: incremental crawls that want only new and changed pages).
-
-    Raised with ``log_level="DEBUG"``; Scrapy counts it as ``item_dropped_reasons_count/RevisitDropped``.
-
-    Attributes:
-        url: the page's key, which is also the kept page it names.
-    """
-
-    def __init__(self, url: str) -> None:
-        super().__init__(f"unchanged revisit of {url}", log_level="DEBUG")
-        self.url = url
 
 
 class NearDuplicatePipeline:
@@ -138,7 +100,6 @@ class NearDuplicatePipeline:
         self.config = config
         self.stats = stats
         self.crawler = crawler
-        self.sketcher = config.sketcher()
         self.backend: Backend | None = None
         self._given_backend = backend
         self._backend_seen: dict[str, int] = {}
@@ -152,12 +113,20 @@ class NearDuplicatePipeline:
         self._text_field_warned = False
         self._backend_error_logged = False
         self._stopping = False
-        self._sketch_worker: SketchWorker | None = None
-        self._worker_given_up = False
-        self._templates: HostTemplates | None = None  # "auto" mode, once open
+        # Content to sketch: in the worker process, under the host's template (crawl.page_sketcher).
+        self.pages = PageSketcher(config.sketcher(), config.sketch_process, config.template_sample, crawler, self._inc)
         self._log_level: str | int = "DEBUG"  # the crawl's LOG_LEVEL: whether start-up failures show a traceback
         # Soft-404 verdicts in, checked pages out (scrapy_neardup.crawl.soft404 and .mirrors, when enabled).
         self.hooks: CrawlHooks | None = crawl_hooks(crawler) if crawler is not None else None
+
+    @property
+    def sketcher(self) -> Sketcher:
+        """What pages are sketched with (the ``NEARDUP_*`` sketch parameters)."""
+        return self.pages.sketcher
+
+    @sketcher.setter
+    def sketcher(self, sketcher: Sketcher) -> None:
+        self.pages.sketcher = sketcher
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> NearDuplicatePipeline:
@@ -199,11 +168,7 @@ class NearDuplicatePipeline:
             report_startup_failure(exc, log_level=self._log_level)
             raise
         self._opened = True
-        if self.sketcher.content == "auto":
-            self._templates = HostTemplates(self.backend, self.config.template_sample, self._inc,
-                                            self._downloads_idle())
-            self._check_room_to_hold()
-        self._worker()  # start the sketch worker now if the reactor runs (else on the first item)
+        self.pages.open(self.backend)
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
         self._add_backend_stats()
         # Once, at INFO: NEARDUP_THRESHOLD is read as a sharp cut, but t of k flags a band of resemblances.
@@ -218,9 +183,7 @@ class NearDuplicatePipeline:
         Scrapy calls this even when :meth:`open_spider` failed; the backend is then not closed, so that a
         state file that could not be loaded is never overwritten by an empty index.
         """
-        if self._templates is not None:
-            self._templates.close()
-        await self._stop_worker()
+        await self.pages.close()
         if not self._opened or self.backend is None:
             return
         self._opened = False
@@ -286,12 +249,12 @@ class NearDuplicatePipeline:
             if soft404 is not None:
                 return self._soft404(item, adapter, soft404)
         content = adapter.get(self.config.text_field)
-        worker = self._worker()
+        worker = self.pages.worker()
         reason = skip_reason(content, check_binary=worker is None)  # else the worker tells binary from text
         if reason is not None:
             return self._skip(reason, item)
         try:
-            sketch = await self._sketch_page(cast("Content", content), worker, adapter.get(self.config.url_field))
+            sketch = await self.pages.sketch_page(cast("Content", content), worker, adapter.get(self.config.url_field))
         except BinaryContent:
             logger.debug("binary content of %s is not sketched", adapter.get(self.config.url_field))
             return self._skip(SKIP_NOT_TEXT, item)
@@ -323,102 +286,6 @@ class NearDuplicatePipeline:
             return item
         return self._duplicate(item, adapter, key, decision.match)
 
-    async def _sketch_page(self, content: Content, worker: SketchWorker | None, url: Any) -> Sketch:
-        """The page's sketch; in ``"auto"`` mode under its host's template, which the host's first pages wait
-        for (:mod:`scrapy_neardup.crawl.templates`): such a page is sketched once to read its blocks, waits, and
-        is sketched again under the template learned (unless it is empty, which changes nothing).
-
-        Raises:
-            BackendError: the host's template could not be loaded or saved.
-        """
-        templates = self._templates
-        host = host_of(url) if templates is not None and isinstance(url, str) else None
-        if templates is None or host is None:
-            return await self._sketch(content, worker)
-        template = await templates.known(host)
-        if template is not None or not templates.holds_pages:
-            return await self._sketch(content, worker, template)
-        first = await self._sketch(content, worker)
-        if first.empty or first.blocks is None:
-            return first
-        templates.add(host, url, first.blocks)
-        if first.blocks.size <= 1:  # one block: the same sketch under any template (core.blocks.own_text)
-            return first
-        template = await templates.wait(host, len(content))
-        return first if template.empty else await self._sketch(content, worker, template)
-
-    async def _sketch(self, content: Content, worker: SketchWorker | None, template: HostTemplate | None = None,
-                      ) -> Sketch:
-        """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.crawl.sketch_worker`), else here.
-
-        The worker is started on the first item, when the reactor is known to run; if it dies, this process
-        sketches from then on (counted in ``neardup/sketch_worker_failed``), so no item waits on it forever.
-        """
-        if worker is not None:
-            try:
-                sketch = await maybe_deferred_to_future(worker.sketch(content, template))
-            except SketchWorkerError:
-                self._worker_failed()
-            else:
-                self._inc("sketched_in_worker")
-                return sketch
-            if looks_binary(content):  # the worker died before it could tell
-                raise BinaryContent("binary content is not sketched")
-        return self.sketcher.sketch(content, template=None if template is None else template.hashes)
-
-    def _check_room_to_hold(self) -> None:
-        """Say once (INFO) when Scrapy's room for responses in processing is small for holding each host's first
-        pages: the hosts' templates are then learned from fewer pages when it fills (see crawl.templates)."""
-        if self.crawler is None:
-            return
-        room = self.crawler.settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE")
-        if room < HOLD_ACTIVE_SIZE:
-            logger.info(
-                "SCRAPER_SLOT_MAX_ACTIVE_SIZE=%d bytes bounds the pages held until their host's template is learned "
-                "(NEARDUP_TEMPLATE_SAMPLE=%d); set it to %d, as the add-on does, to learn from whole samples",
-                room, self.config.template_sample, HOLD_ACTIVE_SIZE,
-            )
-
-    def _downloads_idle(self) -> Any:
-        """A check of whether the crawl has no download in flight (for the templates' idle check); ``None``
-        outside a running crawl."""
-        try:
-            engine = self.crawler.engine if self.crawler is not None else None
-        except RuntimeError:
-            return None
-        if engine is None or _running_reactor() is None:
-            return None
-        return lambda: not engine.downloader.active
-
-    def _worker(self) -> SketchWorker | None:
-        if self._sketch_worker is None and self.config.sketch_process and not self._worker_given_up:
-            if _running_reactor() is None:  # used outside a crawl: nothing would read the child's answers
-                return None
-            started = SketchWorker(self.sketcher)
-            try:
-                started.start()
-            except Exception:
-                logger.warning("could not start the sketch worker process; sketching in this process",
-                               exc_info=True)
-                self._worker_given_up = True
-                return None
-            self._sketch_worker = started
-        worker = self._sketch_worker
-        return worker if worker is not None and worker.alive else None
-
-    def _worker_failed(self) -> None:
-        if not self._worker_given_up:
-            self._worker_given_up = True
-            self._inc("sketch_worker_failed")
-            logger.warning("the sketch worker process failed; sketching in this process from now on",
-                           exc_info=True)
-
-    async def _stop_worker(self) -> None:
-        self._worker_given_up = True  # items after close_spider (there should be none) sketch in-process
-        worker, self._sketch_worker = self._sketch_worker, None
-        if worker is not None:
-            await maybe_deferred_to_future(worker.stop())
-
     async def _decide(self, key: str, sketch: Sketch) -> Decision:
         """The backend's decision for one page (a batch of one: see :meth:`Backend.check_and_add_many`)."""
         backend = self.backend
@@ -439,7 +306,7 @@ class NearDuplicatePipeline:
             self._inc("exact_duplicates")
         level = logging.INFO if self.config.debug else logging.DEBUG
         verb = "Marked" if self.config.action == "mark" else "Dropped"
-        logger.log(level, "%s near-duplicate %s of %s (%s)", verb, key, match.key, _describe(match))
+        logger.log(level, "%s near-duplicate %s of %s (%s)", verb, key, match.key, describe(match))
         if self.config.action == "mark":
             adapter[self.config.mark_field] = {
                 "duplicate_of": match.key,
@@ -603,20 +470,6 @@ class NearDuplicatePipeline:
         self._counts[name] = self._counts.get(name, 0) + count
         if self.stats is not None:
             self.stats.inc_value(STATS_PREFIX + name, count)
-
-
-def _running_reactor() -> IReactorCore | None:
-    """The Twisted reactor if one is installed and running (without importing one, which would install it)."""
-    if "twisted.internet.reactor" not in sys.modules:
-        return None
-    from twisted.internet import reactor
-
-    return reactor if getattr(reactor, "running", False) else None
-
-
-def _describe(match: Match) -> str:
-    exact = ", exact duplicate" if match.exact else ""
-    return f"resemblance {match.resemblance:.3f}, {match.shared} positions shared{exact}"
 
 
 __all__ = ["MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError", "RevisitDropped"]

@@ -1,0 +1,50 @@
+"""The items the pipeline drops, as Scrapy ``DropItem`` exceptions that name what they near-duplicate."""
+
+from __future__ import annotations
+
+from scrapy.exceptions import DropItem
+
+from ..core.match import Match
+from ..errors import NearDupError
+
+
+class NearDuplicateDropped(DropItem, NearDupError):
+    """An item dropped because its page near-duplicates a page kept earlier.
+
+    Raised with ``log_level="DEBUG"``; Scrapy counts it as
+    ``item_dropped_reasons_count/NearDuplicateDropped``.
+
+    Attributes:
+        url: the dropped page's key.
+        match: the kept page it near-duplicates (``match.key``), with the shared positions and the estimated
+            resemblance ``shared / k``.
+    """
+
+    def __init__(self, url: str, match: Match) -> None:
+        super().__init__(f"near-duplicate of {match.key} ({describe(match)})", log_level="DEBUG")
+        self.url = url
+        self.match = match
+
+
+class RevisitDropped(DropItem, NearDupError):
+    """An item dropped because its page was seen before under the same key with the same content
+    (``NEARDUP_REVISIT = "drop_unchanged"``: incremental crawls that want only new and changed pages).
+
+    Raised with ``log_level="DEBUG"``; Scrapy counts it as ``item_dropped_reasons_count/RevisitDropped``.
+
+    Attributes:
+        url: the page's key, which is also the kept page it names.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"unchanged revisit of {url}", log_level="DEBUG")
+        self.url = url
+
+
+def describe(match: Match) -> str:
+    """``resemblance 0.953, 122 positions shared[, exact duplicate]``: how a log line or a drop names a match."""
+    exact = ", exact duplicate" if match.exact else ""
+    return f"resemblance {match.resemblance:.3f}, {match.shared} positions shared{exact}"
+
+
+__all__ = ["NearDuplicateDropped", "RevisitDropped", "describe"]

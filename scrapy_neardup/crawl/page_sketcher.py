@@ -1,0 +1,176 @@
+"""How the pipeline sketches a page: in the sketch worker process when there is one, and in ``"auto"`` mode under
+its host's template, which the host's first pages wait for (:mod:`scrapy_neardup.crawl.templates`).
+
+The pipeline decides; this module only turns an item's content into a :class:`~scrapy_neardup.core.sketch.Sketch`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.defer import maybe_deferred_to_future
+
+from ..core.mirrors import host_of
+from ..core.text import looks_binary
+from ..errors import BinaryContent, SketchWorkerError
+from .sketch_worker import SketchWorker
+from .templates import HOLD_ACTIVE_SIZE, HostTemplates
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from twisted.internet.interfaces import IReactorCore
+
+    from ..core.sketch import Content, Sketch, Sketcher
+    from ..core.template import HostTemplate
+    from ..store.backend import Backend
+
+logger = logging.getLogger(__name__)
+
+
+class PageSketcher:
+    """Sketches the pipeline's pages (see the module doc).
+
+    Args:
+        sketcher: the crawl's sketcher (``NEARDUP_*`` sketch parameters).
+        sketch_process: whether to sketch in a child process (``NEARDUP_SKETCH_PROCESS``).
+        template_sample: pages a host's template is learned from (``NEARDUP_TEMPLATE_SAMPLE``).
+        crawler: the running crawl (``None`` outside one: pages never wait, no worker is started).
+        count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
+    """
+
+    def __init__(self, sketcher: Sketcher, sketch_process: bool, template_sample: int, crawler: Crawler | None,
+                 count: Callable[[str, int], Any]) -> None:
+        self.sketcher = sketcher
+        self.sketch_process = sketch_process
+        self.template_sample = template_sample
+        self.crawler = crawler
+        self._inc = count
+        self._sketch_worker: SketchWorker | None = None
+        self._worker_given_up = False
+        self._templates: HostTemplates | None = None  # "auto" mode, once open
+
+    def open(self, backend: Backend) -> None:
+        """Start holding pages for their hosts' templates (``"auto"`` mode) and the worker (if the reactor runs;
+        else on the first item)."""
+        if self.sketcher.content == "auto":
+            self._templates = HostTemplates(backend, self.template_sample, self._inc, self._downloads_idle())
+            self._check_room_to_hold()
+        self.worker()
+
+    async def close(self) -> None:
+        """Release the pages still held (their hosts learned from what they have) and stop the worker."""
+        if self._templates is not None:
+            self._templates.close()
+        await self._stop_worker()
+
+    async def sketch_page(self, content: Content, worker: SketchWorker | None, url: Any) -> Sketch:
+        """The page's sketch; in ``"auto"`` mode under its host's template, which the host's first pages wait
+        for (:mod:`scrapy_neardup.crawl.templates`): such a page is sketched once to read its blocks, waits, and
+        is sketched again under the template learned (unless it is empty, which changes nothing).
+
+        Raises:
+            BackendError: the host's template could not be loaded or saved.
+        """
+        templates = self._templates
+        host = host_of(url) if templates is not None and isinstance(url, str) else None
+        if templates is None or host is None:
+            return await self._sketch(content, worker)
+        template = await templates.known(host)
+        if template is not None or not templates.holds_pages:
+            return await self._sketch(content, worker, template)
+        first = await self._sketch(content, worker)
+        if first.empty or first.blocks is None:
+            return first
+        templates.add(host, url, first.blocks)
+        if first.blocks.size <= 1:  # one block: the same sketch under any template (core.blocks.own_text)
+            return first
+        template = await templates.wait(host, len(content))
+        return first if template.empty else await self._sketch(content, worker, template)
+
+    async def _sketch(self, content: Content, worker: SketchWorker | None, template: HostTemplate | None = None,
+                      ) -> Sketch:
+        """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.crawl.sketch_worker`), else here.
+
+        The worker is started on the first item, when the reactor is known to run; if it dies, this process
+        sketches from then on (counted in ``neardup/sketch_worker_failed``), so no item waits on it forever.
+        """
+        if worker is not None:
+            try:
+                sketch = await maybe_deferred_to_future(worker.sketch(content, template))
+            except SketchWorkerError:
+                self._worker_failed()
+            else:
+                self._inc("sketched_in_worker", 1)
+                return sketch
+            if looks_binary(content):  # the worker died before it could tell
+                raise BinaryContent("binary content is not sketched")
+        return self.sketcher.sketch(content, template=None if template is None else template.hashes)
+
+    def _check_room_to_hold(self) -> None:
+        """Say once (INFO) when Scrapy's room for responses in processing is small for holding each host's first
+        pages: the hosts' templates are then learned from fewer pages when it fills (see crawl.templates)."""
+        if self.crawler is None:
+            return
+        room = self.crawler.settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE")
+        if room < HOLD_ACTIVE_SIZE:
+            logger.info(
+                "SCRAPER_SLOT_MAX_ACTIVE_SIZE=%d bytes bounds the pages held until their host's template is learned "
+                "(NEARDUP_TEMPLATE_SAMPLE=%d); set it to %d, as the add-on does, to learn from whole samples",
+                room, self.template_sample, HOLD_ACTIVE_SIZE,
+            )
+
+    def _downloads_idle(self) -> Any:
+        """A check of whether the crawl has no download in flight (for the templates' idle check); ``None``
+        outside a running crawl."""
+        try:
+            engine = self.crawler.engine if self.crawler is not None else None
+        except RuntimeError:
+            return None
+        if engine is None or running_reactor() is None:
+            return None
+        return lambda: not engine.downloader.active
+
+    def worker(self) -> SketchWorker | None:
+        """The running sketch worker (started on first use while the reactor runs), or ``None``: sketch here."""
+        if self._sketch_worker is None and self.sketch_process and not self._worker_given_up:
+            if running_reactor() is None:  # used outside a crawl: nothing would read the child's answers
+                return None
+            started = SketchWorker(self.sketcher)
+            try:
+                started.start()
+            except Exception:
+                logger.warning("could not start the sketch worker process; sketching in this process",
+                               exc_info=True)
+                self._worker_given_up = True
+                return None
+            self._sketch_worker = started
+        worker = self._sketch_worker
+        return worker if worker is not None and worker.alive else None
+
+    def _worker_failed(self) -> None:
+        if not self._worker_given_up:
+            self._worker_given_up = True
+            self._inc("sketch_worker_failed", 1)
+            logger.warning("the sketch worker process failed; sketching in this process from now on",
+                           exc_info=True)
+
+    async def _stop_worker(self) -> None:
+        self._worker_given_up = True  # items after close_spider (there should be none) sketch in-process
+        worker, self._sketch_worker = self._sketch_worker, None
+        if worker is not None:
+            await maybe_deferred_to_future(worker.stop())
+
+
+def running_reactor() -> IReactorCore | None:
+    """The Twisted reactor if one is installed and running (without importing one, which would install it)."""
+    if "twisted.internet.reactor" not in sys.modules:
+        return None
+    from twisted.internet import reactor
+
+    return reactor if getattr(reactor, "running", False) else None
+
+
+__all__ = ["PageSketcher", "running_reactor"]
