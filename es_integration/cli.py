@@ -208,7 +208,7 @@ def _connection_options(p: argparse.ArgumentParser) -> None:
 
 
 def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
-    from scrapy_neardup.cli.main import add_sketch_options
+    from scrapy_neardup.cli.options import add_sketch_options
 
     add_sketch_options(p, with_threshold=threshold, title="sketch parameters (as when the index was sketched)")
 
@@ -216,7 +216,7 @@ def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
 def _job_params(args: argparse.Namespace) -> Any:
     """The validated sketch parameters of the options (one rule with every other entry point)."""
     from es_integration.client import EsError
-    from scrapy_neardup.cli.main import params_from_args
+    from scrapy_neardup.cli.options import params_from_args
 
     try:
         return params_from_args(args)

@@ -17,10 +17,9 @@ import numpy as np
 
 from .. import __version__
 from ..core.dedupe import Deduper
-from ..core.params import DEFAULT_NUM_PERM, DEFAULT_SEED, ParameterError, SketchParams
+from ..core.params import DEFAULT_NUM_PERM, SketchParams
 from ..core.sketch import Sketcher
 from ..core.template import learn_hosts
-from ..core.text import CONTENT_MODES, DEFAULT_CONTENT
 from ..core.theory import (
     DEFAULT_LOW,
     DEFAULT_THRESHOLD,
@@ -32,6 +31,7 @@ from ..core.theory import (
 )
 from ..errors import CommandError
 from .jsonl import InputError, json_line, open_input, read_records, record_host, record_pages
+from .options import add_sketch_options, add_threshold_options, params_from_args
 from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -70,64 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_curve(sub)
     _add_es(sub)
     return parser
-
-
-# -- shared options ----------------------------------------------------------------------------------------------
-
-
-def add_sketch_options(
-    parser: argparse.ArgumentParser, *, with_threshold: bool = True, title: str = "sketch parameters"
-) -> None:
-    """The sketch options (``--num-perm``, ``--shingle``, ``--shingle-size``, ``--seed``, ``--content``, and optionally
-    ``--threshold`` / ``--min-shared``), shared by every command that sketches."""
-    group = parser.add_argument_group(title)
-    group.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
-                       help=f"signature positions k (default {DEFAULT_NUM_PERM})")
-    group.add_argument("--shingle", choices=("word", "char"), default="word",
-                       help="word w-shingles (default) or character n-grams")
-    group.add_argument("--shingle-size", type=int, default=None, metavar="W",
-                       help="units per shingle (default 5 words or 9 characters)")
-    group.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"hash seed (default {DEFAULT_SEED})")
-    group.add_argument("--content", choices=CONTENT_MODES, default=DEFAULT_CONTENT,
-                       help="what of a page is sketched: auto (default: its own text, without link lists and the "
-                            "blocks its site repeats on many pages), main (the main content it marks: <main>, else "
-                            "<article>, else <body>, without nav, header, footer, aside) or body (all visible text)")
-    if with_threshold:
-        _add_threshold_options(group)
-
-
-def _add_threshold_options(group: Any) -> None:
-    exclusive = group.add_mutually_exclusive_group()
-    exclusive.add_argument("--threshold", type=float, metavar="R",
-                           help=f"target resemblance: pairs at R are caught with probability >= 0.99 "
-                                f"(default {DEFAULT_THRESHOLD})")
-    exclusive.add_argument("--min-shared", type=int, metavar="T",
-                           help="positions that must agree (overrides --threshold)")
-
-
-#: The option behind each sketch parameter, for error messages.
-OPTION_NAMES = {
-    "num_perm": "--num-perm", "min_shared": "--min-shared", "threshold": "--threshold", "shingle": "--shingle",
-    "shingle_size": "--shingle-size", "seed": "--seed", "content": "--content",
-}
-
-
-def params_from_args(args: argparse.Namespace) -> SketchParams:
-    """The :class:`~scrapy_neardup.core.params.SketchParams` the sketch options ask for (the threshold options
-    are optional: commands without them get the default ``t``).
-
-    Raises:
-        ValueError: a value is wrong; the message names the option.
-    """
-    given = vars(args)
-    try:
-        return SketchParams.create(
-            num_perm=args.num_perm, threshold=given.get("threshold"), min_shared=given.get("min_shared"),
-            shingle=given.get("shingle", "word"), shingle_size=given.get("shingle_size"),
-            seed=given.get("seed", DEFAULT_SEED), content=given.get("content", DEFAULT_CONTENT),
-        )
-    except ParameterError as exc:
-        raise ValueError(exc.render(OPTION_NAMES)) from None
 
 
 def _params(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SketchParams:
@@ -315,7 +257,7 @@ def _add_curve(sub: Any) -> None:
     )
     p.add_argument("--num-perm", type=int, default=DEFAULT_NUM_PERM, metavar="K",
                    help=f"signature positions k (default {DEFAULT_NUM_PERM})")
-    _add_threshold_options(p)
+    add_threshold_options(p)
     p.add_argument("--json", action="store_true", help="print the curve as JSON")
     p.add_argument("--png", metavar="FILE", help="draw the curve into a PNG file (needs matplotlib)")
     p.set_defaults(handler=_run_curve)
