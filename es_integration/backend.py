@@ -340,7 +340,10 @@ class ElasticsearchBackend(Backend):
         min_shared: ``t``: a page shares ``>= t`` of ``k`` positions with a kept page to be its near-duplicate;
             pages of resemblance ``r`` are flagged with probability ``P[Binomial(k, r) >= t]``.
         tag: sketch parameter tag; only sketches with this tag are compared (and accepted).
-        api_key, username, password, ca_certs: credentials and CA (see :mod:`es_integration.client`).
+        api_key: encoded API key (see :mod:`es_integration.client`).
+        username: basic-auth user.
+        password: basic-auth password.
+        ca_certs: CA certificate of the cluster's TLS.
         request_timeout: seconds per request.
     """
 

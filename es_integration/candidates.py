@@ -281,7 +281,8 @@ def find_candidates(
 
     Args:
         size: at most this many candidates (the best ones).
-        statuses, exclude_ids: see :func:`candidate_query`.
+        statuses: see :func:`candidate_query`.
+        exclude_ids: see :func:`candidate_query`.
         source: ``_source`` fields to return with each candidate.
         method: ``"bands"`` (band tokens, verified on the compact signatures), ``"positions"`` (the
             ``minimum_should_match`` query), or ``"auto"``: bands when ``t >= t0`` (module doc), else positions.

@@ -217,7 +217,8 @@ def index_records(
     """Index JSON records with their sketches (``sketcher=None``: without, e.g. to measure the overhead).
 
     Args:
-        templates, url_field: ``"auto"`` sketches: the template of each host (see :func:`record_actions`).
+        templates: ``"auto"`` sketches: the template of each host (see :func:`record_actions`).
+        url_field: the field whose URL names a record's host, for ``templates``.
         chunk_size: documents per bulk request.
         threads: 1 uses ``streaming_bulk`` (retrying 429 answers with backoff); more uses ``parallel_bulk``.
         refresh: refresh the index at the end, so the documents are searchable when this returns.

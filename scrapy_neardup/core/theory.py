@@ -139,7 +139,7 @@ def describe_rule(num_perm: int, min_shared: int) -> str:
 
     ``NEARDUP_THRESHOLD = 0.9`` is not a sharp cut at 0.9: with ``k = 128, t = 107`` a pair at ``r = 0.83`` is
     flagged half the time. This line says so, e.g.
-    ``t = 107 of k = 128: flags r >= 0.90 in 99% of cases, r = 0.83 in 50%, r <= 0.76 in 1%``.
+    ``t = 107 of k = 128: flags r >= 0.90 in 99% of cases, r = 0.83 in 50%, r <= 0.75 in 1%``.
     """
     r99, r50, r01 = (resemblance_at(num_perm, min_shared, p) for p in (0.99, 0.5, 0.01))
     return (
