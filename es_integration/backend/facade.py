@@ -1,0 +1,327 @@
+"""The crawler backend as the pipeline sees it: :class:`ElasticsearchBackend`, a
+:class:`~scrapy_neardup.store.backend.Backend` assembled from the bases of this package (see its doc).
+
+Here: its settings and lifecycle (``open`` creates the index with one primary shard or checks the existing one,
+and decides whether candidates may come from the band query), host templates, and
+:meth:`~ElasticsearchBackend.check_and_add_many`, which runs the rounds of :mod:`.protocol` one call at a time
+and, when a call fails, remembers its pages in the queue of :mod:`.unchecked`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from scrapy_neardup.core.match import Match
+from scrapy_neardup.core.params import check_min_shared
+from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
+from scrapy_neardup.core.stored import band_layout
+from scrapy_neardup.store.backend import Backend, BackendError, Decision
+
+from ..client import ConnectionSettings, EsError, connect_async
+from ..mapping import (
+    F_POSITIONS,
+    F_SIG,
+    F_STATUS,
+    F_TAG,
+    KEPT,
+    PENDING,
+    TagMismatch,
+    ensure_index_async,
+    require_tag_async,
+)
+from ..names import validate_index_name
+from ..settings import ElasticsearchSettings
+from ..templates import ensure_templates_index_async, load_template_async, save_template_async, templates_index
+from .pages import doc_id_of
+from .protocol import _MAX_BATCH, _batches, _Rounds
+from .requests import _POLL_FIRST, _POLL_MAX
+from .unchecked import _UNCHECKED_BATCH, _Unchecked, _UncheckedPages
+
+if TYPE_CHECKING:
+    from elasticsearch import AsyncElasticsearch
+
+    from scrapy_neardup.core.mirrors import HostStore
+    from scrapy_neardup.core.params import SketchParams
+    from scrapy_neardup.core.template import HostTemplate
+    from scrapy_neardup.store.config import SettingsLike
+
+__all__ = ["ElasticsearchBackend"]
+
+#: One logger for the package, under the name it had as one module: log filters and tests select it.
+logger = logging.getLogger("es_integration.backend")
+
+
+class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
+    """A :class:`~scrapy_neardup.store.backend.Backend` storing kept sketches in an Elasticsearch index.
+
+    Args:
+        url: ``http(s)://host:port``.
+        index: index of kept sketches (created with one primary shard when missing).
+        num_perm: ``k``, signature positions.
+        min_shared: ``t``: a page shares ``>= t`` of ``k`` positions with a kept page to be its near-duplicate;
+            pages of resemblance ``r`` are flagged with probability ``P[Binomial(k, r) >= t]``.
+        tag: sketch parameter tag; only sketches with this tag are compared (and accepted).
+        api_key: encoded API key (see :mod:`es_integration.connection`).
+        username: basic-auth user.
+        password: basic-auth password.
+        ca_certs: CA certificate of the cluster's TLS.
+        request_timeout: seconds per request.
+    """
+
+    #: attempts after the first for a retryable failure
+    retries = 3
+    #: first backoff in seconds (doubled per retry)
+    backoff = 0.1
+    #: seconds to wait for a page another process left ``pending`` before ignoring it
+    pending_timeout = 30.0
+    #: pages whose check failed remembered for writing as ``unchecked``; beyond, only counted (~0.6 KB each)
+    max_unchecked = 100_000
+    #: candidates from the band query (set on open; see :meth:`_bands_usable`)
+    _bands = False
+    #: the template index exists (checked before the first template is saved)
+    _templates_ready = False
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        index: str,
+        num_perm: int,
+        min_shared: int,
+        tag: str,
+        api_key: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        ca_certs: str | None = None,
+        request_timeout: float = 10.0,
+    ) -> None:
+        check_min_shared(min_shared, num_perm)
+        self.index = validate_index_name(index)
+        self.num_perm = num_perm
+        self.min_shared = min_shared
+        self.tag = tag
+        self.settings = ConnectionSettings.create(
+            url, api_key=api_key, username=username, password=password, ca_certs=ca_certs,
+            request_timeout=request_timeout,
+        )
+        self.errors = 0
+        self.retried = 0
+        self._client: AsyncElasticsearch | None = None
+        self._lock: asyncio.Lock | None = None
+        #: (``_id``, ``_seq_no``) of pending documents of other crawlers no longer waited for
+        self._abandoned: set[tuple[str, int | None]] = set()
+        #: marks this process's pending writes (``writer``: this token and the round), see :meth:`_is_pending`
+        self._writer = uuid.uuid4().hex
+        self._round_no = 0
+        self._checkpoints = True
+        self._unchecked: dict[str, _Unchecked] = {}
+        self._unchecked_retry_at = 0.0
+        self._unchecked_error = ""
+        #: unchecked pages written to the index, and those beyond ``max_unchecked`` (never written)
+        self.unchecked_indexed = 0
+        self.unchecked_overflow = 0
+        #: what became of the unchecked pages, filled by :meth:`close` (the pipeline adds it to its stats)
+        self.close_stats: dict[str, int] = {}
+        #: appended to the message of a failed :meth:`open`: what to check (set by :meth:`from_settings`)
+        self.open_hint = ""
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike, params: SketchParams) -> ElasticsearchBackend:
+        """The backend the ``NEARDUP_ES_*`` settings describe (see :mod:`es_integration.settings`).
+
+        Raises:
+            NearDupSettingsError: a ``NEARDUP_ES_*`` setting is missing or wrong (the message names it).
+        """
+        es = ElasticsearchSettings.from_settings(settings)
+        backend = cls(
+            url=es.url, index=es.index, num_perm=params.num_perm, min_shared=params.min_shared, tag=params.tag,
+            api_key=es.api_key, username=es.username, password=es.password, ca_certs=es.ca_certs,
+            request_timeout=es.request_timeout,
+        )
+        backend.open_hint = " (check NEARDUP_ES_URL and that the node is up)"
+        backend.max_batch = es.batch_size
+        return backend
+
+    def stats(self) -> Mapping[str, int]:
+        """``backend_retries``, and what :meth:`close` did with the pages passed through unchecked."""
+        counts = {"backend_retries": self.retried, **self.close_stats}
+        return {name: count for name, count in counts.items() if count}
+
+    def host_store(self) -> HostStore:
+        """The mirror-host counts of every crawler on this index, in its sibling index ``<index>-hosts``
+        (:mod:`es_integration.hosts`); with its own connection, so it works before :meth:`open`."""
+        from .hosts import ElasticsearchHostStore, hosts_index
+
+        return ElasticsearchHostStore(self.settings, hosts_index(self.index))
+
+    def __repr__(self) -> str:
+        return f"ElasticsearchBackend(url={self.settings.url!r}, index={self.index!r}, tag={self.tag!r})"
+
+    async def load_template(self, host: str) -> HostTemplate | None:
+        """``host``'s template from the sibling index ``<index>-templates`` (:mod:`es_integration.templates`)."""
+        return await self._call("reading a host template", load_template_async, self._es,
+                                templates_index(self.index), self.tag, host)
+
+    async def save_template(self, host: str, template: HostTemplate) -> HostTemplate:
+        """Save ``host``'s template there unless a process saved one first; the saved one."""
+        index = templates_index(self.index)
+        if not self._templates_ready:
+            await self._call("creating the template index", ensure_templates_index_async, self._es, index)
+            self._templates_ready = True
+        return await self._call("saving a host template", save_template_async, self._es, index, self.tag, host,
+                                template)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, and create the index (one primary shard) or check the existing one.
+
+        Raises:
+            EsError: unreachable, wrong credentials, TLS failure, or an index with several primary shards.
+        """
+        self._lock = asyncio.Lock()
+        try:
+            self._client = await self._call(
+                "opening the index",
+                functools.partial(connect_async, self.settings, max_retries=0, retry_on_timeout=False),
+            )
+            await self._call("opening the index", self._ensure_index)
+        except TagMismatch:
+            await self.close()
+            raise
+        except EsError as exc:
+            await self.close()
+            # Name what to fix (the message already names the URL, without credentials).
+            raise EsError(f"{exc}{self.open_hint}") from None
+        except BaseException:
+            await self.close()
+            raise
+        logger.debug("%r open", self)
+
+    async def close(self) -> None:
+        """Write the remembered unchecked pages (see :mod:`.unchecked`), report them, release the connection pool."""
+        try:
+            if self._unchecked and self._client is not None and self._lock is not None:
+                async with self._lock:
+                    await self._write_unchecked_quietly(limit=None, retries=None)
+        finally:
+            self._report_unchecked()
+            client, self._client = self._client, None
+            if client is not None:
+                await client.close()
+
+    async def _ensure_index(self) -> None:
+        es = self._es
+        await ensure_index_async(es, self.index, shards=1, request_timeout=self.settings.request_timeout)
+        settings = await es.indices.get_settings(index=self.index, name="index.number_of_shards")
+        for name, body in settings.items():
+            shards = int(body["settings"]["index"]["number_of_shards"])
+            if shards != 1:
+                raise EsError(
+                    f"index {name} has {shards} primary shards; the crawler backend needs an index with one "
+                    "(it orders concurrent writes by _seq_no): use another NEARDUP_ES_INDEX"
+                )
+        await require_tag_async(es, self.index, self.tag)  # a store of other sketches: one clear line, no silent mix
+        self._bands = await self._bands_usable()
+
+    async def _count_settling(self, query: dict[str, Any]) -> int | None:
+        """Count ``query``'s documents; an index another process has just created may have no active shard
+        yet (HTTP 503): wait for it a little (such waits are not request failures). ``None``: still none."""
+        from elasticsearch import ApiError
+
+        delay = _POLL_FIRST
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                return int((await self._es.count(index=self.index, query=query))["count"])
+            except ApiError as exc:
+                if exc.meta.status != 503:
+                    raise
+                if time.monotonic() >= deadline:
+                    return None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+
+    async def _bands_usable(self) -> bool:
+        """Whether candidates can come from the band query: ``t >= t0`` (the stored band layout's), and no kept
+        or pending document lacks the band fields (written by an older version: then positions are used for
+        the whole run, so that such documents stay candidates; ``neardup es backfill`` adds the fields)."""
+        if self.min_shared < band_layout(self.num_perm):
+            return False
+        query = {"bool": {
+            "filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_STATUS: [KEPT, PENDING]}},
+                       {"exists": {"field": F_POSITIONS}}],
+            "must_not": [{"exists": {"field": F_SIG}}],
+        }}
+        old = await self._count_settling(query)
+        if old is None:
+            logger.warning("cannot count the pages of %s without band fields yet; using the position query", self.index)
+            return False
+        if old:
+            logger.warning(
+                "%d kept pages of %s have no band fields (indexed by an older version): candidates come from the "
+                "slower position query; `neardup es backfill` adds the fields", old, self.index,
+            )
+        return old == 0
+
+    # -- check and add ---------------------------------------------------------------------------------------
+
+    async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        """Return the best kept match of ``sketch``, or keep it under ``key`` and return None (see :mod:`.protocol`).
+
+        A revisit of a kept key (its own stored version is its best match) also returns None: it is no
+        duplicate; :meth:`check_and_add_many` tells revisits apart.
+
+        Raises:
+            IncompatibleSketches: the sketch's tag is not this backend's.
+            ValueError: an empty sketch, or a signature of the wrong length.
+            EsError: Elasticsearch failed after bounded retries.
+        """
+        (decision,) = await self.check_and_add_many([(key, sketch)])
+        return decision.match
+
+    async def check_and_add_many(self, pages: Sequence[tuple[str, Sketch]]) -> list[Decision]:
+        """Decide ``pages`` in order, in a constant number of requests per batch (:mod:`.protocol`).
+
+        Raises:
+            IncompatibleSketches, ValueError: as :meth:`check_and_add` (nothing is decided then).
+            EsError: Elasticsearch failed after bounded retries: no page of the call has a decision; each is
+                remembered and written to the index later with status ``unchecked``.
+        """
+        for _, sketch in pages:
+            self._validate(sketch)
+        if self._lock is None or self._client is None:
+            raise RuntimeError("ElasticsearchBackend.check_and_add_many called before open()")
+        decisions: list[Decision] = []
+        async with self._lock:
+            try:
+                for run in _batches(pages, _MAX_BATCH):
+                    decisions += await self._decide(run)
+            except Exception as exc:
+                # The pipeline passes every page of the call through unchecked: remember them for writing later.
+                # Their documents may stay pending (written, never settled); this process's own pending documents
+                # carry its writer token, so it never waits for them (others do, until they are written).
+                for key, sketch in pages:
+                    self._remember(key, sketch, doc_id_of(key))
+                if isinstance(exc, BackendError):
+                    raise
+                # An answer of an unexpected shape: no decision either, which the pipeline must be told of.
+                raise EsError(f"checking {len(pages)} page(s) in {self.index}: {type(exc).__name__}: {exc}") from exc
+            if self._unchecked and time.monotonic() >= self._unchecked_retry_at:
+                # The node answers again: write a batch of the pages it could not check before.
+                await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)
+        return decisions
+
+    def _validate(self, sketch: Sketch) -> None:
+        if sketch.tag != self.tag:
+            raise IncompatibleSketches(f"backend holds {self.tag!r} sketches, got one made with {sketch.tag!r}")
+        if sketch.empty:
+            raise ValueError("an empty sketch (text without shingles) cannot be indexed")
+        if sketch.num_perm != self.num_perm:
+            raise ValueError(f"expected a signature of {self.num_perm} positions, got {sketch.num_perm}")

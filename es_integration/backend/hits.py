@@ -1,0 +1,198 @@
+"""The candidate searches of a round and what their hits say.
+
+A page's candidates are the ``kept`` or ``pending`` documents sharing ``>= t`` of its ``k`` positions: from the
+band query, verified on each hit's compact signature (one search for a whole batch when the union of its band
+tokens allows it), or from the position query, which counts server-side. A hit or a real-time read then tells
+whether its page is still being decided by a live crawler (:meth:`_Searches._is_pending`) and, once settled,
+whether it is a kept candidate written before the page (:meth:`_Searches._kept`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from scrapy_neardup.core.stored import StoredSignature, decode_many, distinct_band_tokens, shared_counts
+
+from ..candidates import band_query, candidate_query
+from ..mapping import F_BANDS, F_FINGERPRINT, F_KEY, F_SEQ, F_SIG, F_STATUS, F_TAG, F_WRITER, KEPT, PENDING, ROOT
+from ..retry import ShardsUnavailable
+from .pages import _Candidate, _Page
+from .requests import _Requests
+
+#: One logger for the package, under the name it had as one module: log filters and tests select it.
+logger = logging.getLogger("es_integration.backend")
+
+#: Raw hits of one page's band query at most (beyond, the position query, which ranks server-side), and
+#: candidates of its position query at most.
+_CANDIDATES = 1000
+#: Raw hits of a batch's one band query at most (beyond, one query per page).
+_UNION_HITS = 10_000
+
+
+def _order(doc: Mapping[str, Any]) -> int:
+    """A document's place in the write order: its final ``seq``, or the ``_seq_no`` of its pending write."""
+    source = doc.get("_source", {}).get(ROOT, {})
+    return int(source.get("seq", doc.get("_seq_no", -1)))
+
+
+def _search_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """A search body as elasticsearch-py keyword arguments (``_source`` is ``source``)."""
+    return {("source" if name == "_source" else name): value for name, value in body.items()}
+
+
+class _Searches(_Requests):
+    """Candidate searches and their hits (a base of :class:`~es_integration.backend.ElasticsearchBackend`)."""
+
+    num_perm: int
+    min_shared: int
+    tag: str
+    _bands: bool
+    _writer: str
+    _abandoned: set[tuple[str, int | None]]
+
+    def _search_body(self, stored: StoredSignature, exclude: str | None, *, positions: bool) -> dict[str, Any]:
+        """The candidate search of one page (kept or pending documents; not ``exclude``, its own)."""
+        statuses, exclude_ids = (KEPT, PENDING), [exclude] if exclude else []
+        source = {"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]}
+        if positions:
+            query = candidate_query(stored.tokens(), self.min_shared, self.tag, statuses=statuses,
+                                    exclude_ids=exclude_ids)
+            return {"query": query, "size": _CANDIDATES, "seq_no_primary_term": True, "_source": source,
+                    "track_total_hits": False}
+        return {"query": band_query(stored, statuses=statuses, exclude_ids=exclude_ids), "size": _CANDIDATES,
+                "seq_no_primary_term": True, "_source": source, "docvalue_fields": [{"field": F_SIG}],
+                "track_total_hits": False}
+
+    def _parse_hits(
+        self, response: Mapping[str, Any], stored: StoredSignature, *, positions: bool
+    ) -> list[tuple[dict[str, Any], int]] | None:
+        """Candidates sharing ``>= t`` positions, with the count; ``None`` when the band query has
+        :data:`_CANDIDATES` raw hits or more (then the position query, which ranks server-side, is used)."""
+        if "error" in response:
+            raise ShardsUnavailable(f"a candidate search failed: {str(response['error'])[:200]}")
+        shards = response["_shards"]
+        if shards["successful"] < shards["total"]:
+            raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
+        raw: list[dict[str, Any]] = response["hits"]["hits"]
+        if positions:
+            if len(raw) >= _CANDIDATES:
+                logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(raw),
+                               self.index)
+            return [(hit, round(hit["_score"])) for hit in raw]
+        if len(raw) >= _CANDIDATES:
+            return None
+        sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
+        shared = shared_counts(sigs, stored.values)
+        keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
+        return [(raw[i], int(shared[i])) for i in keep]
+
+    async def _search(self, stored: StoredSignature, exclude: str | None) -> list[tuple[dict[str, Any], int]]:
+        """One page's candidates (kept or pending, sharing ``>= t`` positions) with their shared positions: the
+        band query (verified on the hits' compact signatures) when :attr:`_bands` allows it, else positions."""
+        positions = not self._bands
+        while True:
+            body = self._search_body(stored, exclude, positions=positions)
+            response = await self._es.search(index=self.index, **_search_kwargs(body))
+            hits = self._parse_hits(response.body, stored, positions=positions)
+            if hits is not None:
+                return hits
+            positions = True
+
+    async def _search_many(
+        self, stored: list[StoredSignature], exclude: list[str]
+    ) -> list[list[tuple[dict[str, Any], int]]]:
+        """:meth:`_search` for each page of a batch: one ``_search`` for one page, else one ``_msearch``."""
+        if len(stored) == 1:
+            return [await self._search(stored[0], exclude[0])]
+        if self._bands:
+            union = await self._search_union(stored, exclude)
+            if union is not None:
+                return union
+        positions = not self._bands
+        searches: list[dict[str, Any]] = []
+        for one, own in zip(stored, exclude, strict=True):
+            searches += [{"index": self.index}, self._search_body(one, own, positions=positions)]
+        response = await self._es.msearch(searches=searches)
+        out: list[list[tuple[dict[str, Any], int]]] = []
+        for one, own, answer in zip(stored, exclude, response["responses"], strict=True):
+            hits = self._parse_hits(answer, one, positions=positions)
+            out.append(hits if hits is not None else await self._search(one, own))
+        return out
+
+    async def _search_union(
+        self, stored: list[StoredSignature], exclude: list[str]
+    ) -> list[list[tuple[dict[str, Any], int]]] | None:
+        """The candidates of every page of a batch from **one** band query (the union of their band tokens),
+        each hit verified against each page on its compact signature: one search instead of one per page (the
+        server's cost per search, not per term, dominates). ``None`` when the union has too many raw hits
+        (then one search per page)."""
+        size = min(_UNION_HITS, _CANDIDATES * len(stored))
+        tokens = distinct_band_tokens(np.vstack([one.values for one in stored]))
+        query = {"bool": {"filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_BANDS: tokens}},
+                                     {"terms": {F_STATUS: [KEPT, PENDING]}}]}}
+        response = await self._es.search(
+            index=self.index, query=query, size=size, seq_no_primary_term=True,
+            source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]},
+            docvalue_fields=[{"field": F_SIG}], track_total_hits=False,
+        )
+        shards = response["_shards"]
+        if shards["successful"] < shards["total"]:
+            raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
+        raw: list[dict[str, Any]] = response["hits"]["hits"]
+        if len(raw) >= size:
+            return None
+        if not raw:
+            return [[] for _ in stored]
+        sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
+        ids = [hit["_id"] for hit in raw]
+        out: list[list[tuple[dict[str, Any], int]]] = []
+        for one, own in zip(stored, exclude, strict=True):
+            shared = shared_counts(sigs, one.values)
+            keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
+            out.append([(raw[i], int(shared[i])) for i in keep if ids[i] != own])
+        return out
+
+    def _is_pending(self, doc: Mapping[str, Any]) -> bool:
+        """Whether ``doc`` (a hit or a real-time read) is a page still being decided by a live crawler."""
+        source = doc.get("_source", {}).get(ROOT, {})
+        if source.get("status") != PENDING:
+            return False
+        if str(source.get("writer", "")).startswith(self._writer):
+            return False  # ours, from a failed check: it never settles
+        return (doc["_id"], doc.get("_seq_no")) not in self._abandoned
+
+    def _waits_for(self, doc: Mapping[str, Any]) -> bool:
+        return bool(doc.get("found", True)) and self._is_pending(doc)
+
+    def _kept(
+        self, hits: list[tuple[dict[str, Any], int]], settled: dict[str, dict[str, Any]], page: _Page,
+        *, before: int | None,
+    ) -> list[_Candidate]:
+        """The kept candidates among a page's hits (pending ones replaced by their settled read; only those
+        written before ``before`` when given); shared positions recounted on what was read."""
+        out: list[_Candidate] = []
+        for hit, shared in hits:
+            doc = settled.get(hit["_id"], hit)
+            if not doc.get("found", True) or "_source" not in doc:
+                continue
+            source = doc["_source"][ROOT]
+            if source.get("status") != KEPT:
+                continue
+            if before is not None and _order(hit) >= before:
+                continue  # written after the page: the page is a candidate of its check, not the reverse
+            order = _order(doc)
+            if before is not None and order >= before:
+                continue
+            if doc is not hit:  # settled since the search: its content may have been replaced (a recrawl)
+                values, valid = decode_many([source.get("sig")], self.num_perm)
+                if valid[0]:
+                    shared = int(shared_counts(values[0], page.stored.values))
+                if shared < self.min_shared:
+                    continue
+            out.append(_Candidate(hit["_id"], str(source.get("key", hit["_id"])), shared,
+                                  source.get("fingerprint") == page.fingerprint, order))
+        return out

@@ -1,0 +1,290 @@
+"""The rounds of the crawler backend: check-and-insert of a batch of pages against an index shared by many
+crawlers, and why its answers are those of the embedded index.
+
+Protocol (a batch of pages, distinct keys)
+------------------------------------------
+Within a process, calls are serialized by an ``asyncio.Lock`` (the pipeline sends the pages ready at the same
+time as one call: :mod:`scrapy_neardup.crawl.batcher`). Across processes, for a batch:
+
+a. One search for the candidates of every page (one band query on the union of their band tokens, each hit
+   verified against each page; ``_search`` for one page) among documents with
+   status ``kept`` or ``pending``, and one real-time multi-get of the pages' own documents (by key). Pending
+   ones written by other crawlers are re-read (multi-get) until they settle. Then, in batch order: a page
+   whose key is stored ``kept`` with the same fingerprint is an **unchanged revisit** (nothing written); a
+   page with no stored version and a ``kept`` candidate is a **duplicate** of the best one (nothing written),
+   unless it near-duplicates an earlier page of the batch that is being written; every other page (new, or a
+   stored key whose content changed) is written.
+b. One bulk request writes those pages as ``pending`` (``create``, or ``index`` conditional on the
+   ``_seq_no`` read in (a)); the bulk's items keep their order on the one shard, so ``_seq_no`` follows the
+   batch order. A page whose key another crawler wrote meanwhile (a conflict) is decided again in a next round.
+c. Wait until the local checkpoint of every started copy of the shard reaches the batch's last ``_seq_no``
+   (every earlier write is applied wherever the search may run), refresh once, and search again, considering
+   for each page only candidates written *before* it (``seq < its own``; pending ones of other crawlers
+   settled as in (a)), plus, resolved locally, the earlier pages of the batch that ended kept and the stored
+   versions of later ones (as each page checked alone in turn would see them). A page whose key was stored is a
+   **changed revisit** when its stored version is its best match (ties go to it) or nothing matches (its new
+   content replaces the stored one), else a duplicate of the better kept page (its document becomes
+   ``duplicate``: no longer a candidate, so its former copies are judged afresh). A new page is a duplicate
+   of the best candidate, else kept.
+d. One bulk request writes the final statuses (``kept``/``duplicate``) and ``seq``.
+
+Why waiting ends: a pending page's outcome depends only on pages written before it, and before a process waits
+for another crawler's page in (c) it writes the decisions it has already taken (those of its batch's earlier
+pages). So a wait is never on a decision that is itself held back by a wait: the earliest pending page of all
+waits for nobody, and is written; then the next one. (Without that write, two crawlers whose batches interleave
+in the write order, ``a1 < b1 < a2 < b2``, would wait for each other: ``a2`` for ``b1``, written with ``b2``,
+which waits for ``a1``, written with ``a2``; both gave up after ``pending_timeout`` and kept two near-duplicates.)
+Uncontended batches pay nothing for this; a batch that waits pays one more bulk request per wait.
+
+A batch costs about seven requests whatever its size: search, multi-get, bulk, index
+stats (polled until the checkpoint is reached), refresh, search, bulk; a batch answered in (a) alone costs two.
+
+Guarantees
+----------
+* **One process** (any number of concurrent coroutines, any batch sizes): identical answers to ``SketchIndex``
+  on the same stream (for recrawls: the same revisit rule as the embedded store).
+* **Several processes**, while every process finishes its checks:
+
+  - every duplicate names a page whose status is ``kept`` (until a recrawl finds that page turned into a copy
+    of another, and removes it);
+  - no two kept pages share ``>= t`` positions (of two near-duplicates written in steps b, the later one sees
+    the earlier one, settled, in step c), except a revisited page whose new content is closer to its own stored
+    version than to another kept page (the revisit rule, the same in the embedded store);
+  - the kept pages and the answers are those of the embedded index run over the pages in write order
+    (``_seq_no``), except that a page answered in step (a) names the best kept match visible at that moment
+    (a better one may still be pending): it is a duplicate either way; and a page written while another
+    crawler replaces a kept page's content is compared with the content being written, not the old one. In
+    particular, of concurrent near-duplicates of one page exactly one is kept, the earliest writer, and every
+    other names it; of two crawlers recrawling one key at once, one writes (a changed revisit) and the other
+    waits for it, then finds it unchanged.
+* **Not guaranteed** when a process dies (or stalls longer than ``pending_timeout``) between steps b and d:
+  its pages stay ``pending``; others wait up to ``pending_timeout`` (default 30 s) for them, then ignore them
+  (a warning is logged), and a later check of the same key replaces the abandoned document. If that process
+  was only slow and later keeps its page, two near-duplicates may both be kept. Also weaker without the
+  ``monitor`` privilege on the index (no checkpoint wait; a warning is logged once): a write that is still in
+  flight when a later page refreshes may be missed, in a window of microseconds.
+
+The writes of steps b and d and the wait of step c (with replicas and failover) are in :mod:`.writes`; the
+candidate searches and the reading of their hits in :mod:`.hits`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from scrapy_neardup.core.match import Match
+from scrapy_neardup.core.sketch import Sketch
+from scrapy_neardup.core.stored import StoredSignature, shared_counts
+from scrapy_neardup.store.backend import Decision
+
+from ..client import EsError
+from ..mapping import (
+    DUPLICATE,
+    F_FINGERPRINT,
+    F_KEY,
+    F_SEQ,
+    F_SIG,
+    F_STATUS,
+    F_WRITER,
+    KEPT,
+    PENDING,
+    fingerprint_hex,
+    stored_fields,
+)
+from .hits import _order, _Searches
+from .pages import _best, _Candidate, _Page, doc_id_of
+from .requests import _POLL_FIRST, _POLL_MAX
+from .writes import _Writes
+
+#: One logger for the package, under the name it had as one module: log filters and tests select it.
+logger = logging.getLogger("es_integration.backend")
+
+#: Pages decided together at most (a longer call is decided in runs of this many).
+_MAX_BATCH = 256
+#: Rounds of a batch whose keys other crawlers keep writing at the same time.
+_MAX_ROUNDS = 5
+#: What a real-time read of a page's own document (or of a pending candidate) returns.
+_OWN_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_SIG, F_WRITER]
+
+
+def _batches(pages: Sequence[tuple[str, Sketch]], size: int) -> Iterator[list[tuple[str, Sketch]]]:
+    """Runs of at most ``size`` pages with distinct keys, in order: a key seen again starts a new run, so that
+    its second page is decided against the first one's outcome (a revisit)."""
+    run: list[tuple[str, Sketch]] = []
+    keys: set[str] = set()
+    for key, sketch in pages:
+        if key in keys or len(run) >= size:
+            yield run
+            run, keys = [], set()
+        run.append((key, sketch))
+        keys.add(key)
+    if run:
+        yield run
+
+
+class _Rounds(_Writes, _Searches):
+    """The rounds (a base of :class:`~es_integration.backend.ElasticsearchBackend`)."""
+
+    _round_no: int
+
+    async def _decide(self, batch: Sequence[tuple[str, Sketch]]) -> list[Decision]:
+        """Decide a batch of distinct keys; pages whose conditional write met another crawler's write of the
+        same key are decided again in a further round (at most ``_MAX_ROUNDS``)."""
+        pages = [
+            _Page(pos, key, StoredSignature.from_sketch(sketch), fingerprint_hex(sketch.fingerprint), doc_id_of(key))
+            for pos, (key, sketch) in enumerate(batch)
+        ]
+        todo = pages
+        for _ in range(_MAX_ROUNDS):
+            for page in todo:
+                page.reset()
+            todo = await self._round(todo)
+            if not todo:
+                return [page.decision for page in pages if page.decision is not None]
+        raise EsError(f"checking {len(todo)} page(s) in {self.index}: other crawlers kept rewriting their keys")
+
+    async def _round(self, pages: list[_Page]) -> list[_Page]:
+        """One round (module doc): (a) candidates and own documents, answers that need no write; (b) pending
+        writes; (c) checkpoint wait, refresh, candidates written before each page, local resolution in write
+        order; (d) decisions. Returns the pages to decide again."""
+        self._round_no += 1
+        token = f"{self._writer}-{self._round_no}"
+        # One after the other (not gathered): a failing node then fails one request, reported as such.
+        hits = await self._call("searching candidates", self._search_many, [p.stored for p in pages],
+                                [p.doc_id for p in pages])
+        owns = await self._call("reading the pages' own documents", self._mget, [p.doc_id for p in pages],
+                                _OWN_SOURCE)
+        # Settle what other crawlers are deciding right now: own documents and candidates left pending.
+        waiting = {doc["_id"] for doc in owns if self._waits_for(doc)}
+        waiting.update(hit["_id"] for page_hits in hits for hit, _ in page_hits if self._waits_for(hit))
+        settled = await self._read_settled(waiting) if waiting else {}
+        for page, own in zip(pages, owns, strict=True):
+            page.take_own(settled.get(own["_id"], own), self.num_perm)
+        # (a) in batch order; pages needing a write join `written`.
+        written: list[_Page] = []
+        for page, page_hits in zip(pages, hits, strict=True):
+            if page.own is not None and page.own.fingerprint == page.fingerprint:
+                page.decision = Decision.revisit(False)  # unchanged: the stored version is this content
+                continue
+            if page.own is None:
+                rewritten = {w.doc_id for w in written}
+                kept = [c for c in self._kept(page_hits, settled, page, before=None) if c.id not in rewritten]
+                if kept and not self._local_matches(page, written, later=[]):
+                    page.decision = Decision.duplicate(self._match(_best(kept)))
+                    continue
+            page.fields = self._pending_fields(page, token)
+            written.append(page)
+        if not written:
+            return []
+        # (b) pending writes; pages whose key another crawler wrote meanwhile go to the next round.
+        again = await self._call("writing pending pages", self._write_pending, written, token)
+        written = [page for page in written if page not in again]
+        if not written:
+            return again
+        # (c) every earlier write applied on every copy, refreshed; candidates written before each page.
+        await self._call("waiting for earlier writes", self._settle_writes, max(p.seq for p in written))
+        ours = {page.doc_id for page in written}
+        hits = await self._call("searching candidates", self._search_many, [p.stored for p in written],
+                                [p.doc_id for p in written])
+        # Only pages written before each one are waited for, and the decisions taken are written before any
+        # wait, so waits never form a cycle (module doc, "Why waiting ends").
+        foreign = [{hit["_id"]: hit for hit, _ in page_hits if hit["_id"] not in ours and _order(hit) < page.seq}
+                   for page, page_hits in zip(written, hits, strict=True)]
+        waiting = {i for before in foreign for i, hit in before.items() if self._waits_for(hit)}
+        # One read first: most pending candidates have settled meanwhile, and those need no wait.
+        settled = await self._read_settled(waiting, wait=False) if waiting else {}
+        for i, (page, page_hits) in enumerate(zip(written, hits, strict=True)):
+            unsettled = {j for j, hit in foreign[i].items() if self._waits_for(settled.get(j, hit))}
+            if unsettled:
+                await self._call("writing the decisions", self._write_decisions, written[:i])
+                settled.update(await self._read_settled(unsettled))
+            kept = [c for c in self._kept(page_hits, settled, page, before=page.seq) if c.id not in ours]
+            kept += self._local_matches(page, written[:i], later=written[i + 1 :])
+            self._conclude(page, kept)
+        # (d) the decisions not written yet.
+        await self._call("writing the decisions", self._write_decisions, written)
+        return again
+
+    def _conclude(self, page: _Page, kept: list[_Candidate]) -> None:
+        """A written page's decision from its kept candidates and its own stored version (ties go to it)."""
+        best = _best(kept) if kept else None
+        own = page.own
+        page.fields["seq"] = page.seq
+        if own is not None:
+            shared = int(shared_counts(own.values, page.stored.values))
+            mine = (False, shared)  # not exact: an exact own version is an unchanged revisit, decided in (a)
+            if best is None or shared >= self.min_shared and (best.exact, best.shared) <= mine:
+                page.fields["status"] = KEPT  # changed: its new content replaces the stored one
+                page.decision, page.new_content = Decision.revisit(True), True
+                return
+        if best is None:
+            page.fields["status"] = KEPT
+            page.decision, page.new_content = Decision.kept(), True
+            return
+        page.fields.update(status=DUPLICATE, group=best.id, duplicate_of=best.key, shared=best.shared)
+        page.decision = Decision.duplicate(self._match(best))
+
+    def _local_matches(self, page: _Page, earlier: list[_Page], *, later: list[_Page]) -> list[_Candidate]:
+        """Kept candidates among the batch's written pages, as a page checked alone in turn would see them: the
+        new content of earlier ones decided kept (or revisited), the stored version of later revisited keys."""
+        versions: list[tuple[_Page, np.ndarray, str, int]] = [
+            (other, other.stored.values, other.fingerprint, other.seq)
+            for other in earlier
+            if other.decision is None or other.new_content  # in (a) its outcome is not known yet
+        ]
+        versions += [(o, o.own.values, o.own.fingerprint, o.own.order) for o in later if o.own is not None]
+        if not versions:
+            return []
+        shared = shared_counts(np.vstack([v[1] for v in versions]), page.stored.values)
+        return [
+            _Candidate(other.doc_id, other.key, int(s), fingerprint == page.fingerprint, order)
+            for (other, _, fingerprint, order), s in zip(versions, shared.tolist(), strict=True)
+            if s >= self.min_shared
+        ]
+
+    def _pending_fields(self, page: _Page, token: str) -> dict[str, Any]:
+        return {
+            "key": page.key, "tag": self.tag, **stored_fields(page.stored), "fingerprint": page.fingerprint,
+            "empty": False, "status": PENDING, "group": page.doc_id, "writer": token,
+        }
+
+    def _match(self, candidate: _Candidate) -> Match:
+        return Match(
+            key=candidate.key, shared=candidate.shared, resemblance=candidate.shared / self.num_perm,
+            exact=candidate.exact,
+        )
+
+    async def _read_settled(self, ids: set[str], *, wait: bool = True) -> dict[str, dict[str, Any]]:
+        """Real-time reads of ``ids`` polled until none is pending with a live writer (module doc); those still
+        pending after ``pending_timeout`` are abandoned (a warning is logged) and returned as read. With
+        ``wait=False``, one read, whatever it finds."""
+        out: dict[str, dict[str, Any]] = {}
+        todo = set(ids)
+        deadline = time.monotonic() + self.pending_timeout
+        delay = _POLL_FIRST
+        while todo:
+            docs = await self._call("reading pending pages", self._mget, sorted(todo), _OWN_SOURCE)
+            for doc in docs:
+                if "error" in doc:  # its shard copy failed (e.g. a failover): still pending for us
+                    continue
+                out[doc["_id"]] = doc
+                if not self._waits_for(doc):
+                    todo.discard(doc["_id"])
+            if not todo or not wait:
+                break
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "ignoring %d page(s) left pending for over %.0fs in %s (a crawler stopped mid-check?)",
+                    len(todo), self.pending_timeout, self.index,
+                )
+                self._abandoned.update((i, out[i].get("_seq_no")) for i in todo if i in out)
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+        return out

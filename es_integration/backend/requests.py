@@ -1,0 +1,105 @@
+"""Request plumbing of the crawler backend: the client, every request under bounded retries (``_call``), and
+the raw bulk and multi-get calls the rounds and the unchecked queue share.
+
+Errors
+------
+Requests failing with a connection error, a timeout, or HTTP 429/502/503/504 are retried up to ``retries``
+times with exponential backoff (0.1 s, 0.2 s, ...; the policy of :mod:`es_integration.retry`); then, or at
+once for any other failure (wrong credentials, missing privileges, bad index),
+:class:`~es_integration.client.EsError` (a :class:`~scrapy_neardup.store.backend.BackendError`) is raised with
+a one-line message holding no secret. ``errors`` counts failed requests, ``retried`` the retries
+(``neardup/backend_retries`` in the crawl's stats).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..client import EsError, describe_error
+from ..mapping import F_FINGERPRINT, F_KEY, F_SEQ, F_STATUS, F_WRITER
+from ..retry import ShardsUnavailable, is_retryable, retrying
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from elasticsearch import AsyncElasticsearch
+    from tenacity import RetryCallState
+
+    from ..client import ConnectionSettings
+
+#: One logger for the package, under the name it had as one module: log filters and tests select it.
+logger = logging.getLogger("es_integration.backend")
+
+#: Polling of a state another request changes (a checkpoint, a pending page, a new index's shard): first
+#: delay and the most it doubles to, in seconds.
+_POLL_FIRST, _POLL_MAX = 0.002, 0.1
+
+
+class _Requests:
+    """The requests of :class:`~es_integration.backend.ElasticsearchBackend` (its base: the attributes below are
+    set by its class and ``__init__``)."""
+
+    index: str
+    settings: ConnectionSettings
+    retries: int
+    backoff: float
+    errors: int
+    retried: int
+    _client: AsyncElasticsearch | None
+
+    @property
+    def _es(self) -> AsyncElasticsearch:
+        if self._client is None:
+            raise RuntimeError("ElasticsearchBackend used before open() or after close()")
+        return self._client
+
+    async def _bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        response = await self._es.bulk(operations=operations)
+        body: dict[str, Any] = response.body
+        return body
+
+    async def _mget(self, ids: list[str], source: list[str] | None = None) -> list[dict[str, Any]]:
+        response = await self._es.mget(
+            index=self.index, ids=ids, realtime=True, source=source or [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]
+        )
+        docs: list[dict[str, Any]] = response["docs"]
+        return docs
+
+    async def _call(
+        self, what: str, func: Callable[..., Awaitable[Any]], *args: Any, retries: int | None = None
+    ) -> Any:
+        """``await func(*args)`` under the retry policy of :mod:`es_integration.retry` (``retries``, default
+        the class's, with ``backoff``); failures become :class:`EsError`."""
+        from elastic_transport import TransportError
+        from elasticsearch import ApiError
+
+        attempts = 0
+        try:
+            async for attempt in retrying(self.retries if retries is None else retries, self.backoff,
+                                          on_retry=self._retrying(what)):
+                with attempt:
+                    attempts += 1
+                    try:
+                        return await func(*args)
+                    except (ApiError, TransportError, ShardsUnavailable):
+                        self.errors += 1
+                        raise
+        except (ApiError, TransportError, ShardsUnavailable) as exc:
+            message = str(exc) if isinstance(exc, ShardsUnavailable) else describe_error(exc, self.settings.url)
+            if not is_retryable(exc):
+                raise EsError(f"{what} in {self.index}: {message}") from None
+            raise EsError(f"{what} in {self.index}: {message} (after {attempts} attempts)") from None
+        raise AssertionError("unreachable")
+
+    def _retrying(self, what: str) -> Callable[[RetryCallState], None]:
+        """Count a retry (``retried``, ``neardup/backend_retries``) and say why, before the backoff sleep."""
+
+        def count(state: RetryCallState) -> None:
+            self.retried += 1
+            error = state.outcome.exception() if state.outcome is not None else None
+            delay = state.next_action.sleep if state.next_action is not None else 0.0
+            logger.debug("%s failed (%s); retrying in %.2fs", what, describe_error(error, self.settings.url)
+                         if error is not None else "?", delay)
+
+        return count

@@ -1,0 +1,159 @@
+"""The writes of a round (module doc of :mod:`.protocol`): the pages written ``pending`` in step (b), the wait
+of step (c) for every copy of the shard to apply them, and the decisions of step (d).
+
+Replicas and failover
+---------------------
+With replicas (``auto_expand_replicas: 0-1`` gives one on a cluster of two or more nodes) a search or a
+multi-get may run on any started copy; hence the wait in (c) covers every copy. Writes are acknowledged once
+every in-sync copy has them, so a replica promoted after its primary dies holds every acknowledged write, with
+its ``_seq_no`` (the new primary continues the sequence). A request in flight when the primary died is retried
+by Elasticsearch on the new primary, or fails and is retried here (on another node when ``url`` lists several);
+a ``create`` that had landed answers "conflict" and its ``_seq_no`` is read back. Answers that cover no copy of
+the shard (a search or refresh with failed shards, a multi-get item with an error) count as retryable failures
+or as "still pending", never as "no such page".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from ..mapping import F_WRITER, ROOT
+from ..retry import ShardsUnavailable
+from .pages import _Page
+from .requests import _POLL_FIRST, _POLL_MAX, _Requests
+
+#: One logger for the package, under the name it had as one module: log filters and tests select it.
+logger = logging.getLogger("es_integration.backend")
+
+
+class _Writes(_Requests):
+    """The writes of a round (a base of :class:`~es_integration.backend.ElasticsearchBackend`)."""
+
+    pending_timeout: float
+    _checkpoints: bool
+
+    async def _write_pending(self, pages: list[_Page], token: str) -> list[_Page]:
+        """Write the pages as ``pending`` (created, or replacing the document read in (a) if unchanged since:
+        ``if_seq_no``); each page's ``_seq_no`` is its place in the write order. One page: a create (or an
+        index) request; several: one bulk request, whose items keep their order on the one shard.
+
+        Idempotent under retries: a write that landed in an earlier attempt answers "conflict" and is read
+        back (ours when it holds ``token``). Returns the pages whose key another crawler wrote meanwhile.
+
+        Raises:
+            ShardsUnavailable: some bulk items were refused (e.g. HTTP 429 inside the response): retried.
+        """
+        from elasticsearch import ConflictError
+
+        todo = [page for page in pages if page.seq < 0 and not page.conflict]
+        if len(pages) == 1 and todo:
+            (page,) = todo
+            try:
+                if page.prior is None:
+                    answer = await self._es.create(index=self.index, id=page.doc_id, document={ROOT: page.fields})
+                else:
+                    answer = await self._es.index(index=self.index, id=page.doc_id, document={ROOT: page.fields},
+                                                  if_seq_no=page.prior[0], if_primary_term=page.prior[1])
+                page.landed(answer)
+            except ConflictError:
+                await self._claim(todo, token)
+        elif todo:
+            operations: list[dict[str, Any]] = []
+            for page in todo:
+                action: dict[str, dict[str, Any]]
+                if page.prior is None:
+                    action = {"create": {"_index": self.index, "_id": page.doc_id}}
+                else:
+                    action = {"index": {"_index": self.index, "_id": page.doc_id, "if_seq_no": page.prior[0],
+                                        "if_primary_term": page.prior[1]}}
+                operations += [action, {ROOT: page.fields}]
+            response = await self._bulk(operations)
+            conflicts, refused = [], 0
+            for page, item in zip(todo, response["items"], strict=True):
+                (result,) = item.values()
+                status = int(result.get("status", 500))
+                if 200 <= status < 300:
+                    page.landed(result)
+                elif status == 409:
+                    conflicts.append(page)
+                else:
+                    refused += 1
+            if conflicts:
+                await self._claim(conflicts, token)
+            if refused:
+                raise ShardsUnavailable(f"the bulk request refused {refused} pending write(s)")
+        return [page for page in pages if page.conflict]
+
+    async def _claim(self, pages: list[_Page], token: str) -> None:
+        """After a conflict: a page whose document holds ``token`` was written by an earlier attempt of this
+        very request (its ``_seq_no`` is read back); otherwise another crawler wrote its key meanwhile."""
+        docs = await self._mget([page.doc_id for page in pages], [F_WRITER])
+        for page, doc in zip(pages, docs, strict=True):
+            if "error" in doc:
+                raise ShardsUnavailable(f"reading back {page.doc_id} failed")
+            if doc.get("found") and doc["_source"].get(ROOT, {}).get("writer") == token:
+                page.landed(doc)
+            else:
+                page.conflict = True
+
+    async def _write_decisions(self, pages: list[_Page]) -> None:
+        """Write each page's final status and ``seq`` (one index request for one page, else one bulk)."""
+        todo = [page for page in pages if not page.decided]
+        if len(pages) == 1 and todo:
+            await self._es.index(index=self.index, id=todo[0].doc_id, document={ROOT: todo[0].fields})
+            todo[0].decided = True
+            return
+        if not todo:
+            return
+        operations: list[dict[str, Any]] = []
+        for page in todo:
+            operations += [{"index": {"_index": self.index, "_id": page.doc_id}}, {ROOT: page.fields}]
+        response = await self._bulk(operations)
+        for page, item in zip(todo, response["items"], strict=True):
+            (result,) = item.values()
+            page.decided = 200 <= int(result.get("status", 500)) < 300
+        refused = sum(1 for page in todo if not page.decided)
+        if refused:
+            raise ShardsUnavailable(f"the bulk request refused {refused} decision(s)")
+
+    async def _settle_writes(self, seq: int) -> None:
+        """Wait until every write up to ``seq`` is applied on every started copy, then refresh (module doc)."""
+        from elasticsearch import AuthorizationException
+
+        delay = _POLL_FIRST
+        deadline = time.monotonic() + self.pending_timeout
+        while self._checkpoints and time.monotonic() < deadline:
+            try:
+                stats = await self._es.indices.stats(index=self.index, metric="docs", level="shards")
+            except AuthorizationException:
+                logger.warning(
+                    "no 'monitor' privilege on %s: cannot wait for the write checkpoint; concurrent crawlers "
+                    "are then ordered slightly less strictly", self.index,
+                )
+                self._checkpoints = False
+                break
+            if _local_checkpoint(stats.body) >= seq:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
+        response = await self._es.indices.refresh(index=self.index)
+        if response["_shards"].get("failed", 0):
+            raise ShardsUnavailable(f"the refresh failed on {response['_shards']['failed']} shard copy(ies)")
+
+
+def _local_checkpoint(stats: dict[str, Any]) -> int:
+    """The lowest local checkpoint among the started copies of the (single) shard, from index stats at shard
+    level; -1 while no primary is started (e.g. during a failover). A search may run on any started copy."""
+    checkpoints: list[int] = []
+    primary = False
+    for index_stats in stats["indices"].values():
+        for copies in index_stats["shards"].values():
+            for copy in copies:
+                if copy["routing"]["state"] != "STARTED":
+                    continue
+                primary = primary or bool(copy["routing"]["primary"])
+                checkpoints.append(int(copy["seq_no"]["local_checkpoint"]))
+    return min(checkpoints) if primary else -1
