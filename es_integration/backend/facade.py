@@ -14,8 +14,8 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.params import check_min_shared
@@ -55,6 +55,12 @@ __all__ = ["ElasticsearchBackend"]
 
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")
+
+T = TypeVar("T")
+
+
+class _NoShardYet(EsError):
+    """A just-created index still has no active shard after a few seconds."""
 
 
 class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
@@ -227,24 +233,39 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
                     f"index {name} has {shards} primary shards; the crawler backend needs an index with one "
                     "(it orders concurrent writes by _seq_no): use another NEARDUP_ES_INDEX"
                 )
-        await require_tag_async(es, self.index, self.tag)  # a store of other sketches: one clear line, no silent mix
+        # A store of other sketches: one clear line, no silent mix.
+        await self._settling(lambda: require_tag_async(es, self.index, self.tag))
         self._bands = await self._bands_usable()
 
     async def _count_settling(self, query: dict[str, Any]) -> int | None:
-        """Count ``query``'s documents; an index another process has just created may have no active shard
-        yet (HTTP 503): wait for it a little (such waits are not request failures). ``None``: still none."""
+        """Count ``query``'s documents once the index answers (:meth:`_settling`); ``None``: it still does not."""
+        async def count() -> int:
+            return int((await self._es.count(index=self.index, query=query))["count"])
+
+        try:
+            return await self._settling(count)
+        except _NoShardYet:
+            return None
+
+    async def _settling(self, request: Callable[[], Awaitable[T]]) -> T:
+        """``request()``, waiting a little while it fails with HTTP 503: an index another process (or this one,
+        a moment ago) has just created may have no active shard yet, and such waits are not request failures.
+
+        Raises:
+            _NoShardYet: still 503 after 5 s.
+        """
         from elasticsearch import ApiError
 
         delay = _POLL_FIRST
         deadline = time.monotonic() + 5.0
         while True:
             try:
-                return int((await self._es.count(index=self.index, query=query))["count"])
+                return await request()
             except ApiError as exc:
                 if exc.meta.status != 503:
                     raise
                 if time.monotonic() >= deadline:
-                    return None
+                    raise _NoShardYet(f"index {self.index} has no active shard yet") from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_MAX)
 
