@@ -40,7 +40,7 @@ import numpy as np
 
 from scrapy_neardup.core.match import Match, best_first
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import StoredSignature, band_layout, decode_many, shared_counts
+from scrapy_neardup.core.stored import StoredSignature, band_layout, decode_many, verified
 
 from .mapping import (
     F_BANDS,
@@ -236,6 +236,11 @@ def band_search(
     }
 
 
+def hit_signatures(hits: Sequence[Mapping[str, Any]], num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    """The compact signatures (``neardup.sig`` doc values) of search hits, decoded: ``(uint16[n, k], valid[n])``."""
+    return decode_many([(hit.get("fields", {}).get(F_SIG) or [None])[0] for hit in hits], num_perm)
+
+
 def parse_band_candidates(
     response: Mapping[str, Any], stored: StoredSignature, fingerprint: int, min_shared: int
 ) -> list[Candidate]:
@@ -245,17 +250,16 @@ def parse_band_candidates(
     if not hits:
         return []
     k = stored.num_perm
-    values, valid = decode_many([(hit.get("fields", {}).get(F_SIG) or [None])[0] for hit in hits], k)
-    shared = shared_counts(values, stored.values)
+    values, valid = hit_signatures(hits, k)
     wanted = fingerprint_hex(fingerprint)
     found = []
-    for i in np.flatnonzero(valid & (shared >= min_shared)).tolist():
+    for i, shared in verified(values, valid, stored.values, min_shared):
         hit = hits[i]
         fields = hit.get("fields", {})
         seqs = fields.get(F_SEQ)
         found.append(
             Candidate(
-                id=hit["_id"], index=hit["_index"], shared=int(shared[i]), resemblance=int(shared[i]) / k,
+                id=hit["_id"], index=hit["_index"], shared=shared, resemblance=shared / k,
                 exact=fields.get(F_FINGERPRINT, [None])[0] == wanted, seq=int(seqs[0]) if seqs else None,
                 source=hit.get("_source"),
             )

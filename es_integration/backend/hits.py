@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from scrapy_neardup.core.stored import StoredSignature, decode_many, distinct_band_tokens, shared_counts
+from scrapy_neardup.core.stored import StoredSignature, decode_many, distinct_band_tokens, shared_counts, verified
 
-from ..candidates import band_query, candidate_query
+from ..candidates import band_query, candidate_query, hit_signatures
 from ..mapping import F_BANDS, F_FINGERPRINT, F_KEY, F_SEQ, F_SIG, F_STATUS, F_TAG, F_WRITER, KEPT, PENDING, ROOT
 from ..retry import ShardsUnavailable
 from .pages import _Candidate, _Page
@@ -85,10 +85,8 @@ class _Searches(_Requests):
             return [(hit, round(hit["_score"])) for hit in raw]
         if len(raw) >= _CANDIDATES:
             return None
-        sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
-        shared = shared_counts(sigs, stored.values)
-        keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
-        return [(raw[i], int(shared[i])) for i in keep]
+        sigs, valid = hit_signatures(raw, self.num_perm)
+        return [(raw[i], shared) for i, shared in verified(sigs, valid, stored.values, self.min_shared)]
 
     async def _search(self, stored: StoredSignature, exclude: str | None) -> list[tuple[dict[str, Any], int]]:
         """One page's candidates (kept or pending, sharing ``>= t`` positions) with their shared positions: the
@@ -147,14 +145,10 @@ class _Searches(_Requests):
             return None
         if not raw:
             return [[] for _ in stored]
-        sigs, valid = decode_many([(h.get("fields", {}).get(F_SIG) or [None])[0] for h in raw], self.num_perm)
+        sigs, valid = hit_signatures(raw, self.num_perm)  # decoded once for every page of the union
         ids = [hit["_id"] for hit in raw]
-        out: list[list[tuple[dict[str, Any], int]]] = []
-        for one, own in zip(stored, exclude, strict=True):
-            shared = shared_counts(sigs, one.values)
-            keep = np.flatnonzero(valid & (shared >= self.min_shared)).tolist()
-            out.append([(raw[i], int(shared[i])) for i in keep if ids[i] != own])
-        return out
+        return [[(raw[i], shared) for i, shared in verified(sigs, valid, one.values, self.min_shared) if ids[i] != own]
+                for one, own in zip(stored, exclude, strict=True)]
 
     def _is_pending(self, doc: Mapping[str, Any]) -> bool:
         """Whether ``doc`` (a hit or a real-time read) is a page still being decided by a live crawler."""

@@ -76,6 +76,14 @@ def shared_counts(matrix: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.count_nonzero(matrix == values, axis=-1)
 
 
+def verified(values: np.ndarray, valid: np.ndarray, query: np.ndarray, min_shared: int) -> list[tuple[int, int]]:
+    """``(row, shared)`` of each valid row of ``values`` (``uint16[n, k]``, e.g. decoded candidates) that shares at
+    least ``t = min_shared`` positions with ``query`` (``uint16[k]``), in row order: the check that turns band
+    candidates (which may share fewer) into near-duplicates."""
+    shared = shared_counts(values, query)
+    return [(i, int(shared[i])) for i in np.flatnonzero(valid & (shared >= min_shared)).tolist()]
+
+
 @dataclass(frozen=True, eq=False)
 class StoredSignature:
     """A sketch's stored signature: ``values`` (``uint16[k]``) made with the parameters named by ``tag``.
