@@ -835,9 +835,15 @@ def _assign_actions(index: str, report: GroupReport) -> Iterator[dict[str, Any]]
         for member in group.members:
             is_rep = member == group.representative
             wanted[member] = (group.id, KEPT if is_rep else DUPLICATE, None if is_rep else group.representative)
-    # Rows that may need a write: members of groups, and rows whose fields are not "kept, own group" now.
+    # Rows that may need a write: members of groups, and rows whose fields are not "kept, own group" now. An
+    # incremental run covers its new rows and the groups it reports; the older pages it read for comparison
+    # (band hits) keep their fields: their groups did not change (were one a duplicate in an untouched group,
+    # "kept, own group" would wrongly be written over it).
     grouped = set() if report.grouped_rows is None else set(report.grouped_rows.tolist())
-    rows: Iterable[int] = range(docs.size) if report.new else sorted(set(docs.state.rows()) | grouped)
+    if report.new:
+        rows: Iterable[int] = sorted(set(range(report.documents)) | grouped)  # new rows come first
+    else:
+        rows = sorted(set(docs.state.rows()) | grouped)
     for row in rows:
         doc_id = docs.id(row)
         target = wanted.get(doc_id, (doc_id, KEPT, None))

@@ -339,6 +339,43 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     es_client.indices.delete(index=index)
 
 
+def test_new_leaves_the_older_pages_it_only_compared_with_as_they_were(es_client: Elasticsearch) -> None:
+    """--new reads the older pages sharing a band token with a new one; one that shares fewer than t positions
+    with it (here a duplicate in an older group) is compared, not regrouped: its fields stay. (Its --assign used
+    to write "kept, own group" over such a duplicate.)"""
+    from es_integration.groups import find_new_groups
+    from es_integration.mapping import DUPLICATE, KEPT, ensure_index, stored_fields
+    from scrapy_neardup.core.stored import StoredSignature, band_bounds
+
+    tag = Sketcher(num_perm=K).tag
+    rng = np.random.default_rng(9)
+    kept = rng.integers(0, 1 << 16, size=K, dtype=np.uint16)
+    duplicate = kept.copy()
+    duplicate[rng.choice(np.arange(10, K), size=8, replace=False)] ^= 1  # 120 of 128 shared with kept
+    fresh = rng.integers(0, 1 << 16, size=K, dtype=np.uint16)
+    first_band = slice(0, int(band_bounds(K, T)[1]))
+    fresh[first_band] = duplicate[first_band]  # one band token in common, a few positions: not a near-duplicate
+    index = f"nd-groups-compared-{uuid.uuid4().hex[:8]}"
+    ensure_index(es_client, index)
+
+    def write(doc_id: str, values: np.ndarray, seq: int) -> None:
+        fields = {**stored_fields(StoredSignature(values, tag)), "fingerprint": f"{seq:016x}", "tag": tag,
+                  "empty": False, "seq": seq, "group": doc_id, "status": KEPT}
+        es_client.index(index=index, id=doc_id, document={"neardup": fields}, refresh=True)
+
+    write("kept", kept, 1)
+    write("duplicate", duplicate, 2)
+    full = find_groups(es_client, index, tag, T)
+    assert [g.members for g in full.groups] == [["kept", "duplicate"]]
+    assert assign_groups(es_client, index, full) == 1
+    write("fresh", fresh, 3)
+    new = find_new_groups(es_client, index, tag, T)
+    assert new.documents == 1 and new.queries == 2 and new.groups == []  # both older pages read, and compared
+    assert assign_groups(es_client, index, new) == 0
+    assert _group_fields(es_client, index)["duplicate"] == ("kept", DUPLICATE, "kept")
+    es_client.indices.delete(index=index)
+
+
 def test_pages_a_crawler_is_deciding_are_left_out_never_overwritten_and_taken_by_new(
     es_client: Elasticsearch,
 ) -> None:
