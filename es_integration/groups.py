@@ -548,7 +548,9 @@ def _check_linkage(linkage: str) -> None:
 def _rank_keys(docs: SweptDocs, rows: np.ndarray) -> np.ndarray:
     """The keep rule's order of ``rows`` (ascending) as distinct int64 keys: its value, then the earlier indexed
     (``seq``), then the smaller ``_id`` (read only for the rows tied on both, rarely any)."""
-    value, seq = docs.rank[rows], docs.seq[rows]
+    # The default rule ranks by seq alone: no value array over the whole index for it (docs.rank would be one).
+    value = np.zeros(rows.size) if docs.keep.kind == "first" else docs.rank[rows]
+    seq = docs.seq[rows]
     order = np.lexsort((seq, value))
     tie = (value[order][1:] == value[order][:-1]) & (seq[order][1:] == seq[order][:-1])
     if tie.any():

@@ -511,29 +511,43 @@ def leader_labels(
         ``(labels, stats)``: ``labels[i]`` is the row of row ``i``'s representative (``i`` for representatives,
         rows in no group and :data:`FIXED_MEMBER` rows).
     """
-    n = values.shape[0]
-    components, stats = cluster_labels(values, min_shared, chunk=chunk, spill_dir=spill_dir)
-    labels = np.arange(n, dtype=np.int64)
-    sizes = np.bincount(components, minlength=n)
-    rows = np.flatnonzero(sizes[components] > 1)
+    # The components' array becomes the labels (rows outside any cluster are their own root already): no
+    # further 8 bytes a row, as nothing else here is per row of the whole index.
+    labels, stats = cluster_labels(values, min_shared, chunk=chunk, spill_dir=spill_dir)
+    rows = _clustered_rows(labels, chunk)
+    cluster, sizes = np.unique(labels[rows], return_inverse=True, return_counts=True)[1:]
+    pair = sizes[cluster] == 2
+    del sizes
     fixed_rep = np.zeros(rows.size, dtype=bool)
     if fixed is not None:
         codes = np.asarray(fixed)[rows]
-        rows, fixed_rep = rows[codes != FIXED_MEMBER], codes[codes != FIXED_MEMBER] == FIXED_REPRESENTATIVE
+        labels[rows[codes == FIXED_MEMBER]] = rows[codes == FIXED_MEMBER]
+        taking = codes != FIXED_MEMBER
+        rows, cluster, pair = rows[taking], cluster[taking], pair[taking]
+        fixed_rep = codes[taking] == FIXED_REPRESENTATIVE
     if rows.size == 0:
         return labels, stats
     keys = rank(rows) if callable(rank) else np.asarray(rank)[rows]
     # Local index = place in rank order, fixed representatives first: "earlier" is a smaller local index.
     order = np.lexsort((keys, ~fixed_rep))
-    rows, fixed_rep = rows[order], fixed_rep[order]
+    rows, cluster, pair, fixed_rep = rows[order], cluster[order], pair[order], fixed_rep[order]
     del keys, order
-    comp = np.unique(components[rows], return_inverse=True)[1].astype(np.int64)
-    pair = sizes[components[rows]] == 2
-    del components, sizes
     state = np.where(fixed_rep, _REPRESENTATIVE, _UNDECIDED).astype(np.int8)
-    leader = _leaders(values, rows, comp, pair, state, min_shared, chunk, spill_dir, stats)
+    leader = _leaders(values, rows, cluster.astype(np.int64), pair, state, min_shared, chunk, spill_dir, stats)
     labels[rows] = rows[leader]
     return labels, stats
+
+
+def _clustered_rows(labels: np.ndarray, chunk: int) -> np.ndarray:
+    """The rows in a cluster of two or more (``labels``: each row's root), a chunk of rows at a time."""
+    clustered = np.zeros(labels.size, dtype=bool)
+    step = chunk * 64
+    for lo in range(0, labels.size, step):
+        roots = labels[lo : lo + step]
+        joined = roots != np.arange(lo, lo + roots.size)
+        clustered[lo : lo + roots.size] |= joined
+        clustered[roots[joined]] = True
+    return np.flatnonzero(clustered)
 
 
 def _leaders(
