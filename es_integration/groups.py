@@ -70,10 +70,11 @@ writes the compact fields from the stored positions (no text needed).
 Memory (client): about 40 bytes per document plus the ``_id`` bytes while sweeping, then for pair finding an
 8-byte parent per document and one band's keys and sort order (12 bytes) at a time: under 100 bytes per
 document with 20-character ids, growing linearly; the signatures (2k bytes each) are on disk (measured in
-``benchmarks/bench_es.py``, see the README). Representative linkage adds, for the pages of components of
-three or more only, ~40 bytes each (their band keys go to a temporary file), and 9 bytes per linked pair it
-must keep: only in chains decided page by page (a drifting sequence of pages keeps ~20 pairs a page), not in
-groups of near-identical pages, which cost their pages, not their pairs (``benchmarks/bench_linkage.py``).
+``benchmarks/bench_es.py``, see the README). Representative linkage adds, after the pair finding and for the
+pages of components of three or more only, ~50 bytes each (their band keys go to a temporary file), and 9 bytes
+per linked pair it holds, a batch of whole components at a time: groups of near-identical pages cost their
+pages, not their pairs; drifting sequences decided page by page hold ~20 pairs a page
+(``benchmarks/bench_linkage.py``). Its peak is the pair finding's on the benchmark's synthetic signatures.
 """
 
 from __future__ import annotations
@@ -330,6 +331,22 @@ class SweptDocs:
     def seq(self) -> np.ndarray:
         return self._arrays()[1]
 
+    def seq_of(self, rows: np.ndarray) -> np.ndarray:
+        """``seq[rows]`` (``rows`` ascending) without joining the per-page arrays first: the representative
+        linkage ranks its rows while the pair finding's arrays are still held, and a join then (17 bytes a
+        document, the per-page arrays freed in between) raised the client's peak by as much at 1M documents."""
+        if self._frozen is not None:
+            return self._frozen[1][rows]
+        sizes = np.fromiter((part.size for part in self._seq), dtype=np.int64, count=len(self._seq))
+        starts = np.concatenate(([0], np.cumsum(sizes)))
+        out = np.empty(rows.size, dtype=np.int64)
+        cuts = np.searchsorted(rows, starts)
+        for page, part in enumerate(self._seq):
+            lo, hi = cuts[page], cuts[page + 1]
+            if hi > lo:
+                out[lo:hi] = part[rows[lo:hi] - starts[page]]
+        return out
+
     @property
     def rank(self) -> np.ndarray:
         rank = self._arrays()[2]
@@ -550,7 +567,7 @@ def _rank_keys(docs: SweptDocs, rows: np.ndarray) -> np.ndarray:
     (``seq``), then the smaller ``_id`` (read only for the rows tied on both, rarely any)."""
     # The default rule ranks by seq alone: no value array over the whole index for it (docs.rank would be one).
     value = np.zeros(rows.size) if docs.keep.kind == "first" else docs.rank[rows]
-    seq = docs.seq[rows]
+    seq = docs.seq_of(rows)
     order = np.lexsort((seq, value))
     tie = (value[order][1:] == value[order][:-1]) & (seq[order][1:] == seq[order][:-1])
     if tie.any():
