@@ -567,3 +567,31 @@ def test_row_states_give_back_what_was_added_and_the_default_elsewhere() -> None
     assert 0 < states.memory_bytes() < 60 * len(added)
     with pytest.raises(ValueError):
         states.add(row, default)
+
+
+def test_swept_docs_give_the_seq_of_some_rows_before_and_after_joining_their_pages() -> None:
+    """``seq_of`` reads the rows it needs from the sweep's pages (the rank keys of representative linkage, during
+    the pair finding) and gives what the joined array gives afterwards; documents without seq sort last."""
+    from es_integration.groups import SweptDocs
+    from es_integration.mapping import F_SEQ, F_SIG
+    from scrapy_neardup.core.stored import encode_many
+
+    rng = np.random.default_rng(3)
+    docs = SweptDocs(K, KeepRule())
+    row = 0
+    for size in (5, 1, 17, 3, 9):
+        texts = encode_many(rng.integers(0, 1 << 16, size=(size, K), dtype=np.uint16))
+        hits = []
+        for text in texts:
+            fields: dict[str, Any] = {F_SIG: [text]}
+            if row % 4:
+                fields[F_SEQ] = [int(rng.integers(1, 10**18))]
+            hits.append({"_id": f"d{row}", "fields": fields})
+            row += 1
+        docs.add_page(hits)
+    rows = np.sort(rng.choice(docs.size, size=20, replace=False))
+    before = docs.seq_of(rows)
+    assert np.array_equal(before, docs.seq[rows])  # docs.seq joins the pages
+    assert np.array_equal(docs.seq_of(rows), before)
+    assert (before[rows % 4 == 0] == np.iinfo(np.int64).max).all()
+    docs.close()
