@@ -23,7 +23,10 @@ Methods (k = 128 everywhere):
 
 HTML rows (MB of HTML per CPU second, ``time.process_time``; every pipeline starts from the same raw pages):
 
-* ``html: ours``: ``Sketcher().sketch_many(html_pages)`` (lexbor extraction, normalization, MinHash, fingerprints).
+* ``html: ours (default)``: ``Sketcher().sketch_many(html_pages)``: the default, each page's own text (marked main
+  content, else the body without link lists; no host template, as in a page sketched alone).
+* ``html: ours``: ``Sketcher(content="body").sketch_many(html_pages)`` (lexbor extraction of the whole body,
+  normalization, MinHash, fingerprints).
 * ``html: selectolax + rensa``: per page ``LexborHTMLParser(html)``, ``strip_tags(["script", "style"])``,
   ``body.text(separator=" ")``, then the ``rensa`` row's shingles and ``RMinHash``.
 * ``html: lxml + datasketch``: per page ``lxml.html.fromstring``, scripts and styles dropped,
@@ -35,7 +38,8 @@ HTML rows (MB of HTML per CPU second, ``time.process_time``; every pipeline star
   ``html: ours`` can cost, so ``selectolax + rensa / (floor + ours from text)`` is the highest ratio reachable
   without a faster parser (printed as the ceiling).
 
-Targets: ours >= 1.7x selectolax + rensa, and >= 60 MB of HTML per CPU second.
+Targets: the default >= 1.0x selectolax + rensa (it removes templates, the peer nothing); the whole body >= 1.7x
+selectolax + rensa and >= 60 MB of HTML per CPU second.
 
 Accuracy: pairs of pages at many resemblances (each page against a copy with a share of its words replaced,
 plus random pairs of different pages). For each pair, exact Jaccard of the shingle sets
@@ -166,8 +170,10 @@ def lexbor_floor(html: str) -> str:
 
 def html_throughput(htmls: list[str], texts: list[str], repeat: int) -> dict[str, Any]:
     """Raw HTML to signatures: ours against the selectolax + rensa and lxml + datasketch pipelines."""
-    sketcher = Sketcher()
+    sketcher = Sketcher(content="body")
+    default = Sketcher()
     methods: dict[str, Callable[[], object]] = {
+        "html: ours (default)": lambda: default.sketch_many(htmls),
         "html: ours": lambda: sketcher.sketch_many(htmls),
         "html: selectolax + rensa": lambda: run_rensa([selectolax_text(h) for h in htmls]),
         "html: lxml + datasketch": lambda: run_datasketch([lxml_text(h) for h in htmls]),
@@ -176,6 +182,7 @@ def html_throughput(htmls: list[str], texts: list[str], repeat: int) -> dict[str
         "html: ours from text": lambda: sketcher.sketch_many(texts, is_html=False),
     }
     sketcher.sketch_many(htmls[:3])  # warm-up: imports, tables, caches
+    default.sketch_many(htmls[:3])
     run_rensa([selectolax_text(h) for h in htmls[:3]])
     run_datasketch([lxml_text(h) for h in htmls[:3]])
     seconds, cpu_seconds = timed(methods, repeat)
@@ -187,6 +194,7 @@ def html_throughput(htmls: list[str], texts: list[str], repeat: int) -> dict[str
         "cpu_seconds": cpu_seconds,
         "mb_html_per_cpu_s": per_cpu,
         "ratios": {
+            "default/selectolax+rensa": per_cpu["html: ours (default)"] / per_cpu["html: selectolax + rensa"],
             "ours/selectolax+rensa": per_cpu["html: ours"] / per_cpu["html: selectolax + rensa"],
             "ours/lxml+datasketch": per_cpu["html: ours"] / per_cpu["html: lxml + datasketch"],
         },
@@ -369,8 +377,11 @@ def main() -> None:
           "(selectolax + rensa / (lexbor floor + ours from text))")
     rate = html_result["mb_html_per_cpu_s"]["html: ours"]
     ratio = html_result["ratios"]["ours/selectolax+rensa"]
-    print(f"targets: >= 1.7x selectolax + rensa: {'met' if ratio >= 1.7 else 'NOT met'}; "
-          f">= 60 MB of HTML per CPU second: {'met' if rate >= 60 else 'NOT met'} ({rate:.1f})")
+    default_ratio = html_result["ratios"]["default/selectolax+rensa"]
+    print(f"targets: the default (each page's own text) >= 1.0x selectolax + rensa: "
+          f"{'met' if default_ratio >= 1.0 else 'NOT met'} ({default_ratio:.2f}x); whole body >= 1.7x: "
+          f"{'met' if ratio >= 1.7 else 'NOT met'}; >= 60 MB of HTML per CPU second: "
+          f"{'met' if rate >= 60 else 'NOT met'} ({rate:.1f})")
 
     acc = accuracy(texts, 40 if args.quick else 300)
     print(

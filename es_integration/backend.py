@@ -169,13 +169,16 @@ from .mapping import (
     PENDING,
     ROOT,
     UNCHECKED,
+    TagMismatch,
     ensure_index_async,
     fingerprint_hex,
+    require_tag_async,
     stored_fields,
 )
 from .names import validate_index_name
 from .retry import ShardsUnavailable, is_retryable, retrying
 from .settings import ElasticsearchSettings
+from .templates import ensure_templates_index_async, load_template_async, save_template_async, templates_index
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -186,6 +189,7 @@ if TYPE_CHECKING:
     from scrapy_neardup.core.config import SettingsLike
     from scrapy_neardup.core.mirrors import HostStore
     from scrapy_neardup.core.params import SketchParams
+    from scrapy_neardup.core.template import HostTemplate
 
 __all__ = ["ElasticsearchBackend"]
 
@@ -349,6 +353,8 @@ class ElasticsearchBackend(Backend):
     max_unchecked = 100_000
     #: candidates from the band query (set on open; see :meth:`_bands_usable`)
     _bands = False
+    #: the template index exists (checked before the first template is saved)
+    _templates_ready = False
 
     def __init__(
         self,
@@ -426,6 +432,20 @@ class ElasticsearchBackend(Backend):
     def __repr__(self) -> str:
         return f"ElasticsearchBackend(url={self.settings.url!r}, index={self.index!r}, tag={self.tag!r})"
 
+    async def load_template(self, host: str) -> HostTemplate | None:
+        """``host``'s template from the sibling index ``<index>-templates`` (:mod:`es_integration.templates`)."""
+        return await self._call("reading a host template", load_template_async, self._es,
+                                templates_index(self.index), self.tag, host)
+
+    async def save_template(self, host: str, template: HostTemplate) -> HostTemplate:
+        """Save ``host``'s template there unless a process saved one first; the saved one."""
+        index = templates_index(self.index)
+        if not self._templates_ready:
+            await self._call("creating the template index", ensure_templates_index_async, self._es, index)
+            self._templates_ready = True
+        return await self._call("saving a host template", save_template_async, self._es, index, self.tag, host,
+                                template)
+
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
@@ -441,6 +461,9 @@ class ElasticsearchBackend(Backend):
                 functools.partial(connect_async, self.settings, max_retries=0, retry_on_timeout=False),
             )
             await self._call("opening the index", self._ensure_index)
+        except TagMismatch:
+            await self.close()
+            raise
         except EsError as exc:
             await self.close()
             # Name what to fix (the message already names the URL, without credentials).
@@ -473,6 +496,7 @@ class ElasticsearchBackend(Backend):
                     f"index {name} has {shards} primary shards; the crawler backend needs an index with one "
                     "(it orders concurrent writes by _seq_no): use another NEARDUP_ES_INDEX"
                 )
+        await require_tag_async(es, self.index, self.tag)  # a store of other sketches: one clear line, no silent mix
         self._bands = await self._bands_usable()
 
     async def _count_settling(self, query: dict[str, Any]) -> int | None:

@@ -306,6 +306,9 @@ def _add_index(commands: Any) -> None:
     p.add_argument("input", help="JSON-lines file, or - for stdin")
     p.add_argument("--id-field", default="id", help="field with the document id (default: id; missing: random)")
     p.add_argument("--text-field", default="text", help="field with the text or HTML (default: text)")
+    p.add_argument("--url-field", default="url",
+                   help="field with the page URL: --content auto learns each host's template over the input, or "
+                        "uses the one the index keeps (default: url)")
     p.add_argument("--chunk-size", type=int, default=500, help="documents per bulk request (default: 500)")
     p.add_argument("--threads", type=int, default=1,
                    help="bulk request threads; more than 1 overlaps sketching with indexing (default: 1)")
@@ -321,19 +324,28 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _index_job(args: argparse.Namespace, client: Any) -> int:
     from es_integration.indexing import index_records
-    from es_integration.mapping import require_tag
+    from es_integration.mapping import ensure_index, require_tag
     from es_integration.names import validate_field_name
-    from scrapy_neardup.cli.jsonl import open_input
+    from es_integration.templates import resolve_templates
+    from scrapy_neardup.cli.jsonl import open_input, record_pages
+    from scrapy_neardup.core.template import learn_hosts
 
-    validate_field_name(args.id_field)
-    validate_field_name(args.text_field)
+    for field in (args.id_field, args.text_field, args.url_field):
+        validate_field_name(field)
     sketcher = _job_sketcher(args)
     require_tag(client, args.index, sketcher.tag)  # one kind of sketch per index: never overwrite silently
-    with open_input(args.input) as (lines, _size), _progress(args, "index") as bar:
+    auto = sketcher.content == "auto"
+    with open_input(args.input, rereadable=auto) as (lines, _size), _progress(args, "index") as bar:
+        templates = None
+        if auto:  # the hosts' templates over the whole input first (or the ones the index keeps)
+            ensure_index(client, args.index)
+            learner = learn_hosts(record_pages(lines, args.text_field, args.url_field), sketcher.block_hashes)
+            templates = resolve_templates(client, args.index, sketcher.tag, learner)
+            lines.seek(0)
         stats = index_records(
             client, args.index, _json_records(lines), sketcher, id_field=args.id_field,
             text_field=args.text_field, chunk_size=args.chunk_size, threads=max(1, args.threads),
-            progress=bar.update,
+            progress=bar.update, templates=templates, url_field=args.url_field,
         )
     print(f"neardup es index: {args.index}: {stats.summary()}", file=sys.stderr)
     return 1 if stats.errors else 0
@@ -358,6 +370,8 @@ def _add_backfill(commands: Any) -> None:
         "updates. Each updated document becomes its own group; run `neardup es groups --assign` afterwards.",
     )
     p.add_argument("--text-field", required=True, help="field with the text or HTML")
+    p.add_argument("--url-field", default="url",
+                   help="field with the page URL, for --content auto's host templates (default: url)")
     p.add_argument("--force", action="store_true", help="re-sketch documents that already have a sketch")
     _connection_options(p)
     _sketch_options(p, threshold=False)
@@ -374,11 +388,12 @@ def _backfill_job(args: argparse.Namespace, client: Any) -> int:
     from es_integration.names import validate_field_name
 
     validate_field_name(args.text_field)
+    validate_field_name(args.url_field)
     sketcher = _job_sketcher(args)
     with _progress(args, "backfill") as bar:
         stats = backfill(
-            client, args.index, sketcher, text_field=args.text_field, force=args.force, progress=bar.update,
-            total=lambda n: setattr(bar, "total", n),
+            client, args.index, sketcher, text_field=args.text_field, url_field=args.url_field, force=args.force,
+            progress=bar.update, total=lambda n: setattr(bar, "total", n),
         )
     print(f"neardup es backfill: {args.index}: {stats.summary()}", file=sys.stderr)
     return 1 if stats.errors else 0

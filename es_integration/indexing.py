@@ -17,18 +17,21 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scrapy_neardup.core.mirrors import host_of
 from scrapy_neardup.core.sketch import Sketcher, parse_tag
 from scrapy_neardup.core.stored import StoredSignature, values_from_token_lists
+from scrapy_neardup.core.template import HostTemplate, learn_hosts
 
 from .mapping import F_POSITIONS, F_SIG, F_TAG, KEPT, ROOT, ensure_index, sketch_fields, stored_fields
 from .names import validate_field_name, validate_index_name
 from .sweep import point_in_time, sweep
+from .templates import resolve_templates
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -150,11 +153,14 @@ def record_actions(
     text_field: str = "text",
     clock: SeqClock | None = None,
     stats: IndexStats | None = None,
+    templates: Mapping[str, HostTemplate] | None = None,
+    url_field: str = "url",
 ) -> Iterator[dict[str, Any]]:
     """Bulk ``index`` actions for JSON records, sketched in batches (``sketcher=None``: no sketch fields).
 
     A record's ``_id`` is ``str(record[id_field])`` when present, else a random UUID; the record is stored
-    unchanged, plus the ``neardup`` object.
+    unchanged, plus the ``neardup`` object. ``templates``: ``"auto"`` sketches, the template of each page's host
+    (the host of its ``url_field``; see :func:`es_integration.templates.resolve_templates`).
     """
     clock = clock or SeqClock()
     iterator = iter(records)
@@ -164,12 +170,25 @@ def record_actions(
             for doc_id, record in zip(ids, batch, strict=True):
                 yield {"_op_type": "index", "_index": index, "_id": doc_id, "_source": record}
             continue
-        sketches = sketcher.sketch_many([_text_of(get_field(record, text_field)) for record in batch])
+        chosen = None
+        if templates:
+            hosts = [_host(get_field(record, url_field)) for record in batch]
+            chosen = [_hashes(templates.get(host)) if host is not None else None for host in hosts]
+        sketches = sketcher.sketch_many([_text_of(get_field(record, text_field)) for record in batch],
+                                        templates=chosen)
         for doc_id, record, sketch in zip(ids, batch, sketches, strict=True):
             if stats is not None and sketch.empty:
                 stats.without_text += 1
             source = {**record, ROOT: sketch_fields(sketch, seq=clock(), group=doc_id, status=KEPT)}
             yield {"_op_type": "index", "_index": index, "_id": doc_id, "_source": source}
+
+
+def _host(url: Any) -> str | None:
+    return host_of(url) if isinstance(url, str) else None
+
+
+def _hashes(template: HostTemplate | None) -> np.ndarray | None:
+    return None if template is None else template.hashes
 
 
 def _doc_id(value: Any) -> str:
@@ -191,10 +210,13 @@ def index_records(
     refresh: bool = True,
     progress: Progress | None = None,
     create_index: bool = True,
+    templates: Mapping[str, HostTemplate] | None = None,
+    url_field: str = "url",
 ) -> IndexStats:
     """Index JSON records with their sketches (``sketcher=None``: without, e.g. to measure the overhead).
 
     Args:
+        templates, url_field: ``"auto"`` sketches: the template of each host (see :func:`record_actions`).
         chunk_size: documents per bulk request.
         threads: 1 uses ``streaming_bulk`` (retrying 429 answers with backoff); more uses ``parallel_bulk``.
         refresh: refresh the index at the end, so the documents are searchable when this returns.
@@ -212,7 +234,8 @@ def index_records(
         ensure_index(client, index)
     stats = IndexStats()
     started = time.perf_counter()
-    actions = record_actions(records, sketcher, index, id_field=id_field, text_field=text_field, stats=stats)
+    actions = record_actions(records, sketcher, index, id_field=id_field, text_field=text_field, stats=stats,
+                             templates=templates, url_field=url_field)
     results: Iterable[tuple[bool, Any]]
     if threads > 1:
         results = helpers.parallel_bulk(
@@ -245,6 +268,7 @@ def backfill(
     sketcher: Sketcher,
     *,
     text_field: str = "text",
+    url_field: str = "url",
     force: bool = False,
     page_size: int = 500,
     refresh: bool = True,
@@ -255,7 +279,9 @@ def backfill(
 
     Adds the ``neardup`` mapping, sweeps the matching documents with a point in time, sketches their
     ``text_field`` in batches and writes ``neardup`` with bulk partial updates. Each updated document becomes
-    its own group, ``status = "kept"`` (run groups again afterwards).
+    its own group, ``status = "kept"`` (run groups again afterwards). ``"auto"`` sketches: a first sweep learns the
+    template of each host (of ``url_field``) over its documents, unless the index keeps one already
+    (:func:`es_integration.templates.resolve_templates`).
 
     Args:
         total: called once with the number of documents to do (for a progress bar) before the sweep.
@@ -275,8 +301,13 @@ def backfill(
     stats = IndexStats(upgraded=upgraded)
     started = time.perf_counter()
     with point_in_time(client, index) as pit:
-        pages = sweep(client, pit, query=query, source=[text_field], page_size=page_size)
-        actions = _backfill_actions(pages, sketcher, text_field, stats)
+        templates = None
+        if sketcher.content == "auto":
+            learner = learn_hosts(_swept_pages(client, pit, query, text_field, url_field, page_size),
+                                  sketcher.block_hashes)
+            templates = resolve_templates(client, index, sketcher.tag, learner)
+        pages = sweep(client, pit, query=query, source=[text_field, url_field], page_size=page_size)
+        actions = _backfill_actions(pages, sketcher, text_field, stats, templates, url_field)
         results = helpers.streaming_bulk(
             client, actions, chunk_size=page_size, raise_on_error=False, max_retries=3, initial_backoff=0.5
         )
@@ -324,13 +355,31 @@ def upgrade_signatures(client: Elasticsearch, index: str, tag: str, *, page_size
     return upgraded
 
 
+def _swept_pages(
+    client: Elasticsearch, pit: Any, query: dict[str, Any], text_field: str, url_field: str, page_size: int,
+) -> Iterator[tuple[str, str, Any]]:
+    """``(host, key, text)`` of the documents a backfill sweeps: what their hosts' templates are learned from."""
+    for hits in sweep(client, pit, query=query, source=[text_field, url_field], page_size=page_size):
+        for hit in hits:
+            source = hit.get("_source") or {}
+            host, text = _host(get_field(source, url_field)), get_field(source, text_field)
+            if host is not None and isinstance(text, str):
+                yield host, hit["_id"], text
+
+
 def _backfill_actions(
-    pages: Iterable[list[dict[str, Any]]], sketcher: Sketcher, text_field: str, stats: IndexStats
+    pages: Iterable[list[dict[str, Any]]], sketcher: Sketcher, text_field: str, stats: IndexStats,
+    templates: Mapping[str, HostTemplate] | None = None, url_field: str = "url",
 ) -> Iterator[dict[str, Any]]:
     clock = SeqClock()
     for hits in pages:
-        texts = [_text_of(get_field(hit.get("_source") or {}, text_field)) for hit in hits]
-        for hit, sketch in zip(hits, sketcher.sketch_many(texts), strict=True):
+        sources = [hit.get("_source") or {} for hit in hits]
+        texts = [_text_of(get_field(source, text_field)) for source in sources]
+        chosen = None
+        if templates:
+            hosts = [_host(get_field(source, url_field)) for source in sources]
+            chosen = [_hashes(templates.get(host)) if host is not None else None for host in hosts]
+        for hit, sketch in zip(hits, sketcher.sketch_many(texts, templates=chosen), strict=True):
             if sketch.empty:
                 stats.without_text += 1
             fields = sketch_fields(

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.sketch import Sketch
+from scrapy_neardup.core.sketch import Sketch, content_change, parse_tag
 from scrapy_neardup.core.stored import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
 
 from .client import EsError
@@ -293,11 +293,31 @@ def require_tag(client: Elasticsearch, index: str, tag: str) -> None:
     """
     others = [other for other in index_tags(client, index) if other != tag]
     if others:
-        raise TagMismatch(
-            f"index {index} holds sketches made with {', '.join(others)}, this run sketches with {tag}: "
-            "they cannot be compared. Use the parameters the index was built with (--num-perm, --shingle, "
-            "--shingle-size, --seed), another index, or `neardup es backfill` with these parameters to re-sketch it"
-        )
+        raise TagMismatch(tag_mismatch(index, others, tag))
+
+
+async def require_tag_async(client: AsyncElasticsearch, index: str, tag: str) -> None:
+    """:func:`require_tag` for the crawler backend (it uses the ``NEARDUP_*`` settings' names)."""
+    response = await client.search(index=index, size=0, aggs={"tags": {"terms": {"field": F_TAG, "size": 10}}})
+    others = [bucket["key"] for bucket in response["aggregations"]["tags"]["buckets"] if bucket["key"] != tag]
+    if others:
+        raise TagMismatch(tag_mismatch(index, others, tag, settings=True))
+
+
+def tag_mismatch(index: str, others: Sequence[str], tag: str, *, settings: bool = False) -> str:
+    """The one line refusing an index that holds sketches of other parameters, naming what to do (the command's
+    options, or the crawl's ``NEARDUP_*`` settings)."""
+    change = content_change(others[0], tag) if len(others) == 1 else None
+    if change is not None:
+        mode = parse_tag(others[0]).content
+        keep = f"NEARDUP_CONTENT={mode!r}" if settings else f"--content {mode}"
+        return (f"index {index}: {change}; re-sketch it with `neardup es backfill --force` (documents with the "
+                f"text), use another index, or keep it with {keep}")
+    options = ("NEARDUP_NUM_PERM, NEARDUP_SHINGLE, NEARDUP_SHINGLE_SIZE, NEARDUP_SEED, NEARDUP_CONTENT" if settings
+               else "--num-perm, --shingle, --shingle-size, --seed, --content")
+    return (f"index {index} holds sketches made with {', '.join(others)}, this run sketches with {tag}: they cannot "
+            f"be compared. Use the parameters the index was built with ({options}), another index, or "
+            "`neardup es backfill` with these parameters to re-sketch it")
 
 
 def position_tokens(signature: np.ndarray) -> list[str]:

@@ -55,6 +55,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "es: needs a real Elasticsearch node (started by the session fixture, or ES_URL)"
     )
+    # The accuracy corpora (tests/accuracy/corpora.py) stay in the user's cache, downloaded once across runs.
+    user_cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    os.environ.setdefault("NEARDUP_CORPUS_DIR", str(Path(user_cache) / "scrapy-neardup" / "corpora"))
     # `neardup es groups` keeps band filters under $XDG_CACHE_HOME: the tests' go to a directory of their own
     # (commands run in subprocesses inherit it), not to the user's cache.
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="neardup-test-cache-")

@@ -57,7 +57,7 @@ NEARDUP_NUM_PERM = 128
 NEARDUP_SHINGLE = "word"          # "char" (character 9-grams) suits languages without spaces, short texts
 # NEARDUP_SHINGLE_SIZE = 5        # units per shingle (default 5 words, 9 characters)
 NEARDUP_SEED = 1                  # sketches are comparable only when made with the same k, shingling and seed
-NEARDUP_CONTENT = "body"          # HTML: all visible text; "main": main content only (no nav/header/footer/aside)
+NEARDUP_CONTENT = "auto"          # the page's own text; "main": the main content it marks; "body": all its text
 
 # "drop" raises NearDuplicateDropped (counted as item_dropped_reasons_count/NearDuplicateDropped);
 # "mark" keeps the item and sets NEARDUP_MARK_FIELD to {"duplicate_of": url, "resemblance": r, "exact": bool}

@@ -11,11 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
-__all__ = ["InputError", "json_line", "open_input", "read_records"]
+from ..core.dedupe import skip_reason
+from ..core.mirrors import host_of
+
+__all__ = ["InputError", "json_line", "open_input", "read_records", "record_host", "record_pages"]
 
 
 class InputError(ValueError):
@@ -24,14 +29,22 @@ class InputError(ValueError):
 
 
 @contextlib.contextmanager
-def open_input(path: str) -> Iterator[tuple[IO[bytes], int | None]]:
-    """``(binary handle, size in bytes or None)`` of ``path``, or of stdin for ``-``.
+def open_input(path: str, *, rereadable: bool = False) -> Iterator[tuple[IO[bytes], int | None]]:
+    """``(binary handle, size in bytes or None)`` of ``path``, or of stdin for ``-``; ``rereadable``: stdin is first
+    copied to a temporary file, so that the handle can be read again after ``seek(0)``.
 
     Raises:
         InputError: the file cannot be opened.
     """
     if path == "-":
-        yield sys.stdin.buffer, None
+        if not rereadable:
+            yield sys.stdin.buffer, None
+            return
+        with tempfile.TemporaryFile() as copy:
+            shutil.copyfileobj(sys.stdin.buffer, copy)
+            size = copy.tell()
+            copy.seek(0)
+            yield copy, size
         return
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below
@@ -73,3 +86,22 @@ _LINE_BREAKS = str.maketrans({"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029"
 def json_line(record: dict[str, Any]) -> str:
     """One record as one line of JSON (non-ASCII kept, line separators escaped), newline included."""
     return json.dumps(record, ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
+
+
+def record_host(record: dict[str, Any], url_field: str) -> str | None:
+    """The host (``scheme://host[:port]``) of a record's page, from its ``url_field``; ``None`` without one."""
+    url = record.get(url_field)
+    return host_of(url) if isinstance(url, str) else None
+
+
+def record_pages(
+    source: Iterable[bytes], text_field: str, url_field: str, on_line: Callable[[int], Any] | None = None,
+) -> Iterator[tuple[str, str, Any]]:
+    """``(host, key, content)`` of the records of ``source`` that have a host and text: what a batch job learns its
+    hosts' templates from (:func:`scrapy_neardup.core.template.learn_hosts`). A line that is not a JSON object ends
+    the input (the pass that follows reports it, after writing the records before it)."""
+    with contextlib.suppress(InputError):
+        for number, record in read_records(source, on_line):
+            host, content = record_host(record, url_field), record.get(text_field)
+            if host is not None and skip_reason(content) is None:
+                yield host, str(record.get(url_field) or number), content

@@ -13,11 +13,14 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from .. import __version__
 from ..core.dedupe import Deduper
 from ..core.params import DEFAULT_NUM_PERM, DEFAULT_SEED, ParameterError, SketchParams
 from ..core.sketch import Sketcher
-from ..core.text import CONTENT_MODES
+from ..core.template import learn_hosts
+from ..core.text import CONTENT_MODES, DEFAULT_CONTENT
 from ..core.theory import (
     DEFAULT_LOW,
     DEFAULT_THRESHOLD,
@@ -27,7 +30,7 @@ from ..core.theory import (
     midpoint,
     min_shared_for,
 )
-from .jsonl import InputError, json_line, open_input, read_records
+from .jsonl import InputError, json_line, open_input, read_records, record_host, record_pages
 from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -88,9 +91,10 @@ def add_sketch_options(
     group.add_argument("--shingle-size", type=int, default=None, metavar="W",
                        help="units per shingle (default 5 words or 9 characters)")
     group.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"hash seed (default {DEFAULT_SEED})")
-    group.add_argument("--content", choices=CONTENT_MODES, default="body",
-                       help="HTML: all visible text (default) or the main content only (no nav, header, footer, "
-                            "aside; <main>, else <article>, else <body>)")
+    group.add_argument("--content", choices=CONTENT_MODES, default=DEFAULT_CONTENT,
+                       help="what of a page is sketched: auto (default: its own text, without link lists and the "
+                            "blocks its site repeats on many pages), main (the main content it marks: <main>, else "
+                            "<article>, else <body>, without nav, header, footer, aside) or body (all visible text)")
     if with_threshold:
         _add_threshold_options(group)
 
@@ -123,7 +127,7 @@ def params_from_args(args: argparse.Namespace) -> SketchParams:
         return SketchParams.create(
             num_perm=args.num_perm, threshold=given.get("threshold"), min_shared=given.get("min_shared"),
             shingle=given.get("shingle", "word"), shingle_size=given.get("shingle_size"),
-            seed=given.get("seed", DEFAULT_SEED), content=given.get("content", "body"),
+            seed=given.get("seed", DEFAULT_SEED), content=given.get("content", DEFAULT_CONTENT),
         )
     except ParameterError as exc:
         raise ValueError(exc.render(OPTION_NAMES)) from None
@@ -152,6 +156,9 @@ def _add_dedupe(sub: Any) -> None:
     p.add_argument("--text-field", default="text", help="field holding the text or HTML (default: text)")
     p.add_argument("--id-field", default="id",
                    help="field holding the record id (default: id; records without one get their line number)")
+    p.add_argument("--url-field", default="url",
+                   help="field holding the page URL, whose host's template --content auto learns over the whole "
+                        "input (default: url; records without one are sketched without a template)")
     p.add_argument("--drop", action="store_true", help="write kept records only")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
@@ -161,16 +168,36 @@ def _add_dedupe(sub: Any) -> None:
 
 def _run_dedupe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     params = _params(args, parser)
-    deduper = Deduper(Sketcher.from_params(params), min_shared=params.min_shared)
-    with open_input(args.input) as (source, size), _open_output(args.output) as sink:
+    sketcher = Sketcher.from_params(params)
+    deduper = Deduper(sketcher, min_shared=params.min_shared)
+    auto = sketcher.content == "auto"
+    with open_input(args.input, rereadable=auto) as (source, size), _open_output(args.output) as sink:
+        templates: dict[str, np.ndarray] = {}
+        if auto:
+            # The hosts' templates from the whole input first (see scrapy_neardup.core.template), then the pages.
+            progress = progress_bar("templates", args.progress, total=size, unit="B")
+            try:
+                templates = learn_record_templates(source, sketcher, args.text_field, args.url_field, progress)
+            finally:
+                progress.close()
+            source.seek(0)
         progress = progress_bar("dedupe", args.progress, total=size, unit="B")
         try:
             for batch in _record_batches(source, progress):
-                _dedupe_batch(deduper, batch, args, sink)
+                _dedupe_batch(deduper, batch, args, sink, templates)
         finally:
             progress.close()
             print(f"neardup dedupe: {deduper.stats.summary()}", file=sys.stderr)
     return 0
+
+
+def learn_record_templates(source: IO[bytes], sketcher: Sketcher, text_field: str, url_field: str,
+                           progress: Any = None) -> dict[str, np.ndarray]:
+    """The template of each host of the JSON-lines records in ``source`` (host of ``url_field``), learned over all
+    its records (:class:`~scrapy_neardup.core.template.TemplateLearner`), as the block hashes sketches take."""
+    learner = learn_hosts(record_pages(source, text_field, url_field, None if progress is None else progress.update),
+                          sketcher.block_hashes)
+    return {host: learner.learn(host).hashes for host in learner.hosts}
 
 
 def _record_batches(source: IO[bytes], progress: Any) -> Iterator[list[tuple[int, dict[str, Any]]]]:
@@ -190,13 +217,16 @@ def _record_batches(source: IO[bytes], progress: Any) -> Iterator[list[tuple[int
 
 
 def _dedupe_batch(
-    deduper: Deduper, batch: list[tuple[int, dict[str, Any]]], args: argparse.Namespace, sink: IO[str]
+    deduper: Deduper, batch: list[tuple[int, dict[str, Any]]], args: argparse.Namespace, sink: IO[str],
+    templates: dict[str, np.ndarray],
 ) -> None:
     # A missing or null id becomes the line number: duplicate_of null must only ever mean "kept".
     ids = [number if record.get(args.id_field) is None else record[args.id_field] for number, record in batch]
     # Index keys are JSON so that duplicate_of comes back with the id's own type (int stays int).
     keys = [json.dumps(i, ensure_ascii=False) for i in ids]
-    verdicts = deduper.check_many(keys, [record.get(args.text_field) for _, record in batch])
+    hosts = [record_host(record, args.url_field) for _, record in batch]
+    verdicts = deduper.check_many(keys, [record.get(args.text_field) for _, record in batch],
+                                  [templates.get(host) if host is not None else None for host in hosts])
     for (_, record), verdict in zip(batch, verdicts, strict=True):
         if args.drop and not verdict.kept:
             continue

@@ -26,6 +26,11 @@ Extension points, so that later features need no ``getattr`` past this class:
 * **Mirror hosts.** :meth:`Backend.host_store` gives the store through which the crawler processes sharing
   this backend's data also share their mirror-host counts (:mod:`scrapy_neardup.core.mirrors`); ``None`` (the
   default): each process counts alone.
+* **Host templates.** ``"auto"`` sketches depend on the template of the page's host
+  (:mod:`scrapy_neardup.core.template`), so the templates live with the kept pages: :meth:`Backend.load_template`
+  and :meth:`Backend.save_template` (the first template saved for a host wins, for every process sharing the
+  store). The defaults keep them in the process; the embedded backend saves them with its state, the Elasticsearch
+  backend in an index every crawler process shares.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
     from .mirrors import HostStore
     from .params import SketchParams
     from .sketch import Sketch
+    from .template import HostTemplate
 
 Outcome = Literal["kept", "duplicate", "revisit"]
 
@@ -158,6 +164,29 @@ class Backend(ABC):
         Called on a backend built by :meth:`from_settings` and never opened: the store connects on its own.
         """
         return None
+
+    async def load_template(self, host: str) -> HostTemplate | None:
+        """The template saved for ``host`` (``scheme://host[:port]``), or ``None`` when none is.
+
+        Raises:
+            BackendError: the store could not be read.
+        """
+        return self._process_templates().get(host)
+
+    async def save_template(self, host: str, template: HostTemplate) -> HostTemplate:
+        """Save ``host``'s template unless one is saved already, and return the one saved: the first wins, so that
+        every page of a host, in every process and every later crawl, is sketched under one template. The template
+        must be durable (as durable as a kept page) when this returns: pages sketched under it follow.
+
+        Raises:
+            BackendError: the store could not record it; the caller must not use it.
+        """
+        return self._process_templates().setdefault(host, template)
+
+    def _process_templates(self) -> dict[str, HostTemplate]:
+        """The defaults' store: a dict of this backend object (subclasses need not call a constructor for it)."""
+        templates: dict[str, HostTemplate] = self.__dict__.setdefault("_host_templates", {})
+        return templates
 
     def stats(self) -> Mapping[str, int]:
         """Counters for the crawl's ``neardup/*`` stats, cumulative since the backend was built: what opening

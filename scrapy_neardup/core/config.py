@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from .params import FIELDS, ParameterError, SketchParams
 from .shingles import SHINGLE_KINDS
-from .text import CONTENT_MODES
+from .text import CONTENT_MODES, DEFAULT_CONTENT
 
 
 class SettingsLike(Protocol):
@@ -136,7 +136,7 @@ def read_sketch_params(settings: SettingsLike) -> SketchParams:
         "shingle": read_choice(settings, names["shingle"], "word", SHINGLE_KINDS),
         "shingle_size": read_int(settings, names["shingle_size"]),
         "seed": read_int(settings, names["seed"]),
-        "content": read_choice(settings, names["content"], "body", CONTENT_MODES),
+        "content": read_choice(settings, names["content"], DEFAULT_CONTENT, CONTENT_MODES),
     }
     given = {name: value for name, value in values.items() if value is not None}
     try:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .index import Match, SketchIndex
 from .sketch import Sketch, Sketcher
 from .text import looks_binary
@@ -126,11 +128,21 @@ class Deduper:
         self.index = index or SketchIndex(k, self.min_shared, self.sketcher.tag)
         self.stats = DedupeStats()
 
-    def check_many(self, keys: Sequence[str], contents: Sequence[Any]) -> list[Verdict]:
-        """Classify a batch (sketched together: the fast path); earlier pages in the batch count as seen."""
+    def check_many(
+        self, keys: Sequence[str], contents: Sequence[Any], templates: Sequence[np.ndarray | None] | None = None,
+    ) -> list[Verdict]:
+        """Classify a batch (sketched together: the fast path); earlier pages in the batch count as seen.
+
+        Args:
+            keys: the pages' keys (a duplicate names the key of the page it near-duplicates).
+            contents: the pages' text or HTML.
+            templates: ``"auto"`` mode: per page, its host's template block hashes
+                (:attr:`scrapy_neardup.core.template.HostTemplate.hashes`), or ``None``.
+        """
         reasons = [skip_reason(c) for c in contents]
         sketchable = [i for i, r in enumerate(reasons) if r is None]
-        sketches = self.sketcher.sketch_many([contents[i] for i in sketchable])
+        chosen = None if templates is None else [templates[i] for i in sketchable]
+        sketches = self.sketcher.sketch_many([contents[i] for i in sketchable], templates=chosen)
         by_position: dict[int, Sketch] = dict(zip(sketchable, sketches, strict=True))
         verdicts = []
         for i, key in enumerate(keys):

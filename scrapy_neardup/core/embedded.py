@@ -40,6 +40,8 @@ Guarantees:
   raise :class:`~scrapy_neardup.core.index.StateError` naming the
   file, before any page is checked, and leave both files untouched. ``NEARDUP_RESET`` (``reset=True``)
   discards both files.
+* *Host templates* (``"auto"`` mode) go to ``neardup-templates.bin`` (:mod:`scrapy_neardup.core.template_log`),
+  written before any page sketched under them reaches the journal; reset with the rest.
 * *Close.* The snapshot is written atomically (compacted), then the journal is replaced (atomically) by an
   empty one continuing it. A crash between the two is the case handled above.
 * *One writer.* The state directory is locked (``flock``, :func:`~scrapy_neardup.core.storage.lock_directory`)
@@ -64,16 +66,19 @@ from .config import job_state_dir, read_bool, read_str
 from .index import Match, SketchIndex, StateError
 from .journal import Journal
 from .storage import DirectoryLocked, lock_directory
+from .template_log import TemplateLog
 
 if TYPE_CHECKING:
     from .config import SettingsLike
     from .params import SketchParams
     from .sketch import Sketch
+    from .template import HostTemplate
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "neardup-index.bin"
 JOURNAL_FILE = "neardup-journal.bin"
+TEMPLATES_FILE = "neardup-templates.bin"
 #: Directory under JOBDIR that holds the embedded store.
 JOBDIR_SUBDIR = "neardup"
 
@@ -122,8 +127,11 @@ class EmbeddedBackend(Backend):
         self.index = SketchIndex(num_perm, min_shared, tag)
         self.open_stats: dict[str, int] = {}
         self.journal: Journal | None = None
-        if self.state_path is not None and self.journal_path is not None:
+        self.template_log: TemplateLog | None = None
+        if self.state_dir is not None and self.state_path is not None and self.journal_path is not None:
             self.journal = Journal(self.journal_path, num_perm, min_shared, tag, snapshot=self.state_path)
+            self.template_log = TemplateLog(self.state_dir / TEMPLATES_FILE, tag)
+        self.templates: dict[str, HostTemplate] = {}
         self._lock_fd: int | None = None
 
     @classmethod
@@ -158,6 +166,7 @@ class EmbeddedBackend(Backend):
             else:
                 self._recover()
             self._open_journal()
+            self._open_templates()
         except BaseException:
             self._release()
             raise
@@ -187,6 +196,24 @@ class EmbeddedBackend(Backend):
             journal.append(key, sketch)
         return Decision.kept() if checked.kind == "kept" else Decision.revisit(checked.changed)
 
+    async def load_template(self, host: str) -> HostTemplate | None:
+        return self.templates.get(host)
+
+    async def save_template(self, host: str, template: HostTemplate) -> HostTemplate:
+        """Keep ``host``'s template (first wins) and, with a state directory, append it to the template file
+        before returning (see the module doc).
+
+        Raises:
+            TemplateWriteError: it could not be written; it is not kept.
+        """
+        saved = self.templates.get(host)
+        if saved is not None:
+            return saved
+        if self.template_log is not None and self.journal is not None and self.journal.is_open:
+            self.template_log.append(host, template)
+        self.templates[host] = template
+        return template
+
     async def close(self) -> None:
         self.save()
 
@@ -208,13 +235,14 @@ class EmbeddedBackend(Backend):
     def _remove_temporary_files(self) -> None:
         """Temporary files of a save interrupted by a crash (never renamed into place, so never used)."""
         assert self.state_dir is not None
-        for name in (STATE_FILE, JOURNAL_FILE):
+        for name in (STATE_FILE, JOURNAL_FILE, TEMPLATES_FILE):
             for tmp in self.state_dir.glob(f"{name}.*.tmp"):
                 logger.debug("removing %s, left by an interrupted save", tmp)
                 tmp.unlink(missing_ok=True)
 
     def _discard(self) -> None:
-        for path in (self.state_path, self.journal_path):
+        assert self.template_log is not None
+        for path in (self.state_path, self.journal_path, self.template_log.path):
             assert path is not None
             if path.exists():
                 logger.info("discarding near-duplicate state %s (reset)", path)
@@ -270,6 +298,17 @@ class EmbeddedBackend(Backend):
             self.journal.write_new(len(self.index), self.index.meta["id"])
         self.journal.open_for_append()
 
+    def _open_templates(self) -> None:
+        """Load the hosts' templates (a torn last record is cut off: that host is learned again)."""
+        assert self.template_log is not None
+        self.templates, torn = self.template_log.load()
+        if torn:
+            logger.warning("near-duplicate template file %s ends with a torn record (%d bytes); ignored",
+                           self.template_log.path, torn)
+        if self.templates:
+            logger.info("loaded the templates of %d hosts from %s", len(self.templates), self.template_log.path)
+        self.template_log.open_for_append(torn)
+
     def _checkpoint(self) -> None:
         """Snapshot first, then an empty journal: a crash in between leaves a journal the snapshot covers
         (and names as its predecessor)."""
@@ -298,6 +337,8 @@ class EmbeddedBackend(Backend):
     def _release(self) -> None:
         if self.journal is not None:
             self.journal.close()
+        if self.template_log is not None:
+            self.template_log.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
@@ -307,4 +348,4 @@ class EmbeddedBackend(Backend):
             self.open_stats[name] = self.open_stats.get(name, 0) + value
 
 
-__all__ = ["JOBDIR_SUBDIR", "JOURNAL_FILE", "STATE_FILE", "EmbeddedBackend", "StateError"]
+__all__ = ["JOBDIR_SUBDIR", "JOURNAL_FILE", "STATE_FILE", "TEMPLATES_FILE", "EmbeddedBackend", "StateError"]

@@ -72,7 +72,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .sketch import Sketch
+from .sketch import Sketch, content_change, parse_tag
 from .storage import atomic_writer
 from .stored import StoredSignature, band_bounds, band_sums, shared_counts, stored_values
 
@@ -138,6 +138,17 @@ class Checked:
     match: Match | None = None
     changed: bool = False
     removed: bool = False
+
+
+def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, int, int]) -> str:
+    """The one line refusing a saved store (index or journal) made with other parameters, naming what to do."""
+    change = content_change(str(saved[0]), used[0]) if saved[1:] == used[1:] else None
+    if change is not None:
+        mode = parse_tag(str(saved[0])).content
+        return (f"{path}: {change}; reset the store with NEARDUP_RESET=True (each page is sketched anew "
+                f"when the crawl meets it), or keep it with NEARDUP_CONTENT={mode!r}")
+    return (f"{path} was made with tag={saved[0]} num_perm={saved[1]} min_shared={saved[2]}, but this run uses "
+            f"tag={used[0]} num_perm={used[1]} min_shared={used[2]}; use another state directory or reset it")
 
 
 class StateError(RuntimeError):
@@ -815,10 +826,7 @@ class SketchIndex:
             raise StateError(f"{path} is not a scrapy-neardup index of format {FORMAT_VERSION}")
         saved = (header.get("tag"), header.get("num_perm"), header.get("min_shared"))
         if saved != (tag, num_perm, min_shared):
-            raise StateError(
-                f"{path} was made with tag={saved[0]} num_perm={saved[1]} min_shared={saved[2]}, but this run uses "
-                f"tag={tag} num_perm={num_perm} min_shared={min_shared}; use another state directory or reset it"
-            )
+            raise StateError(parameters_differ(path, saved, (tag, num_perm, min_shared)))
         digests = header.get("sha256")
         for name, array in arrays.items():
             if not isinstance(digests, dict) or digests.get(name) != _digest(array):

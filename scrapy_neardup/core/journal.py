@@ -8,7 +8,7 @@ Journal format 2 (all integers little-endian)::
 
     header   b"NDUPJRNL" | u32 format (2) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON
              {"tag": ..., "num_perm": k, "min_shared": t, "base": B, "snapshot": S}
-    record   u32 size | u32 crc32(size) | u32 crc32(payload) | payload: size bytes
+    record   u32 size | u32 crc32(size) | u32 crc32(payload) | payload: size bytes (scrapy_neardup.core.records)
              payload = u8 1 (put) | u64 fingerprint | k x u32 signature | key (UTF-8, lone surrogates kept)
                      | u8 2 (delete) | key
 
@@ -33,7 +33,6 @@ other parameters, or one continuing another snapshot raise :class:`~scrapy_neard
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import mmap
@@ -46,8 +45,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from . import records
 from .backend import BackendError
-from .index import SketchIndex, StateError
+from .index import SketchIndex, StateError, parameters_differ
 from .sketch import Sketch
 from .storage import write_atomically
 from .stored import StoredSignature, stored_values
@@ -62,8 +62,6 @@ PUT = 1
 DELETE = 2
 
 _HEADER = struct.Struct("<8sIII")  # magic, format, params length, crc32(params)
-_RECORD = struct.Struct("<III")  # payload size, crc32(size), crc32(payload)
-_SIZE = struct.Struct("<I")
 _FINGERPRINT = struct.Struct("<Q")
 
 
@@ -237,50 +235,33 @@ class Journal:
         except (ValueError, KeyError, TypeError) as exc:
             raise StateError(f"near-duplicate journal {path} is damaged: unreadable header ({exc})") from exc
         if saved != (self.tag, self.num_perm, self.min_shared):
-            raise StateError(
-                f"{path} was made with tag={saved[0]} num_perm={saved[1]} min_shared={saved[2]}, but this run uses "
-                f"tag={self.tag} num_perm={self.num_perm} min_shared={self.min_shared}; use another state "
-                "directory or reset it (NEARDUP_RESET=True)"
-            )
+            raise StateError(parameters_differ(path, saved, (self.tag, self.num_perm, self.min_shared)))
         if not isinstance(base, int) or base < 0:
             raise StateError(f"near-duplicate journal {path} is damaged: base {base!r}")
         return version, params, _HEADER.size + length
 
     def _parse_record(self, data: mmap.mmap, offset: int, number: int, version: int) -> tuple[Record | None, int]:
-        """The record at ``offset`` and its length; ``(None, 0)`` when the rest of the file is a torn tail.
-
-        A torn tail is what a write cut short leaves: a last record that is incomplete, or that fails a check
-        where nothing but zero bytes follows (blocks allocated but never written, after a power loss). A
-        record failing a check with data after it is damage.
-        """
-        end = len(data)
-        if end - offset < _RECORD.size:
-            return None, 0
-        size, size_crc, crc = _RECORD.unpack_from(data, offset)
+        """The record at ``offset`` and its length; ``(None, 0)`` when the rest of the file is a torn tail
+        (:func:`scrapy_neardup.core.records.unframe`)."""
         min_size = 1 if version >= 2 else _FINGERPRINT.size + 4 * self.num_perm
-        if size_crc != zlib.crc32(data[offset : offset + _SIZE.size]) or size < min_size:
-            if _zero_tail(data) < offset + _RECORD.size:  # the header itself runs into unwritten blocks
-                return None, 0
-            raise self._damaged(offset, number, "record header checksum mismatch")
-        stop = offset + _RECORD.size + size
-        if stop > end:
+        try:
+            payload, length = records.unframe(data, offset, min_size)
+        except records.DamagedRecord as exc:
+            raise self._damaged(offset, number, str(exc)) from exc
+        if payload is None:
             return None, 0
-        payload = data[offset + _RECORD.size : stop]
-        if zlib.crc32(payload) != crc:
-            if _zero_tail(data) <= stop:  # nothing but unwritten blocks after it: the last record
-                return None, 0
-            raise self._damaged(offset, number, "record checksum mismatch")
+        size = len(payload)
         kind, at = (payload[0], 1) if version >= 2 else (PUT, 0)
         sketch_end = at + _FINGERPRINT.size + 4 * self.num_perm
         if kind == DELETE:
-            return (DELETE, payload[at:].decode("utf-8", errors="surrogatepass"), None), stop - offset
+            return (DELETE, payload[at:].decode("utf-8", errors="surrogatepass"), None), length
         if kind != PUT or size < sketch_end:  # intact (checksums agree) but not a record this version wrote
             raise self._damaged(offset, number, f"unknown record kind {kind} of {size} bytes")
         (fingerprint,) = _FINGERPRINT.unpack_from(payload, at)
         signature = np.frombuffer(payload, dtype="<u4", count=self.num_perm, offset=at + _FINGERPRINT.size)
         key = payload[sketch_end:].decode("utf-8", errors="surrogatepass")
         # Only non-empty sketches are kept and journaled; the index compares their stored form.
-        return (PUT, key, (StoredSignature(stored_values(signature), self.tag), fingerprint)), stop - offset
+        return (PUT, key, (StoredSignature(stored_values(signature), self.tag), fingerprint)), length
 
     def _damaged(self, offset: int, number: int, what: str) -> StateError:
         return StateError(
@@ -327,43 +308,18 @@ class Journal:
     def _write(self, key: str, payload: bytes) -> None:
         journal = self._file
         assert journal is not None
-        size = _SIZE.pack(len(payload))
-        record = b"".join((size, _SIZE.pack(zlib.crc32(size)), _SIZE.pack(zlib.crc32(payload)), payload))
         try:
-            written = 0
-            while written < len(record):  # a regular file writes everything, short of a full disk
-                count = journal.write(record[written:])
-                if not count:
-                    raise OSError(errno.EIO, "the write made no progress")
-                written += count
+            self._end = records.append(journal, records.frame(payload), self._end)
         except OSError as exc:
-            try:
-                os.ftruncate(journal.fileno(), self._end)
-            except OSError:
-                logger.exception("could not cut a partial record off %s", self.path)
             raise JournalWriteError(
                 f"could not append to the near-duplicate journal {self.path}: {exc}; the change to {key!r} "
                 "holds for this run but would be forgotten after a crash"
             ) from exc
-        self._end += len(record)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def _zero_tail(data: mmap.mmap) -> int:
-    """Where the run of zero bytes that ends ``data`` starts (``len(data)`` when it ends otherwise)."""
-    chunk = 1 << 20
-    end = len(data)
-    while end > 0:
-        start = max(0, end - chunk)
-        piece = data[start:end].rstrip(b"\0")
-        if piece:
-            return start + len(piece)
-        end = start
-    return 0
 
 
 __all__ = ["DELETE", "JOURNAL_FORMAT", "JOURNAL_MAGIC", "PUT", "Journal", "JournalWriteError", "Replay"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .shingles import SHINGLE_KINDS, ShingleKind
-from .text import CONTENT_MODES, ContentMode
+from .text import CONTENT_MODES, DEFAULT_CONTENT, ContentMode
 from .theory import DEFAULT_THRESHOLD, min_shared_for
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a
@@ -100,7 +100,8 @@ def check_seed(seed: Any) -> int:
 
 
 def check_content(content: Any) -> ContentMode:
-    """What of an HTML page is sketched: ``"body"`` (all visible text) or ``"main"`` (main content only)."""
+    """What of a page is sketched: ``"auto"`` (its own text), ``"main"`` (the main content it marks) or
+    ``"body"`` (all visible text); see :class:`~scrapy_neardup.core.sketch.Sketcher`."""
     if content not in CONTENT_MODES:
         raise ParameterError(
             "content", content, "is not valid: expected one of " + ", ".join(repr(c) for c in CONTENT_MODES)
@@ -128,7 +129,7 @@ class SketchParams:
         shingle: ``"word"`` or ``"char"``.
         shingle_size: units per shingle as given; ``None`` for the kind's default (:attr:`width`).
         seed: hash seed.
-        content: what of an HTML page is sketched, ``"body"`` or ``"main"`` (part of the tag).
+        content: what of a page is sketched, ``"auto"``, ``"main"`` or ``"body"`` (part of the tag).
     """
 
     num_perm: int = DEFAULT_NUM_PERM
@@ -137,7 +138,7 @@ class SketchParams:
     shingle: ShingleKind = "word"
     shingle_size: int | None = None
     seed: int = DEFAULT_SEED
-    content: ContentMode = "body"
+    content: ContentMode = DEFAULT_CONTENT
 
     @classmethod
     def create(
@@ -149,7 +150,7 @@ class SketchParams:
         shingle: ShingleKind = "word",
         shingle_size: int | None = None,
         seed: int = DEFAULT_SEED,
-        content: ContentMode = "body",
+        content: ContentMode = DEFAULT_CONTENT,
     ) -> SketchParams:
         """Check every value and derive ``t``: ``min_shared`` when given (it overrides ``threshold``), else
         :func:`~scrapy_neardup.core.theory.min_shared_for` of ``threshold`` (default 0.9).

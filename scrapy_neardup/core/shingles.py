@@ -102,30 +102,44 @@ def _groups(texts: Sequence[bytes]) -> Iterator[tuple[int, int]]:
 
 def _word_group(texts: Sequence[bytes], width: int) -> tuple[np.ndarray, np.ndarray]:
     """Word shingle hashes of one group of texts and the shingle count of each."""
-    buffer = b" ".join([*texts, _PAD])  # every text, including the last, is followed by a space
-    end = len(buffer) - len(_PAD)
-    data = np.frombuffer(buffer, dtype=np.uint8, count=end)
+    buffer, ends = join_texts(texts)
+    starts, lengths = tokens(buffer)
+    if starts.size == 0:
+        return _EMPTY_U64, np.zeros(len(texts), dtype=np.int64)
+    words_before = np.searchsorted(starts, ends)  # words before each text's closing space: its last word's end
+    units_per_text = words_before.copy()
+    units_per_text[1:] -= words_before[:-1]
+    return window_hashes(word_hashes(buffer, starts, lengths), units_per_text, width)
+
+
+def join_texts(texts: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
+    """``texts`` in one buffer, each followed by a space, then 8 zero bytes (every word's 8-byte reads stay in
+    the buffer); and where each text's closing space is."""
+    buffer = b" ".join([*texts, _PAD])
+    ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1) - 1
+    return buffer, ends
+
+
+def tokens(buffer: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where the words of a :func:`join_texts` buffer start and how long they are: maximal runs of bytes above
+    32 (the separators of normalized text are single spaces; the marks of ``"auto"`` text are below 32)."""
+    data = np.frombuffer(buffer, dtype=np.uint8, count=len(buffer) - len(_PAD))
     separators = np.flatnonzero(data <= _SEPARATOR)
     starts = np.empty_like(separators)
+    if starts.size == 0:
+        return starts, starts
     starts[0] = 0
     np.add(separators[:-1], 1, out=starts[1:])
     lengths = separators - starts
-    # Index (in `separators`) of the space that ends each text.
-    text_ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1) - 1
-    words_before = np.searchsorted(separators, text_ends) + 1
     if not lengths.all():  # empty texts or runs of separators: drop the empty tokens
         nonempty = lengths != 0
-        words_before = np.cumsum(nonempty)[words_before - 1]
         starts, lengths = starts[nonempty], lengths[nonempty]
-    units_per_text = words_before.copy()
-    units_per_text[1:] -= words_before[:-1]
-    if starts.size == 0:
-        return _EMPTY_U64, np.zeros(len(texts), dtype=np.int64)
-    return _window_hashes(_word_hashes(buffer, starts, lengths), units_per_text, width)
+    return starts, lengths
 
 
-def _word_hashes(buffer: bytes, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """64-bit hashes of the words at ``starts`` (byte offsets into ``buffer``) of ``lengths`` bytes."""
+def word_hashes(buffer: bytes, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """64-bit hashes of the words at ``starts`` (byte offsets into ``buffer``, which has 8 bytes after its last
+    word: see :func:`join_texts`) of ``lengths`` bytes."""
     # Every byte offset viewed as the start of a little-endian uint64 (strides of one byte, unaligned).
     chunks = np.ndarray((len(buffer) - 7,), dtype="<u8", buffer=buffer, strides=(1,))
     lengths_u = lengths.astype(np.uint64)
@@ -167,10 +181,10 @@ def _char_group(texts: Sequence[bytes], width: int) -> tuple[np.ndarray, np.ndar
     if not joined:
         return _EMPTY_U64, np.zeros(len(texts), dtype=np.int64)
     points = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4").astype(np.uint64)
-    return _window_hashes(points, np.fromiter(map(len, decoded), dtype=np.int64, count=len(texts)), width)
+    return window_hashes(points, np.fromiter(map(len, decoded), dtype=np.int64, count=len(texts)), width)
 
 
-def _window_hashes(units: np.ndarray, units_per_text: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+def window_hashes(units: np.ndarray, units_per_text: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Hash every window of ``width`` consecutive units inside each text (one window for short texts).
 
     ``units`` holds the units of all texts back to back; ``units_per_text[i]`` of them belong to text ``i``.

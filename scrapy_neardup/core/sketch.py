@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import mmh3
 import numpy as np
 
+from .blocks import own_text, own_words, split_blocks, split_blocks_many
 from .minhash import OnePermutationHasher
 from .params import (
     DEFAULT_NUM_PERM,
@@ -24,12 +25,17 @@ from .params import (
     check_seed,
     check_shingling,
 )
-from .shingles import ShingleKind, shingle_hashes
-from .text import DEFAULT_MAX_CHARS, ContentMode, clean_text
+from .shingles import ShingleKind, shingle_hashes, window_hashes
+from .text import DEFAULT_MAX_CHARS, CleanText, ContentMode, clean_text
 
 #: Version of the hash scheme (HTML extraction, normalization, shingle hashing, MinHash); part of every tag.
 #: 3: HTML text extracted by lexbor, every element boundary a word separator (2: lxml, block elements only).
-SCHEME_VERSION = 3
+#: 4: ``"auto"`` content (the page's own text, template and link lists out: :mod:`scrapy_neardup.core.blocks`), and
+#: ``"main"`` content read once where the main element matched twice (``<main role="main">``).
+SCHEME_VERSION = 4
+#: ``"body"`` sketches have not changed since scheme 3, which their tags keep: stores and indices of earlier
+#: versions stay usable in that mode.
+BODY_SCHEME_VERSION = 3
 
 __all__ = [
     "DEFAULT_NUM_PERM",  # re-exported: the default k belongs with the Sketcher's other defaults for readers
@@ -64,6 +70,9 @@ class Sketch:
         tag: parameter tag, e.g. ``"mh3-k128-word5-s1"``; only sketches with equal tags are comparable.
         num_shingles: distinct-or-not shingles seen (0 means the text was empty after normalization).
         truncated: the content was longer than the sketcher's cap and only its head was sketched.
+        blocks: ``"auto"`` mode: the page's distinct block hashes (sorted ``uint64``), from which its host's
+            template is learned (:mod:`scrapy_neardup.core.template`); ``None`` in the other modes. Not part of
+            the sketch's identity.
     """
 
     signature: np.ndarray
@@ -71,6 +80,7 @@ class Sketch:
     tag: str
     num_shingles: int
     truncated: bool = False
+    blocks: np.ndarray | None = field(default=None, repr=False)
     _hashable: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -112,12 +122,14 @@ def check_compatible(a: Sketch, b: Sketch) -> None:
         )
 
 
-def make_tag(num_perm: int, shingle: str, width: int, seed: int, content: ContentMode = "body") -> str:
-    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``, plus ``-main`` for main-content
-    sketches (``content="main"``): they never compare with whole-page ones. The default adds nothing, so
-    default tags read as before. Read back by :func:`parse_tag`."""
+def make_tag(num_perm: int, shingle: str, width: int, seed: int, content: ContentMode = "auto") -> str:
+    """The parameter tag: ``mh<scheme>-k<num_perm>-<shingle><width>-s<seed>``, plus ``-auto`` or ``-main`` for the
+    content modes that do not sketch the whole body (``"body"`` adds nothing, so its tags read as in earlier
+    versions, whose stores and indices it can still use: :data:`BODY_SCHEME_VERSION`). Sketches of different
+    modes never compare. Read back by :func:`parse_tag`."""
     suffix = "" if content == "body" else f"-{content}"
-    return f"mh{SCHEME_VERSION}-k{num_perm}-{shingle}{width}-s{seed}{suffix}"
+    scheme = BODY_SCHEME_VERSION if content == "body" else SCHEME_VERSION
+    return f"mh{scheme}-k{num_perm}-{shingle}{width}-s{seed}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -132,7 +144,7 @@ class TagParts:
     content: str = "body"
 
 
-_TAG = re.compile(r"mh(\d+)-k(\d+)-(word|char)(\d+)-s(\d+)(?:-(main))?")
+_TAG = re.compile(r"mh(\d+)-k(\d+)-(word|char)(\d+)-s(\d+)(?:-(main|auto))?")
 
 
 def parse_tag(tag: str) -> TagParts:
@@ -143,9 +155,32 @@ def parse_tag(tag: str) -> TagParts:
     """
     match = _TAG.fullmatch(tag)
     if match is None:
-        raise ValueError(f"not a sketch parameter tag (mh<scheme>-k<k>-<word|char><width>-s<seed>[-main]): {tag!r}")
+        raise ValueError(
+            f"not a sketch parameter tag (mh<scheme>-k<k>-<word|char><width>-s<seed>[-main|-auto]): {tag!r}"
+        )
     scheme, num_perm, shingle, width, seed, content = match.groups()
     return TagParts(int(scheme), int(num_perm), shingle, int(width), int(seed), content or "body")
+
+
+_CONTENT_WORDS = {"body": "each page's whole body", "main": "the main content each page marks",
+                  "auto": "each page's own text"}
+
+
+def content_change(saved: str, tag: str) -> str | None:
+    """When sketches tagged ``saved`` and ``tag`` differ only in what of a page they read (the content mode, and
+    with it the scheme): a sentence saying so, for the one-line refusal of a store or index made in another mode
+    (e.g. by an earlier version, whose default read the whole body). ``None`` when other parameters differ too."""
+    try:
+        old, new = parse_tag(saved), parse_tag(tag)
+    except ValueError:
+        return None
+    if (old.num_perm, old.shingle, old.width, old.seed) != (new.num_perm, new.shingle, new.width, new.seed):
+        return None
+    if old.content == new.content:
+        return None
+    default = ", the default of earlier versions" if old.content == "body" and old.scheme < SCHEME_VERSION else ""
+    return (f"its sketches read {_CONTENT_WORDS[old.content]} ({saved}{default}), this run's read "
+            f"{_CONTENT_WORDS[new.content]} ({tag}): they never compare")
 
 
 class Sketcher:
@@ -160,9 +195,13 @@ class Sketcher:
         shingle_size: units per shingle; default 5 words or 9 characters.
         seed: hash seed. Sketches agree across processes and machines for the same seed, and only then.
         max_chars: content longer than this is truncated before processing (``Sketch.truncated``).
-        content: ``"body"`` (default): all the visible text of an HTML page; ``"main"``: its main content only
-            (nav, header, footer and aside dropped; ``<main>``, else ``<article>``, else ``<body>``: see
-            :func:`scrapy_neardup.core.text.html_to_text`). Part of the tag. Plain text is used whole either way.
+        content: ``"auto"`` (default): what the page says itself: its marked main content (else its body) without
+            link lists and without the blocks its host repeats on many pages (the ``template`` given to
+            :meth:`sketch_many`; see :mod:`scrapy_neardup.core.blocks`); ``"main"``: the main content the page
+            marks (nav, header, footer and aside dropped; ``<main>``, else ``<article>``, else ``<body>``: see
+            :func:`scrapy_neardup.core.html.html_to_text`); ``"body"``: all the visible text of an HTML page. Part
+            of the tag. Plain text is used whole in ``"main"`` and ``"body"``; ``"auto"`` takes each line for a
+            block.
 
     >>> s = Sketcher()
     >>> a = s.sketch("the quick brown fox jumps over the lazy dog")
@@ -177,7 +216,7 @@ class Sketcher:
         shingle_size: int | None = None,
         seed: int = DEFAULT_SEED,
         max_chars: int = DEFAULT_MAX_CHARS,
-        content: ContentMode = "body",
+        content: ContentMode = "auto",
     ) -> None:
         # One set of rules for every entry point (see scrapy_neardup.core.params): ParameterError names the field.
         num_perm = check_num_perm(num_perm)
@@ -203,13 +242,37 @@ class Sketcher:
     def __repr__(self) -> str:
         return f"Sketcher({self.tag!r})"
 
-    def sketch(self, content: Content, is_html: bool | None = None) -> Sketch:
-        """Sketch one page (text, HTML or UTF-8 bytes; ``is_html=None`` sniffs for markup)."""
-        return self.sketch_many([content], is_html=is_html)[0]
+    def sketch(
+        self, content: Content, is_html: bool | None = None, template: np.ndarray | None = None,
+        leave_out: np.ndarray | None = None,
+    ) -> Sketch:
+        """Sketch one page (text, HTML or UTF-8 bytes; ``is_html=None`` sniffs for markup); ``template``: its host's
+        template block hashes, ``leave_out``: word hashes not to shingle (``"auto"`` mode; see :meth:`sketch_many`)."""
+        return self.sketch_many([content], is_html=is_html, templates=[template],
+                                leave_out=None if leave_out is None else [leave_out])[0]
 
-    def sketch_many(self, contents: Iterable[Content], is_html: bool | None = None) -> list[Sketch]:
-        """Sketch many pages at once: the fast path (shingling and MinHash vectorized over the batch)."""
+    def sketch_many(
+        self, contents: Iterable[Content], is_html: bool | None = None,
+        templates: Sequence[np.ndarray | None] | None = None, leave_out: Sequence[np.ndarray | None] | None = None,
+    ) -> list[Sketch]:
+        """Sketch many pages at once: the fast path (shingling and MinHash vectorized over the batch).
+
+        Args:
+            contents: the pages.
+            is_html: ``True``/``False`` to force; ``None`` sniffs each page.
+            templates: ``"auto"`` mode: per page, the sorted ``uint64`` block hashes of its host's template
+                (:attr:`scrapy_neardup.core.template.HostTemplate.hashes`), or ``None`` where none is known; ignored
+                in the other modes.
+            leave_out: ``"auto"`` mode: per page, a sequence of word hashes
+                (:func:`scrapy_neardup.core.shingles.word_hashes`) whose occurrences are left out of its own words, or
+                ``None`` (the URL a "not found" page names: :func:`scrapy_neardup.core.soft404.url_words`); ignored in
+                the other modes.
+        """
         cleaned = [clean_text(c, is_html, self.max_chars, self.content) for c in contents]
+        if self.content == "auto":
+            nothing: list[np.ndarray | None] = [None] * len(cleaned)
+            return self._sketch_auto(cleaned, templates if templates is not None else nothing,
+                                     leave_out if leave_out is not None else nothing)
         texts = [c.utf8 for c in cleaned]
         sketches: list[Sketch] = []
         for lo, hi in _batches(texts):
@@ -226,6 +289,57 @@ class Sketcher:
                 )
         return sketches
 
+    def _sketch_auto(
+        self, cleaned: list[CleanText], templates: Sequence[np.ndarray | None], leave_out: Sequence[np.ndarray | None],
+    ) -> list[Sketch]:
+        """``"auto"`` sketches: each page's own words (:func:`~scrapy_neardup.core.blocks.own_words` under its
+        host's template), shingled from the word hashes the blocks were read with; the fingerprint is that of
+        the own words' hashes in order (equal for pages whose own words are equal)."""
+        sketches: list[Sketch] = []
+        for lo, hi in _batches([c.utf8 for c in cleaned]):
+            pages = split_blocks_many([c.utf8 for c in cleaned[lo:hi]])
+            # A page that marks its main content is read without its host's template (the page says what it says).
+            kept = [own_words(page, None if c.marked else template)
+                    for page, c, template in zip(pages, cleaned[lo:hi], templates[lo:hi], strict=True)]
+            for keep, page, words in zip(kept, pages, leave_out[lo:hi], strict=True):
+                if words is not None and words.size:
+                    keep &= ~_occurrences(page.words, words)
+            units = [page.words[keep] for page, keep in zip(pages, kept, strict=True)]
+            if self.shingle == "word":
+                hashes, counts = window_hashes(
+                    np.concatenate(units) if units else np.empty(0, dtype=np.uint64),
+                    np.fromiter(map(len, units), dtype=np.int64, count=len(units)), self.shingle_size,
+                )
+            else:
+                texts = [page.text(keep) for page, keep in zip(pages, kept, strict=True)]
+                hashes, counts = shingle_hashes(texts, self.shingle, self.shingle_size)
+            sigs = self._hasher.signatures(hashes, counts)
+            for i, page in enumerate(pages):
+                clean = cleaned[lo + i]
+                sketches.append(Sketch(
+                    signature=sigs[i], fingerprint=int(mmh3.hash64(units[i].tobytes(), signed=False)[0]),
+                    tag=self.tag, num_shingles=int(counts[i]), truncated=clean.truncated,
+                    blocks=None if clean.marked else page.distinct_hashes,
+                ))
+        return sketches
+
+    def block_hashes(self, contents: Iterable[Content], is_html: bool | None = None) -> list[np.ndarray | None]:
+        """``"auto"`` mode: each page's distinct block hashes (sorted ``uint64``), what its host's template is
+        learned from (:mod:`scrapy_neardup.core.template`); ``None`` for a page that marks its main content, which
+        is sketched without a template (``Sketch.blocks`` is ``None`` too)."""
+        if self.content != "auto":
+            raise ValueError(f"block hashes belong to 'auto' sketches; this sketcher's content is {self.content!r}")
+        cleaned = [clean_text(c, is_html, self.max_chars, "auto") for c in contents]
+        pages = split_blocks_many([c.utf8 for c in cleaned])
+        return [None if c.marked else page.distinct_hashes for c, page in zip(cleaned, pages, strict=True)]
+
+    def text(self, content: Content, is_html: bool | None = None, template: np.ndarray | None = None) -> bytes:
+        """The normalized text of ``content`` that is shingled (``"auto"``: its own text under ``template``)."""
+        cleaned = clean_text(content, is_html, self.max_chars, self.content)
+        if self.content != "auto":
+            return cleaned.utf8
+        return own_text(split_blocks(cleaned.utf8), None if cleaned.marked else template)
+
     def signatures(self, texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
         """Raw signatures of already normalized UTF-8 texts: ``(uint32[n, k], shingle counts[n])``."""
         hashes, counts = shingle_hashes(texts, self.shingle, self.shingle_size)
@@ -233,13 +347,26 @@ class Sketcher:
 
     def shingle_set(self, content: Content, is_html: bool | None = None) -> np.ndarray:
         """The distinct shingle hashes of a page (sorted uint64): the set that MinHash samples."""
-        text = clean_text(content, is_html, self.max_chars, self.content).utf8
-        hashes, _ = shingle_hashes([text], self.shingle, self.shingle_size)
+        hashes, _ = shingle_hashes([self.text(content, is_html)], self.shingle, self.shingle_size)
         return np.unique(hashes)
 
     def jaccard(self, a: Content, b: Content, is_html: bool | None = None) -> float:
         """Exact resemblance ``|A ∩ B| / |A ∪ B|`` of two pages' shingle sets (1.0 when both are empty)."""
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
+
+
+def _occurrences(words: np.ndarray, run: np.ndarray) -> np.ndarray:
+    """``bool[len(words)]``: the words that are part of an occurrence of the sequence ``run`` in ``words``."""
+    hit = np.zeros(words.size, dtype=bool)
+    n = words.size - run.size + 1
+    if n <= 0:
+        return hit
+    starts = np.ones(n, dtype=bool)
+    for j, word in enumerate(run.tolist()):
+        starts &= words[j : j + n] == word
+    for j in range(run.size):
+        hit[j : j + n] |= starts
+    return hit
 
 
 def fingerprint(normalized_utf8: bytes) -> int:

@@ -6,14 +6,23 @@ A probe asks for ``/<random>`` and, where a host's pages live under several firs
 section's own "not found" page. A probe answered 200 gives a template: its sketch. A page whose sketch agrees
 with one of its host's templates in at least ``t`` of ``k`` positions (the near-duplicate rule of the whole
 package: ``P(flag) = P[Binomial(k, r) >= t]`` for resemblance ``r``) is a soft 404.
+
+Many "not found" pages name the URL asked for ("The requested URL /a/b.html was not found"). In ``"auto"`` mode
+the message is most of what a soft-404 page says (its template is left out), so both sides are sketched without
+the words of their own URL (:func:`url_words`): a soft 404 then says exactly what the probe said, and a real page
+still says what it says.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
+import numpy as np
+
+from .normalize import normalize_utf8
+from .shingles import join_texts, tokens, word_hashes
 from .sketch import Sketch
 
 #: Start of the last path segment of every probe URL (easy to spot in server logs).
@@ -35,6 +44,16 @@ def probe_path(segment: str | None) -> str:
     """A path that cannot exist: 128 random bits, under ``segment`` when one is given."""
     name = PROBE_MARKER + secrets.token_hex(16)
     return f"/{segment}/{name}" if segment else f"/{name}"
+
+
+def url_words(url: str) -> np.ndarray:
+    """The word hashes (:func:`scrapy_neardup.core.shingles.word_hashes`) of the normalized path and query of
+    ``url``: what a "not found" page that names the URL asked for says of it (see the module doc)."""
+    parts = urlsplit(url)
+    text = normalize_utf8(unquote(f"{parts.path} {parts.query}"))
+    buffer, _ = join_texts([text])
+    starts, lengths = tokens(buffer)
+    return word_hashes(buffer, starts, lengths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,4 +96,4 @@ class Soft404Templates:
         return best
 
 
-__all__ = ["PROBE_MARKER", "Soft404Match", "Soft404Templates", "first_segment", "probe_path"]
+__all__ = ["PROBE_MARKER", "Soft404Match", "Soft404Templates", "first_segment", "probe_path", "url_words"]

@@ -11,11 +11,18 @@ not fetched, and the soft-404 middleware sees the final response of a page (afte
 project lists already (by class or by any import path of it) keeps its own priority. The ``NEARDUP_*``
 settings work as with ``ITEM_PIPELINES``, which keeps working on its own; switch the middlewares off with
 ``NEARDUP_SOFT404_ENABLED`` / ``NEARDUP_MIRRORS_ENABLED`` = False.
+
+It also raises Scrapy's ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB of responses in processing) to
+:data:`HOLD_ACTIVE_SIZE` unless the project sets it: the first pages of each host wait in the pipeline until the
+host's template is learned (:mod:`scrapy_neardup.crawl.templates`), and Scrapy counts their responses as in
+processing meanwhile.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from .templates import HOLD_ACTIVE_SIZE
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -25,6 +32,7 @@ if TYPE_CHECKING:
 PIPELINE_PRIORITY = 300
 MIRRORS_PRIORITY = 60
 SOFT404_PRIORITY = 70
+
 
 
 class NearDuplicateAddon:
@@ -41,6 +49,8 @@ class NearDuplicateAddon:
             "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY
         )
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", Soft404Middleware, SOFT404_PRIORITY)
+        if settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") < HOLD_ACTIVE_SIZE:
+            settings.set("SCRAPER_SLOT_MAX_ACTIVE_SIZE", HOLD_ACTIVE_SIZE, priority="addon")
 
 
-__all__ = ["PIPELINE_PRIORITY", "NearDuplicateAddon"]
+__all__ = ["HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "NearDuplicateAddon"]

@@ -43,6 +43,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from ..core.backend import Backend, BackendError, Decision
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.index import Match
+from ..core.mirrors import host_of
 from ..core.text import looks_binary
 from ..core.theory import describe_rule
 from .batcher import CheckBatcher
@@ -52,6 +53,7 @@ from .settings import NearDupSettings, NearDupSettingsError
 from .sketch_worker import BinaryContent, SketchWorker, SketchWorkerError
 from .soft404 import Soft404Dropped
 from .startup import report_startup_failure, reporting_settings_errors
+from .templates import HOLD_ACTIVE_SIZE, HostTemplates
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 
     from ..core.sketch import Content, Sketch
     from ..core.soft404 import Soft404Match
+    from ..core.template import HostTemplate
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +161,7 @@ class NearDuplicatePipeline:
         self._stopping = False
         self._sketch_worker: SketchWorker | None = None
         self._worker_given_up = False
+        self._templates: HostTemplates | None = None  # "auto" mode, once open
         self._log_level: str | int = "DEBUG"  # the crawl's LOG_LEVEL: whether start-up failures show a traceback
         # Soft-404 verdicts in, checked pages out (scrapy_neardup.crawl.soft404 and .mirrors, when enabled).
         self.hooks: CrawlHooks | None = crawl_hooks(crawler) if crawler is not None else None
@@ -202,6 +206,10 @@ class NearDuplicatePipeline:
             report_startup_failure(exc, log_level=self._log_level)
             raise
         self._opened = True
+        if self.sketcher.content == "auto":
+            self._templates = HostTemplates(self.backend, self.config.template_sample, self._inc,
+                                            self._downloads_idle())
+            self._check_room_to_hold()
         self._worker()  # start the sketch worker now if the reactor runs (else on the first item)
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
         self._add_backend_stats()
@@ -217,6 +225,8 @@ class NearDuplicatePipeline:
         Scrapy calls this even when :meth:`open_spider` failed; the backend is then not closed, so that a
         state file that could not be loaded is never overwritten by an empty index.
         """
+        if self._templates is not None:
+            self._templates.close()
         await self._stop_worker()
         if not self._opened or self.backend is None:
             return
@@ -288,10 +298,13 @@ class NearDuplicatePipeline:
         if reason is not None:
             return self._skip(reason, item)
         try:
-            sketch = await self._sketch(cast("Content", content), worker)
+            sketch = await self._sketch_page(cast("Content", content), worker, adapter.get(self.config.url_field))
         except BinaryContent:
             logger.debug("binary content of %s is not sketched", adapter.get(self.config.url_field))
             return self._skip(SKIP_NOT_TEXT, item)
+        except BackendError:  # the host's template could not be loaded or saved: no decision can be made
+            self._backend_failed(str(adapter.get(self.config.url_field)))
+            return self._unchecked(item, adapter)
         except Exception:
             logger.warning("could not sketch the text of an item; passing it through", exc_info=True)
             return self._skip(SKIP_NOT_TEXT, item)
@@ -317,7 +330,32 @@ class NearDuplicatePipeline:
             return item
         return self._duplicate(item, adapter, key, decision.match)
 
-    async def _sketch(self, content: Content, worker: SketchWorker | None) -> Sketch:
+    async def _sketch_page(self, content: Content, worker: SketchWorker | None, url: Any) -> Sketch:
+        """The page's sketch; in ``"auto"`` mode under its host's template, which the host's first pages wait
+        for (:mod:`scrapy_neardup.crawl.templates`): such a page is sketched once to read its blocks, waits, and
+        is sketched again under the template learned (unless it is empty, which changes nothing).
+
+        Raises:
+            BackendError: the host's template could not be loaded or saved.
+        """
+        templates = self._templates
+        host = host_of(url) if templates is not None and isinstance(url, str) else None
+        if templates is None or host is None:
+            return await self._sketch(content, worker)
+        template = await templates.known(host)
+        if template is not None or not templates.holds_pages:
+            return await self._sketch(content, worker, template)
+        first = await self._sketch(content, worker)
+        if first.empty or first.blocks is None:
+            return first
+        templates.add(host, url, first.blocks)
+        if first.blocks.size <= 1:  # one block: the same sketch under any template (core.blocks.own_text)
+            return first
+        template = await templates.wait(host, len(content))
+        return first if template.empty else await self._sketch(content, worker, template)
+
+    async def _sketch(self, content: Content, worker: SketchWorker | None, template: HostTemplate | None = None,
+                      ) -> Sketch:
         """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.crawl.sketch_worker`), else here.
 
         The worker is started on the first item, when the reactor is known to run; if it dies, this process
@@ -325,7 +363,7 @@ class NearDuplicatePipeline:
         """
         if worker is not None:
             try:
-                sketch = await maybe_deferred_to_future(worker.sketch(content))
+                sketch = await maybe_deferred_to_future(worker.sketch(content, template))
             except SketchWorkerError:
                 self._worker_failed()
             else:
@@ -333,7 +371,31 @@ class NearDuplicatePipeline:
                 return sketch
             if looks_binary(content):  # the worker died before it could tell
                 raise BinaryContent("binary content is not sketched")
-        return self.sketcher.sketch(content)
+        return self.sketcher.sketch(content, template=None if template is None else template.hashes)
+
+    def _check_room_to_hold(self) -> None:
+        """Say once (INFO) when Scrapy's room for responses in processing is small for holding each host's first
+        pages: the hosts' templates are then learned from fewer pages when it fills (see crawl.templates)."""
+        if self.crawler is None:
+            return
+        room = self.crawler.settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE")
+        if room < HOLD_ACTIVE_SIZE:
+            logger.info(
+                "SCRAPER_SLOT_MAX_ACTIVE_SIZE=%d bytes bounds the pages held until their host's template is learned "
+                "(NEARDUP_TEMPLATE_SAMPLE=%d); set it to %d, as the add-on does, to learn from whole samples",
+                room, self.config.template_sample, HOLD_ACTIVE_SIZE,
+            )
+
+    def _downloads_idle(self) -> Any:
+        """A check of whether the crawl has no download in flight (for the templates' idle check); ``None``
+        outside a running crawl."""
+        try:
+            engine = self.crawler.engine if self.crawler is not None else None
+        except RuntimeError:
+            return None
+        if engine is None or _running_reactor() is None:
+            return None
+        return lambda: not engine.downloader.active
 
     def _worker(self) -> SketchWorker | None:
         if self._sketch_worker is None and self.config.sketch_process and not self._worker_given_up:

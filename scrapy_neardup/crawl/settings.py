@@ -22,7 +22,7 @@ NEARDUP_NUM_PERM      ``k``, signature positions (default 128).
 NEARDUP_SHINGLE       ``"word"`` (default) or ``"char"``.
 NEARDUP_SHINGLE_SIZE  units per shingle (default 5 words / 9 characters).
 NEARDUP_SEED          hash seed (default 1).
-NEARDUP_CONTENT       ``"body"`` (default: all visible text of HTML) or ``"main"`` (main content only).
+NEARDUP_CONTENT       ``"auto"`` (default: the page's own text), ``"main"`` (marked main content) or ``"body"``.
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
 NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode
                       (``{"revisit": True, "changed": bool}`` for a revisit, ``None`` for a kept page).
@@ -36,6 +36,7 @@ NEARDUP_RESET         bool: discard the saved embedded store at start.
 NEARDUP_DEBUG         bool: log every drop at INFO instead of DEBUG.
 NEARDUP_WORKER        bool, default True: sketch in one child process, off the crawl's reactor thread
                       (False: sketch in the crawl's own process).
+NEARDUP_TEMPLATE_SAMPLE  int >= 1, default 100: pages of a host its template is learned from ("auto" mode).
 ====================  ========================================================================================
 """
 
@@ -51,12 +52,14 @@ from ..core.config import (
     read_bool,
     read_choice,
     read_field_name,
+    read_int,
     read_sketch_params,
     settings_error,
 )
 from ..core.embedded import EmbeddedBackend
 from ..core.params import SketchParams
 from ..core.sketch import Sketcher
+from ..core.template import SAMPLE_PAGES
 
 if TYPE_CHECKING:
     from ..core.shingles import ShingleKind
@@ -94,6 +97,8 @@ class NearDupSettings:
         debug: log every drop at INFO instead of DEBUG.
         sketch_process: sketch in a child process (:mod:`scrapy_neardup.crawl.sketch_worker`) instead of on the
             crawl's reactor thread.
+        template_sample: ``"auto"`` mode: pages of a host its template is learned from, the host's first pages
+            waiting until then (:mod:`scrapy_neardup.crawl.templates`).
     """
 
     enabled: bool = True
@@ -107,6 +112,7 @@ class NearDupSettings:
     backend_class: type[Backend] = EmbeddedBackend
     debug: bool = False
     sketch_process: bool = True
+    template_sample: int = SAMPLE_PAGES
 
     @classmethod
     def from_settings(cls, settings: SettingsLike) -> NearDupSettings:
@@ -134,6 +140,7 @@ class NearDupSettings:
             backend_class=backend_class,
             debug=read_bool(settings, "NEARDUP_DEBUG", False),
             sketch_process=read_bool(settings, "NEARDUP_WORKER", True),
+            template_sample=_read_template_sample(settings),
         )
 
     @property
@@ -171,6 +178,16 @@ class NearDupSettings:
             NearDupSettingsError: one of the backend's own settings is wrong.
         """
         return self.backend_class.from_settings(settings, self.params)
+
+
+def _read_template_sample(settings: SettingsLike) -> int:
+    expected = "an integer >= 1"
+    value = read_int(settings, "NEARDUP_TEMPLATE_SAMPLE", expected)
+    if value is None:
+        return SAMPLE_PAGES
+    if value < 1:
+        raise settings_error("NEARDUP_TEMPLATE_SAMPLE", settings.get("NEARDUP_TEMPLATE_SAMPLE"), expected)
+    return value
 
 
 def load_backend(value: Any) -> tuple[str, type[Backend]]:

@@ -14,9 +14,16 @@ have made (a test compares them).
 
 Frames (little-endian):
 
-* request: ``id u32 | kind u8 (0: str as UTF-8 with surrogatepass, 1: bytes) | length u64 | content``
+* request: ``id u32 | kind u8 (0: str as UTF-8 with surrogatepass, 1: bytes) | template u32 | template bytes
+  u32 | length u64 | the template's hashes (uint64[], when sent) | content`` (``length`` counts both)
 * answer: ``id u32 | status u8 (0: ok, 1: error, 2: binary content, not sketched) | fingerprint u64 |
-  shingles u64 | truncated u8 | length u32 | signature (uint32[k]) or the error message (UTF-8)``
+  shingles u64 | truncated u8 | blocks u32 | length u32 | signature (uint32[k]) and the page's block hashes
+  (uint64[blocks], ``"auto"`` mode), or the error message (UTF-8)``
+
+Templates (``"auto"`` mode: the host template a page is sketched under, :mod:`scrapy_neardup.core.template`) are
+sent once and then named by a number (0: none): both sides keep the last :data:`TEMPLATE_CACHE` templates in the
+same least-recently-used order, since the child applies the requests in the order the parent wrote them, so the
+parent always knows whether the child still has a template or must be sent it again.
 
 The child also tells binary content (:func:`~scrapy_neardup.core.text.looks_binary`) from text, so that the
 crawl's thread does not scan every page for it either.
@@ -43,6 +50,7 @@ import numpy as np
 from twisted.internet.protocol import ProcessProtocol
 
 from ..core.sketch import Content, Sketch, Sketcher
+from ..core.template import HostTemplate
 from ..core.text import looks_binary
 
 if TYPE_CHECKING:
@@ -50,10 +58,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_REQUEST = struct.Struct("<IBQ")
-_ANSWER = struct.Struct("<IBQQBI")
+_REQUEST = struct.Struct("<IBIIQ")
+_ANSWER = struct.Struct("<IBQQBII")
+#: Templates both sides of the pipe keep (least recently used first out).
+TEMPLATE_CACHE = 1024
 _STR, _BYTES = 0, 1
 _OK, _ERROR, _BINARY = 0, 1, 2
+# The block count of an answer whose sketch carries no block hashes (modes other than "auto").
+_NO_BLOCKS = 0xFFFFFFFF
 # The child reads stdin in chunks of this size; whatever complete requests a chunk holds form one batch.
 _READ_SIZE = 1 << 20
 # Seconds the parent waits for the child to exit after closing its stdin, before killing it.
@@ -83,26 +95,58 @@ def sketcher_parameters(sketcher: Sketcher) -> dict[str, Any]:
 # -- frames ----------------------------------------------------------------------------------------------------
 
 
-def encode_request(request_id: int, content: Content) -> bytes:
-    """One request frame (``content`` as the Sketcher takes it: str, bytes, bytearray or memoryview)."""
+class TemplateCache:
+    """The host templates one side of the pipe holds, by number, least recently used first out.
+
+    Both sides apply the same :meth:`use` and :meth:`put` calls in the same order (the parent as it writes each
+    request, the child as it reads it), so their caches stay equal without a word about them on the pipe.
+    """
+
+    def __init__(self, size: int = TEMPLATE_CACHE) -> None:
+        self._size = size
+        self._items: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+
+    def use(self, number: int) -> np.ndarray | None:
+        """The template's hashes (now the most recently used), or ``None`` when not held."""
+        hashes = self._items.get(number)
+        if hashes is not None:
+            self._items.move_to_end(number)
+        return hashes
+
+    def put(self, number: int, hashes: np.ndarray) -> int | None:
+        """Hold a template; returns the number of the one that made room for it, if any."""
+        self._items[number] = hashes
+        if len(self._items) > self._size:
+            return self._items.popitem(last=False)[0]
+        return None
+
+
+def encode_request(request_id: int, content: Content, template: int = 0, hashes: np.ndarray | None = None) -> bytes:
+    """One request frame (``content`` as the Sketcher takes it: str, bytes, bytearray or memoryview), sketched under
+    template number ``template`` (0: none), whose ``hashes`` are sent along when the child does not hold them."""
     if isinstance(content, str):
         # surrogatepass: a str with lone surrogates (hostile pages) reaches the child unchanged.
         kind, payload = _STR, content.encode("utf-8", "surrogatepass")
     else:
         kind, payload = _BYTES, bytes(content)
-    return _REQUEST.pack(request_id, kind, len(payload)) + payload
+    sent = b"" if hashes is None else np.ascontiguousarray(hashes, dtype="<u8").tobytes()
+    return _REQUEST.pack(request_id, kind, template, len(sent), len(sent) + len(payload)) + sent + payload
 
 
 def encode_answer(request_id: int, result: Sketch | BaseException) -> bytes:
-    """One answer frame: the sketch, or the error that sketching raised (:class:`BinaryContent`: not text)."""
+    """One answer frame: the sketch and its page's block hashes, or the error that sketching raised
+    (:class:`BinaryContent`: not text)."""
     if isinstance(result, BinaryContent):
-        return _ANSWER.pack(request_id, _BINARY, 0, 0, 0, 0)
+        return _ANSWER.pack(request_id, _BINARY, 0, 0, 0, 0, 0)
     if isinstance(result, Sketch):
         signature = np.ascontiguousarray(result.signature, dtype="<u4").tobytes()
-        head = _ANSWER.pack(request_id, _OK, result.fingerprint, result.num_shingles, result.truncated, len(signature))
-        return head + signature
+        blocks = b"" if result.blocks is None else np.ascontiguousarray(result.blocks, dtype="<u8").tobytes()
+        head = _ANSWER.pack(request_id, _OK, result.fingerprint, result.num_shingles, result.truncated,
+                            len(blocks) // 8 if result.blocks is not None else _NO_BLOCKS,
+                            len(signature) + len(blocks))
+        return head + signature + blocks
     message = f"{type(result).__name__}: {result}".encode("utf-8", "replace")
-    return _ANSWER.pack(request_id, _ERROR, 0, 0, 0, len(message)) + message
+    return _ANSWER.pack(request_id, _ERROR, 0, 0, 0, 0, len(message)) + message
 
 
 class FrameReader:
@@ -134,35 +178,52 @@ class FrameReader:
 def serve(sketcher: Sketcher, read: Callable[[int], bytes], write: Callable[[bytes], Any]) -> None:
     """Answer requests until ``read`` returns ``b""`` (the parent closed the pipe)."""
     reader = FrameReader(_REQUEST)
+    templates = TemplateCache()
     while True:
         data = read(_READ_SIZE)
         if not data:
             return
         batch = reader.feed(data)
         if batch:
-            write(b"".join(_answers(sketcher, batch)))
+            write(b"".join(_answers(sketcher, templates, batch)))
 
 
-def _answers(sketcher: Sketcher, batch: list[tuple[tuple[Any, ...], bytes]]) -> list[bytes]:
+def _answers(sketcher: Sketcher, templates: TemplateCache, batch: list[tuple[tuple[Any, ...], bytes]]) -> list[bytes]:
     results: dict[int, Sketch | BaseException] = {}
-    ids, contents = [], []
+    ids: list[int] = []
+    contents: list[Content] = []
+    chosen: list[np.ndarray | None] = []
     for fields, body in batch:
-        content: Content = body.decode("utf-8", "surrogatepass") if fields[1] == _STR else body
+        request_id, kind, number, sent = fields[0], fields[1], fields[2], fields[3]
+        # The template first, for every frame: the parent's cache changed for each one.
+        hashes = None
+        if sent:
+            hashes = np.frombuffer(body, dtype="<u8", count=sent // 8).astype(np.uint64)
+            templates.put(number, hashes)
+        elif number:
+            hashes = templates.use(number)
+            if hashes is None:
+                results[request_id] = SketchWorkerError(f"template {number} is not held")
+                continue
+        raw = body[sent:]
+        content: Content = raw.decode("utf-8", "surrogatepass") if kind == _STR else raw
         if looks_binary(content):
-            results[fields[0]] = BinaryContent("binary content is not sketched")
+            results[request_id] = BinaryContent("binary content is not sketched")
         else:
-            ids.append(fields[0])
+            ids.append(request_id)
             contents.append(content)
+            chosen.append(hashes)
     try:
-        results.update(zip(ids, sketcher.sketch_many(contents), strict=True))
+        results.update(zip(ids, sketcher.sketch_many(contents, templates=chosen), strict=True))
     except Exception:  # noqa: BLE001 - one bad page must not fail its batch: retry each on its own
-        results.update((i, _sketch_one(sketcher, content)) for i, content in zip(ids, contents, strict=True))
+        for i, content, hashes in zip(ids, contents, chosen, strict=True):
+            results[i] = _sketch_one(sketcher, content, hashes)
     return [encode_answer(fields[0], results[fields[0]]) for fields, _ in batch]
 
 
-def _sketch_one(sketcher: Sketcher, content: Content) -> Sketch | BaseException:
+def _sketch_one(sketcher: Sketcher, content: Content, template: np.ndarray | None) -> Sketch | BaseException:
     try:
-        return sketcher.sketch(content)
+        return sketcher.sketch(content, template=template)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which passes the item through
         return exc
 
@@ -221,13 +282,13 @@ class SketchWorker:
         self._protocol = protocol
         logger.debug("sketch worker started (pid %s)", process.pid)
 
-    def sketch(self, content: Content) -> Deferred[Sketch]:
-        """A Deferred firing with the sketch of ``content``, or failing with :class:`SketchWorkerError`
-        (worker gone), :class:`BinaryContent` (not text), or :class:`ValueError` (the child could not sketch
-        this content)."""
+    def sketch(self, content: Content, template: HostTemplate | None = None) -> Deferred[Sketch]:
+        """A Deferred firing with the sketch of ``content`` (under its host's ``template``, ``"auto"`` mode), or
+        failing with :class:`SketchWorkerError` (worker gone), :class:`BinaryContent` (not text), or
+        :class:`ValueError` (the child could not sketch this content)."""
         if self._protocol is None:
             raise SketchWorkerError("the sketch worker was not started")
-        return self._protocol.request(content)
+        return self._protocol.request(content, template)
 
     def stop(self) -> Deferred[None]:
         """Close the child's stdin and wait for it to exit (killed after a few seconds)."""
@@ -246,11 +307,16 @@ class _WorkerProtocol(ProcessProtocol):
         self._reader = FrameReader(_ANSWER)
         self._waiting: collections.deque[tuple[int, Deferred[Sketch]]] = collections.deque()
         self._next_id = 0
+        # The templates the child holds (the same cache as the child's: see TemplateCache), and their numbers.
+        self._templates = TemplateCache()
+        self._numbers: dict[HostTemplate, int] = {}
+        self._by_number: dict[int, HostTemplate] = {}
+        self._next_number = 1
         self._closed: Deferred[None] | None = None
         self._killer: Any = None
         self._exited = False
 
-    def request(self, content: Content) -> Deferred[Sketch]:
+    def request(self, content: Content, template: HostTemplate | None) -> Deferred[Sketch]:
         from twisted.internet.defer import Deferred, fail
 
         if self.failure is not None:
@@ -259,8 +325,24 @@ class _WorkerProtocol(ProcessProtocol):
         self._next_id = (self._next_id + 1) & 0xFFFFFFFF
         waiter: Deferred[Sketch] = Deferred()
         self._waiting.append((request_id, waiter))
-        self._pipe.write(encode_request(request_id, content))
+        number, hashes = self._template_number(template)
+        self._pipe.write(encode_request(request_id, content, number, hashes))
         return waiter
+
+    def _template_number(self, template: HostTemplate | None) -> tuple[int, np.ndarray | None]:
+        """The number ``template`` goes by in the child, and its hashes when the child must be sent them."""
+        if template is None or template.empty:
+            return 0, None
+        number = self._numbers.get(template)
+        if number is not None and self._templates.use(number) is not None:
+            return number, None
+        number, self._next_number = self._next_number, (self._next_number % 0xFFFFFFFE) + 1
+        evicted = self._templates.put(number, template.hashes)
+        if evicted is not None:
+            del self._numbers[self._by_number.pop(evicted)]
+        self._numbers[template] = number
+        self._by_number[number] = template
+        return number, template.hashes
 
     def outReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
         for fields, body in self._reader.feed(data):
@@ -282,10 +364,12 @@ class _WorkerProtocol(ProcessProtocol):
         return self.transport
 
     def _sketch(self, fields: tuple[Any, ...], body: bytes) -> Sketch:
-        _, _, fingerprint, shingles, truncated, _ = fields
-        signature = np.frombuffer(body, dtype="<u4").astype(np.uint32)
+        _, _, fingerprint, shingles, truncated, blocks, _ = fields
+        k = self.sketcher.num_perm
+        signature = np.frombuffer(body, dtype="<u4", count=k).astype(np.uint32)
+        hashes = None if blocks == _NO_BLOCKS else np.frombuffer(body, dtype="<u8", offset=4 * k).astype(np.uint64)
         return Sketch(signature=signature, fingerprint=fingerprint, tag=self.sketcher.tag,
-                      num_shingles=shingles, truncated=bool(truncated))
+                      num_shingles=shingles, truncated=bool(truncated), blocks=hashes)
 
     def outConnectionLost(self) -> None:  # noqa: N802 - Twisted's name
         # The child's stdout closed: it exited (or is about to). Without the reactor's SIGCHLD handling

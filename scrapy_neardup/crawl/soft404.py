@@ -27,7 +27,8 @@ How it works
   when the host's first request is, and it cannot deadlock: probes bypass the scheduler and the engine's
   concurrency limit. The page's full response text is sketched and compared with the host's templates (only
   on hosts that have one): both sides of the comparison are sketched the same way, whatever text the spider
-  puts in its items.
+  puts in its items, each without the words of its own URL (a "not found" message often names it), and without
+  a host template (the verdict is needed before the pipeline's templates are learned).
 * **Verdict.** A page sharing at least ``t`` of ``k`` positions with a template is a soft 404 (the pipeline's
   ``t``). The pipeline then drops its item (matched by the item's URL field) as :class:`Soft404Dropped`
   (``neardup/soft404``), or marks it in mark mode; none of them is kept, and none enters the store of kept
@@ -49,7 +50,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from ..core.mirrors import host_of
-from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_path
+from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_path, url_words
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature
 from .settings import NearDupSettings
@@ -186,7 +187,7 @@ class Soft404Middleware:
             self._inc("soft404_probes_failed")
             logger.debug("soft-404 probe %s answered %d; no template", url, response.status)
             return
-        sketch = self.sketcher.sketch(response.text)
+        sketch = self.sketcher.sketch(response.text, leave_out=url_words(url))
         if sketch.empty:
             return
         self.templates.add(host, url, sketch)
@@ -208,7 +209,7 @@ class Soft404Middleware:
         if self.templates.has_templates(host) and response.status == 200 and isinstance(response, TextResponse):
             if urlsplit(response.url).path in ("", "/"):
                 return response
-            match = self.templates.match(host, self.sketcher.sketch(response.text))
+            match = self.templates.match(host, self.sketcher.sketch(response.text, leave_out=url_words(response.url)))
             if match is not None:
                 self.hooks.soft404_pages[response.url] = match
         return response

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scrapy_neardup.core.text import clean_text, html_to_text, looks_like_html, normalize
+from scrapy_neardup.core.html import html_to_text, looks_like_html
+from scrapy_neardup.core.normalize import normalize
+from scrapy_neardup.core.text import clean_text
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from reliability_kit import Ledger
 
 from scrapy_neardup import Sketcher, StateError
-from scrapy_neardup.core.embedded import JOURNAL_FILE, STATE_FILE, EmbeddedBackend
+from scrapy_neardup.core.embedded import JOURNAL_FILE, STATE_FILE, TEMPLATES_FILE, EmbeddedBackend
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.theory import min_shared_for
 
@@ -290,7 +290,7 @@ def test_leftover_temporary_files_are_removed(tmp_path: Path) -> None:
     tmp_path.joinpath(f"{STATE_FILE}.abc123.tmp").write_bytes(b"half a snapshot")
     tmp_path.joinpath(f"{JOURNAL_FILE}.xyz.tmp").write_bytes(b"half a header")
     asyncio.run(opened(tmp_path).close())
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([JOURNAL_FILE, STATE_FILE])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([JOURNAL_FILE, STATE_FILE, TEMPLATES_FILE])
 
 
 def test_full_disk_keeps_the_journal_consistent(tmp_path: Path, ledger: Ledger) -> None:

@@ -23,9 +23,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reliability_kit import Ledger
 
+from scrapy_neardup.core import html as html_module
+from scrapy_neardup.core import normalize as normalize_module
 from scrapy_neardup.core import text as text_module
+from scrapy_neardup.core.html import html_to_text
+from scrapy_neardup.core.normalize import normalize
 from scrapy_neardup.core.sketch import Sketch, Sketcher
-from scrapy_neardup.core.text import clean_text, html_to_text, looks_binary, normalize
+from scrapy_neardup.core.text import clean_text, looks_binary
 
 SKETCHERS = [Sketcher(), Sketcher(shingle="char", num_perm=64, seed=7)]
 _COUNTS: dict[str, int] = {}
@@ -106,8 +110,8 @@ def test_fuzz_nfkc_in_pieces_equals_nfkc_of_the_whole(words: list[str]) -> None:
     8 characters, as long as the longest run without ASCII, so that no piece has to be cut elsewhere)."""
     counted("nfkc_pieces")
     text = " ".join(words)
-    with mock.patch.object(text_module, "_NFKC_PIECE", 8):
-        out, cut = text_module._nfkc(text, max_chars=10**9)
+    with mock.patch.object(normalize_module, "_NFKC_PIECE", 8):
+        out, cut = normalize_module._nfkc(text, max_chars=10**9)
     assert not cut and out == unicodedata.normalize("NFKC", text)
 
 
@@ -186,14 +190,16 @@ def test_fuzz_open_element_bound_is_the_sum_of_each_names_reflected_walk(tags: l
     for name, closing in tags:
         open_by_name[name] = max(0, open_by_name.get(name, 0) + (-1 if closing else 1))
         expected = max(expected, sum(open_by_name.values()))
-    keys = np.array([text_module._name_key(name) for name, _ in tags], dtype=np.uint64)
+    keys = np.array([html_module._name_key(name) for name, _ in tags], dtype=np.uint64)
     closing_ = np.array([closing for _, closing in tags], dtype=bool)
-    assert text_module._open_max(keys, closing_) == expected
+    assert html_module._open_max(keys, closing_) == expected
 
 
 def _hazard(document: str) -> bool:
     raw = document.encode()
-    return text_module._scan_tags(raw, text_module._cap_tags(raw, 10**6)[1])[0]
+    tags = text_module._cap_tags(raw, 10**6)[1]
+    scan = html_module._TagScan.of(raw, tags) if tags.size > html_module._SAFE_TAGS else None
+    return html_module._hazard(scan, tags.size)[0]
 
 
 def test_a_text_node_over_10_mb_is_kept_whole() -> None:

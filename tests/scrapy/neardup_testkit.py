@@ -153,6 +153,7 @@ def run_crawl_process(
     reactor: str = "asyncio",
     stop_after_items: int | None = None,
     name: str = "crawl",
+    timeout: float = CRAWL_TIMEOUT,
 ) -> CrawlResult:
     """Run one crawl in a fresh Python process and return what happened."""
     spec = {"settings": settings or {}, "spider": spider or {}, "reactor": reactor,
@@ -165,7 +166,7 @@ def run_crawl_process(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
     proc = subprocess.run(
         [sys.executable, str(HERE / "crawl_runner.py"), str(spec_path), str(out_path)],
-        capture_output=True, text=True, timeout=CRAWL_TIMEOUT, cwd=workdir, env=env,
+        capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env,
     )
     data = json.loads(out_path.read_text()) if out_path.exists() else {}
     if not data and proc.returncode == 0:
@@ -306,6 +307,35 @@ def kinds_site(articles: int = 4, soft_404s: int = 3) -> NearDupSite:
     return site
 
 
+def template_site(pages: int = 48, copies: int = 6, seed: int = 11) -> NearDupSite:
+    """A documentation-like site that marks nothing (``div`` layout, neutral classes) whose template is most of
+    each short page: a header, a sidebar listing every page, a footer of prose; each page has 12-30 words of
+    its own (an API stub). ``/v2/...`` pages repeat ``copies`` of them word for word under a sidebar of their own
+    (another version's table of contents): ``original_of`` maps each copy to its original."""
+    rng = random.Random(seed)
+    names = [f"/api/item-{i:02d}.html" for i in range(pages)]
+    footer = ("<div class='c9'><p>" + " ".join(article_words(seed + 1, 40)) + "</p><p>"
+              + " ".join(article_words(seed + 2, 25)) + "</p></div>")
+
+    def page(title: str, own: list[str], sidebar: Sequence[str]) -> str:
+        links = "".join(f"<div class='c3'><a href='{href}'>{html.escape(href.rsplit('/', 1)[1])}"
+                        f" {' '.join(article_words(500 + n, 3))}</a></div>" for n, href in enumerate(sidebar))
+        return (f"<html><head><title>{title}</title></head><body><div class='c1'><div class='c2'>"
+                f"<a href='/'>Home</a> <a href='/api/'>Reference</a> <a href='/about.html'>About</a></div>"
+                f"<div class='c4'>{links}</div><div class='c5'><h1>{title}</h1><p>{' '.join(own)}</p></div>"
+                f"{footer}</div></body></html>")
+
+    site: dict[str, Page] = {}
+    own_words = {name: article_words(1000 + i, rng.randint(12, 30)) for i, name in enumerate(names)}
+    for i, name in enumerate(names):
+        site[name] = Page(page(f"Item {i}", own_words[name], names))
+    v2 = [name.replace("/api/", "/v2/api/") for name in names[:copies]]
+    for i, name in enumerate(v2):
+        site[name] = Page(page(f"Item {i}", own_words[names[i]], v2))
+    site["/"] = Page(page("Home", article_words(5, 12), names + v2))
+    return NearDupSite(site, original_of=dict(zip(v2, names, strict=False)), distinct=["/", *names])
+
+
 def soft_404_page() -> Page:
     return Page(html_page("Page not found", SOFT_404.split(), nav=NAV))
 
@@ -370,13 +400,17 @@ class NearDupTestSpider(scrapy.Spider):
             to remove fields.
         burst: items (dicts) to yield all at once from the start page's callback, instead of following links.
         rename: field -> name it gets in every item (``{"text": "body"}``: a spider whose text field differs).
+        extra_starts: more start URLs (other hosts), fetched after ``start_url``.
+        start_hosts_only: follow links to the start URLs' hosts only (pages of real sites link to the web; the
+            tests' traffic stays on loopback).
     """
 
     name = "neardup_test"
 
     def __init__(
         self, start_url: str, item_type: str = "dict", overrides: dict[str, Any] | None = None,
-        burst: list[dict[str, Any]] | None = None, rename: dict[str, str] | str | None = None, **kwargs: Any,
+        burst: list[dict[str, Any]] | None = None, rename: dict[str, str] | str | None = None,
+        extra_starts: list[str] | None = None, start_hosts_only: bool = False, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         # From the command line (scrapy crawl -a rename=...) it arrives as JSON.
@@ -385,10 +419,13 @@ class NearDupTestSpider(scrapy.Spider):
         self.item_type = item_type
         self.overrides = overrides or {}
         self.burst = burst
+        self.extra_starts = extra_starts or []
+        self.hosts = {urlsplit(url).netloc for url in [start_url, *self.extra_starts]} if start_hosts_only else None
 
     async def start(self) -> Any:
         # dont_filter=False: a resumed JOBDIR crawl must not re-fetch the start page.
-        yield scrapy.Request(self.start_url, callback=self.parse)
+        for url in [self.start_url, *self.extra_starts]:
+            yield scrapy.Request(url, callback=self.parse)
 
     def parse(self, response: Response, **kwargs: Any) -> Any:
         if self.burst is not None:
@@ -410,7 +447,9 @@ class NearDupTestSpider(scrapy.Spider):
                 fields[new] = fields.pop(old)
         yield make_item(self.item_type, fields)
         for href in response.css("a::attr(href)").getall():
-            yield response.follow(href, callback=self.parse)
+            request = response.follow(href, callback=self.parse)
+            if self.hosts is None or urlsplit(request.url).netloc in self.hosts:
+                yield request
 
 
 # -- a backend that awaits between check and insert ------------------------------------------------------------

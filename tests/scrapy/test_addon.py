@@ -11,6 +11,7 @@ from scrapy.utils.misc import load_object
 import scrapy_neardup
 from scrapy_neardup.crawl.addon import PIPELINE_PRIORITY, NearDuplicateAddon
 from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline
+from scrapy_neardup.crawl.templates import HOLD_ACTIVE_SIZE
 
 ADDON = "scrapy_neardup.NearDuplicateAddon"
 
@@ -58,3 +59,12 @@ def test_addon_keeps_a_users_own_pipeline_entry() -> None:
         own = Settings({"ITEM_PIPELINES": {listed: 120}})
         NearDuplicateAddon().update_settings(own)
         assert own.getdict("ITEM_PIPELINES") == {listed: 120}
+
+
+def test_addon_makes_room_for_the_pages_waiting_for_their_hosts_template() -> None:
+    fresh = Settings()
+    NearDuplicateAddon().update_settings(fresh)
+    assert fresh.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") == HOLD_ACTIVE_SIZE > 5_000_000
+    own = Settings({"SCRAPER_SLOT_MAX_ACTIVE_SIZE": 2_000_000}, priority="project")
+    NearDuplicateAddon().update_settings(own)
+    assert own.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") == 2_000_000  # the project's own value stands

@@ -20,6 +20,7 @@ from neardup_testkit import (
     kinds_site,
     path_of,
     soft_404_page,
+    template_site,
 )
 
 pytestmark = pytest.mark.es
@@ -122,3 +123,40 @@ def test_unreachable_node_stops_the_crawl_at_start(run_crawl: Any, serve_site: A
     error = result.data["crawl_error"]
     assert error is not None and error["type"] not in ("ModuleNotFoundError", "ImportError"), error
     assert server.requests == []
+
+
+def test_template_heavy_site_on_elasticsearch_shares_the_hosts_template(
+    es_url: str, es_index: str, es_client: Any, run_crawl: Any, serve_site: Any,
+) -> None:
+    """The default on a site whose template is most of each page, with the Elasticsearch backend: only copies are
+    dropped; the host's template is saved in ``<index>-templates`` and a later crawl (another process) uses it."""
+    site = template_site()
+    server = serve_site(site.pages)
+    first = run_crawl(settings=es_settings(es_url, es_index), spider={"start_url": server.url + "/"}, name="first")
+    assert first.returncode == 0, first.log[-3000:]
+    pairs = {frozenset(pair) for pair in site.original_of.items()}
+    drops = {path_of(url): path_of(drop["duplicate_of"]) for url, drop in first.drops_by_url().items()}
+    assert len(drops) == len(pairs) and all(frozenset(drop) in pairs for drop in drops.items())
+    assert first.stat("neardup/templates_learned") == 1
+    es_client.indices.refresh(index=f"{es_index}-templates")  # searches see what a refresh made visible
+    saved = es_client.search(index=f"{es_index}-templates", query={"match_all": {}})["hits"]["hits"]
+    assert [hit["_source"]["host"] for hit in saved] == [server.url]
+    second = run_crawl(settings=es_settings(es_url, es_index), spider={"start_url": server.url + "/"}, name="second")
+    assert second.returncode == 0, second.log[-3000:]
+    assert second.stat("neardup/templates_loaded") == 1 and second.stat("neardup/template_pages_held") == 0
+    es_client.indices.delete(index=f"{es_index}-templates", ignore_unavailable=True)
+
+
+def test_an_index_of_whole_body_sketches_is_refused_at_start(
+    es_url: str, es_index: str, run_crawl: Any, serve_site: Any,
+) -> None:
+    """An index written by an earlier version (whole-body sketches) and the new default: one line, no crawl."""
+    server = serve_site({"/": Page(html_page("Home", article_words(3, 80)))})
+    old = run_crawl(settings=es_settings(es_url, es_index, NEARDUP_CONTENT="body"),
+                    spider={"start_url": server.url + "/"}, name="old")
+    assert old.returncode == 0, old.log[-3000:]
+    new = run_crawl(settings=es_settings(es_url, es_index), spider={"start_url": server.url + "/"}, name="new")
+    assert new.returncode == 1
+    message = new.data["crawl_error"]["message"]
+    assert "whole body (mh3-k128-word5-s1, the default of earlier versions)" in message
+    assert "neardup es backfill --force" in message and "NEARDUP_CONTENT='body'" in message

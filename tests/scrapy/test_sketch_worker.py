@@ -44,6 +44,7 @@ def _contents() -> list[Any]:
     words = article_words(3, 400)
     return [
         html_page("An article", words),
+        "\n".join(" ".join(words[i : i + 20]) for i in range(0, len(words), 20)),
         " ".join(words),
         " ".join(words).encode("utf-8"),
         bytearray("Съешь же ещё этих мягких французских булок, да выпей чаю".encode()),
@@ -56,24 +57,35 @@ def _contents() -> list[Any]:
 
 
 def test_worker_process_sketches_equal_in_process_sketches() -> None:
-    """A real child process, fed through its pipes, answers each request with the very sketch made here."""
+    """A real child process, fed through its pipes, answers each request with the very sketch made here, block
+    hashes included, also under a host template sent once and then named by its number."""
     sketcher = Sketcher(num_perm=64, shingle_size=4, seed=5, max_chars=2_000)  # caps apply in the child too
     contents = _contents()
+    template = sketcher.sketch(contents[1]).blocks  # plain text: a block a line
+    assert template is not None and template.size > 3
+    template = template[::2].copy()  # some of the page's blocks are its host's template
+    # Every page twice: without template, then under it (its hashes sent with the first such request only).
+    requests = [encode_request(i, c) for i, c in enumerate(contents)]
+    requests += [encode_request(len(contents) + i, c, 7, template if i == 0 else None) for i, c in enumerate(contents)]
     child = subprocess.run(
         [sys.executable, "-m", "scrapy_neardup.crawl.sketch_worker", json.dumps(sketcher_parameters(sketcher))],
-        input=b"".join(encode_request(i, c) for i, c in enumerate(contents)),
-        capture_output=True, timeout=60, cwd=REPO, check=True,
+        input=b"".join(requests), capture_output=True, timeout=60, cwd=REPO, check=True,
     )
     frames = FrameReader(_ANSWER).feed(child.stdout)
-    assert [fields[0] for fields, _ in frames] == list(range(len(contents)))
-    for (fields, body), content in zip(frames, contents, strict=True):
-        expected = sketcher.sketch(content)
-        _, status, fingerprint, shingles, truncated, _ = fields
+    assert [fields[0] for fields, _ in frames] == list(range(2 * len(contents)))
+    expected = [sketcher.sketch(c) for c in contents] + [sketcher.sketch(c, template=template) for c in contents]
+    for (fields, body), sketch in zip(frames, expected, strict=True):
+        _, status, fingerprint, shingles, truncated, blocks, _ = fields
         assert status == _OK
-        assert (fingerprint, shingles, bool(truncated)) == (expected.fingerprint, expected.num_shingles,
-                                                            expected.truncated)
-        assert bytes(body) == expected.signature.astype("<u4").tobytes()
+        assert (fingerprint, shingles, bool(truncated)) == (sketch.fingerprint, sketch.num_shingles, sketch.truncated)
+        hashes = b"" if sketch.blocks is None else sketch.blocks.astype("<u8").tobytes()
+        assert bytes(body) == sketch.signature.astype("<u4").tobytes() + hashes
+        assert blocks == (0xFFFFFFFF if sketch.blocks is None else sketch.blocks.size)
     assert any(f[0][4] for f in frames)  # the max_chars cap was applied by the child (flagged)
+    # The template changed what the plain text's sketch is made of; the article, which marks its main content,
+    # is sketched without one.
+    assert expected[1].fingerprint != expected[len(contents) + 1].fingerprint
+    assert expected[0].blocks is None and expected[0] == expected[len(contents)]
 
 
 def test_worker_tells_binary_content_from_text() -> None:
@@ -89,11 +101,11 @@ def test_worker_tells_binary_content_from_text() -> None:
 class _FailsOnMarker(Sketcher):
     """Sketches like its parent but raises on one content, as a sketching bug would."""
 
-    def sketch_many(self, contents: Any, is_html: bool | None = None) -> list[Sketch]:
+    def sketch_many(self, contents: Any, is_html: bool | None = None, **options: Any) -> list[Sketch]:
         contents = list(contents)
         if any(c == "boom" for c in contents):
             raise RuntimeError("cannot sketch this")
-        return super().sketch_many(contents, is_html)
+        return super().sketch_many(contents, is_html, **options)
 
 
 def test_one_failing_page_does_not_fail_its_batch() -> None:
@@ -106,7 +118,8 @@ def test_one_failing_page_does_not_fail_its_batch() -> None:
     frames = FrameReader(_ANSWER).feed(b"".join(out))
     assert [f[0][1] for f in frames] == [_OK, _ERROR, _OK]
     assert frames[1][1].decode() == "RuntimeError: cannot sketch this"
-    assert frames[2][1] == Sketcher().sketch("zeta eta theta iota kappa").signature.astype("<u4").tobytes()
+    expected = Sketcher().sketch("zeta eta theta iota kappa")
+    assert frames[2][1] == expected.signature.astype("<u4").tobytes() + expected.blocks.astype("<u8").tobytes()
 
 
 def test_crawl_through_the_worker_equals_crawl_without(tmp_path: Path, serve_kinds_site: Any) -> None:

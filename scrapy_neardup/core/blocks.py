@@ -1,0 +1,219 @@
+"""A page's words in blocks, and what of it is the page's own: link lists and its host's template taken out.
+
+The normalized text of ``"auto"`` mode keeps the marks of :mod:`scrapy_neardup.core.marks`: a block boundary
+at each block element (paragraph, list item, table cell, heading, ``div``...) and brackets around link text.
+:func:`split_blocks` reads a batch of such texts at once, with numpy passes over their *words* (the same tokens
+and 64-bit word hashes as shingling, :mod:`scrapy_neardup.core.shingles`), never a Python loop per block:
+
+* each word's block, and whether it is link text (inside ``<a>``);
+* each block's **hash**: ``sum_j fmix64(u_j xor (j + 1) * C xor l_j * L) mod 2**64`` over its words
+  ``u_0, u_1, ...`` (word hashes; ``l_j`` is 1 for link text), equal for the same words in the same order, as
+  links or not alike, on any page, whatever other markup and spacing is around them: what a host's template is
+  made of (:mod:`scrapy_neardup.core.template`). A heading and a link of the same words differ: a page's title is
+  not its sidebar's entry for it;
+* its words, word bytes (``chars``) and word bytes inside links (``link_chars``).
+
+:func:`own_words` then keeps what the page says itself. A block goes when its host's template holds its hash
+(the host repeats it on many pages: navigation, footers, "Skip to content"), or when it belongs to a *link list*:
+a run of at least :data:`LINK_RUN` consecutive blocks that are each mostly link text (share >= :data:`LINK_SHARE`):
+menus, sidebars, tables of contents, breadcrumbs and tag clouds are such runs on pages that mark nothing, while a
+heading or a sentence with a link inside the content stands alone and stays. Short pages keep their own words:
+
+1. the blocks that are neither template nor link list, when they hold at least :data:`MIN_OWN_WORDS` words;
+2. else the blocks that are not template (an index page's own content *is* its list of links);
+3. else, the page being all template, every block: such pages say nothing of their own and are alike.
+
+So a page with any word of its own is never sketched as an empty text, and two pages are compared on what each
+says. The kept words go on to shingling as they are (their hashes are not computed twice). Plain text (no
+markup) has one block per line and no links.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hashing import fmix64_inplace
+from .marks import BLOCK, LINK_END, LINK_START, MARKS
+from .shingles import join_texts, tokens, word_hashes
+
+#: A block whose link characters are at least this share of its characters is a link block (an index entry such as
+#: "name: a link to its class", about half link text, is not: it is what an index page says).
+LINK_SHARE = 0.7
+#: At least this many link blocks in a row (blocks without words between them do not break a run) form a link
+#: list, which is not the page's own text.
+LINK_RUN = 3
+#: Fewer words than this left after taking template and link lists out: link lists are put back (step 2).
+MIN_OWN_WORDS = 10
+_MARKS_TO_SPACES = bytes(32 if b in MARKS else b for b in range(256))
+# Mix a word's rank in its block, and whether it is link text, into its hash (arbitrary odd constants).
+_RANK = np.uint64(0x9E3779B97F4A7C15)
+_LINK = np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+@dataclass(frozen=True, eq=False)
+class Blocks:
+    """The words and blocks of one page's normalized, marked text.
+
+    Attributes:
+        utf8: the normalized text with its marks.
+        starts, lengths: ``int64[w]``: where each word is in ``utf8``.
+        words: ``uint64[w]``: the word hashes (:func:`scrapy_neardup.core.shingles.word_hashes`).
+        block: ``int64[w]``: each word's block, ``0 .. n - 1``.
+        hashes: ``uint64[n]``: each block's hash (0 for a block without words).
+        counts: ``int64[n]``: words per block.
+        chars: ``int64[n]``: word bytes per block.
+        link_chars: ``int64[n]``: word bytes inside links per block.
+    """
+
+    utf8: bytes
+    starts: np.ndarray
+    lengths: np.ndarray
+    words: np.ndarray
+    block: np.ndarray
+    hashes: np.ndarray
+    counts: np.ndarray
+    chars: np.ndarray
+    link_chars: np.ndarray
+
+    @property
+    def distinct_hashes(self) -> np.ndarray:
+        """The sorted distinct hashes of the blocks that have words: what a host template is learned from."""
+        hashes = np.sort(self.hashes[self.counts > 0])
+        if hashes.size < 2:
+            return hashes
+        distinct: np.ndarray = hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))]
+        return distinct
+
+    def text(self, keep: np.ndarray | None = None) -> bytes:
+        """The plain normalized text of the words ``keep`` selects (``bool[w]``; all when None)."""
+        if keep is None:
+            return b" ".join(self.utf8.translate(_MARKS_TO_SPACES).split())
+        # Runs of kept words, each cut out of the text in one slice (marks and spaces between them normalized).
+        edges = np.flatnonzero(np.diff(keep.astype(np.int8), prepend=0, append=0))
+        firsts, lasts = edges[::2], edges[1::2] - 1
+        begin = self.starts[firsts].tolist()
+        end = (self.starts[lasts] + self.lengths[lasts]).tolist()
+        utf8 = self.utf8
+        raw = b" ".join([utf8[a:b] for a, b in zip(begin, end, strict=True)])
+        return b" ".join(raw.translate(_MARKS_TO_SPACES).split())
+
+
+def split_blocks(utf8: bytes) -> Blocks:
+    """The blocks of one normalized text that kept its marks (see the module doc)."""
+    return split_blocks_many([utf8])[0]
+
+
+def split_blocks_many(texts: Sequence[bytes]) -> list[Blocks]:
+    """The blocks of many normalized texts that kept their marks, read together (see the module doc)."""
+    if not texts:
+        return []
+    buffer, ends = join_texts(texts)
+    starts, lengths = tokens(buffer)
+    data = np.frombuffer(buffer, dtype=np.uint8, count=int(ends[-1]))
+    boundaries = np.flatnonzero(data == BLOCK)
+    text_starts = np.concatenate(([0], ends[:-1] + 1))
+    # Global block numbers: a text's first block follows the previous text's last one.
+    first_block = np.searchsorted(boundaries, text_starts) + np.arange(len(texts))
+    text_of = np.searchsorted(text_starts, starts, side="right") - 1
+    block = np.searchsorted(boundaries, starts) + text_of
+    total = boundaries.size + len(texts)  # a text's blocks: its boundaries + 1
+    hashes = word_hashes(buffer, starts, lengths)
+    in_link = _in_link(data, starts, boundaries, ends)
+    counts = np.bincount(block, minlength=total)
+    chars = np.bincount(block, weights=lengths, minlength=total).astype(np.int64)
+    link_chars = np.bincount(block[in_link], weights=lengths[in_link], minlength=total).astype(np.int64)
+    block_hashes = _block_hashes(hashes, in_link, block, total)
+    words_before = np.searchsorted(starts, ends)
+    out = []
+    for i, text in enumerate(texts):
+        lo, hi = (int(words_before[i - 1]) if i else 0), int(words_before[i])
+        b_lo = int(first_block[i])
+        b_hi = int(first_block[i + 1]) if i + 1 < len(texts) else total
+        offset = int(text_starts[i])
+        out.append(Blocks(
+            text, starts[lo:hi] - offset, lengths[lo:hi], hashes[lo:hi], block[lo:hi] - b_lo,
+            block_hashes[b_lo:b_hi], counts[b_lo:b_hi], chars[b_lo:b_hi], link_chars[b_lo:b_hi],
+        ))
+    return out
+
+
+def _in_link(data: np.ndarray, starts: np.ndarray, boundaries: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each word is link text: the latest :data:`LINK_START` before it is later than the latest
+    :data:`LINK_END`, block boundary or end of text (a link never runs past its block)."""
+    opens = np.flatnonzero(data == LINK_START)
+    if opens.size == 0:
+        return np.zeros(starts.size, dtype=bool)
+    closers = np.sort(np.concatenate((np.flatnonzero(data == LINK_END), boundaries, ends)))
+    last_open = np.searchsorted(opens, starts) - 1
+    last_close = np.searchsorted(closers, starts) - 1
+    opened = np.where(last_open >= 0, opens[np.maximum(last_open, 0)], -1)
+    closed = np.where(last_close >= 0, closers[np.maximum(last_close, 0)], -1)
+    in_link: np.ndarray = opened > closed
+    return in_link
+
+
+def _block_hashes(words: np.ndarray, in_link: np.ndarray, block: np.ndarray, total: int) -> np.ndarray:
+    """Each block's hash from its words' hashes and whether each is link text (see the module doc); ``block`` is
+    non-decreasing."""
+    hashes = np.zeros(total, dtype=np.uint64)
+    if words.size == 0:
+        return hashes
+    first = np.searchsorted(block, np.arange(total))  # each block's first word (words of a block are contiguous)
+    rank = np.arange(1, words.size + 1, dtype=np.int64) - first[block]
+    key = words ^ (rank.astype(np.uint64) * _RANK) ^ (in_link.astype(np.uint64) * _LINK)
+    fmix64_inplace(key)
+    running = np.cumsum(key, dtype=np.uint64)
+    last = np.searchsorted(block, np.arange(total), side="right") - 1
+    present = last >= first
+    before = np.where(first > 0, running[np.maximum(first - 1, 0)], np.uint64(0))
+    hashes[present] = running[last[present]] - before[present]
+    return hashes
+
+
+def link_lists(blocks: Blocks) -> np.ndarray:
+    """``bool[n]``: the blocks that belong to a link list (see the module doc): runs of at least
+    :data:`LINK_RUN` link blocks, where blocks without words neither count nor break a run."""
+    rows = np.flatnonzero(blocks.counts > 0)
+    out = np.zeros(blocks.counts.size, dtype=bool)
+    if rows.size == 0:
+        return out
+    runs = blocks.link_chars[rows] >= LINK_SHARE * blocks.chars[rows]
+    # Label each run of link blocks (among the blocks with words) and count its members.
+    previous = np.zeros(runs.size, dtype=bool)
+    previous[1:] = runs[:-1]
+    run_of = np.cumsum(runs & ~previous)
+    lengths = np.bincount(run_of[runs], minlength=int(run_of[-1]) + 1)
+    out[rows[runs & (lengths[run_of] >= LINK_RUN)]] = True
+    return out
+
+
+def own_blocks(blocks: Blocks, template: np.ndarray | None = None) -> np.ndarray:
+    """``bool[n]``: the blocks of what the page says itself (see the module doc), its host's template being
+    ``template`` (sorted uint64 block hashes; None: none known)."""
+    has_words = blocks.counts > 0
+    own = has_words & ~_in_template(blocks.hashes, template)
+    keep = own & ~link_lists(blocks)
+    if int(blocks.counts[keep].sum()) >= MIN_OWN_WORDS:
+        return keep
+    return own if own.any() else has_words
+
+
+def own_words(blocks: Blocks, template: np.ndarray | None = None) -> np.ndarray:
+    """``bool[w]``: the words of the blocks :func:`own_blocks` keeps."""
+    return own_blocks(blocks, template)[blocks.block] if blocks.block.size else np.zeros(0, dtype=bool)
+
+
+def own_text(blocks: Blocks, template: np.ndarray | None = None) -> bytes:
+    """The normalized text of what the page says itself (its words of :func:`own_words`, single spaces)."""
+    return blocks.text(own_words(blocks, template))
+
+
+def _in_template(hashes: np.ndarray, template: np.ndarray | None) -> np.ndarray:
+    if template is None or template.size == 0:
+        return np.zeros(hashes.size, dtype=bool)
+    at = np.minimum(np.searchsorted(template, hashes), template.size - 1)
+    found: np.ndarray = template[at] == hashes
+    return found

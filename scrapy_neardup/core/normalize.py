@@ -1,0 +1,281 @@
+"""Unicode normalization: the text that is shingled, the same for every page that says the same words.
+
+Normalization makes the sketch insensitive to differences that never make two pages different documents:
+Unicode compatibility forms (NFKC), letter case (``str.casefold``, which also handles the Russian and German
+cases that ``lower`` misses), and runs of whitespace and punctuation (every character that is not a letter,
+digit or underscore separates words). Invalid Unicode (lone surrogates) is replaced rather than raised on.
+
+Two foldings share the code: the plain one, and the *marked* one, which keeps the marker bytes of
+:mod:`scrapy_neardup.core.marks` where they are (every other separator becomes a space), so that the block
+structure HTML extraction recorded survives into the normalized text.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .marks import MARKS
+
+# Long non-ASCII texts get NFKC in pieces of about this many characters (see _nfkc).
+_NFKC_PIECE = 1 << 16
+_ASCII_CHAR = re.compile(r"[\x00-\x7f]")
+# C0/C1 controls other than whitespace, plus the Unicode noncharacters U+FFFE/U+FFFF.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
+_CONTROL_BUT_MARKS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1b\x1f\x7f-\x9f\ufffe\uffff]")
+# Non-ASCII characters that are not word characters (punctuation, symbols, odd spaces, C1 controls).
+_NON_ASCII_SEPARATOR = re.compile(r"[^\w\x00-\x7f]+")
+_SPACE = 32
+# A non-ASCII text with more than one run of non-ASCII characters per this many bytes is folded whole.
+_SPARSE_RUNS = 64
+_RUN_CACHE_SIZE = 1 << 16
+# NFKC turns one character into at most 18 (U+FDFA).
+_NFKC_MAX_GROWTH = 18
+
+
+@dataclass(frozen=True, eq=False)
+class Folding:
+    """The byte tables of one folding: which ASCII bytes separate words (and become spaces), and the cache of
+    folded non-ASCII runs.
+
+    Attributes:
+        separator: ``bool[256]``: ASCII bytes that separate words (everything but letters, digits, underscore and,
+            in the marked folding, the marker bytes). Bytes >= 128 belong to UTF-8 sequences of characters that
+            survived the non-ASCII separator regex, so they are word bytes.
+        space_only: ``bytes.translate`` table: separators to spaces.
+        fold: the same, also lower-casing A-Z (ASCII's part of casefold).
+    """
+
+    separator: np.ndarray
+    space_only: bytes
+    fold: bytes
+    cache: dict[bytes, bytes] = field(default_factory=dict)
+
+    @classmethod
+    def keeping(cls, kept: tuple[int, ...] = ()) -> Folding:
+        """The folding that leaves the bytes ``kept`` untouched."""
+        separator = np.array(
+            [b < 128 and b not in kept and not (chr(b).isalnum() or chr(b) == "_") for b in range(256)], dtype=bool
+        )
+        space_only = bytes(_SPACE if separator[b] else b for b in range(256))
+        fold = bytes(_SPACE if separator[b] else b + 32 if 65 <= b <= 90 else b for b in range(256))
+        return cls(separator, space_only, fold)
+
+
+#: Every separator a space.
+PLAIN = Folding.keeping()
+#: Every separator a space but the marker bytes.
+MARKED = Folding.keeping(MARKS)
+
+
+def scrub_unicode(text: str, keep_marks: bool = False) -> str:
+    """Replace lone surrogates with U+FFFD and drop control characters (NUL included; the marker bytes of
+    :mod:`scrapy_neardup.core.marks` stay when ``keep_marks``)."""
+    if not text.isascii():
+        text = text.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
+    return (_CONTROL_BUT_MARKS if keep_marks else _CONTROL).sub("", text)
+
+
+def normalize(text: str) -> str:
+    """NFKC, case-fold, and words (runs of letters, digits, underscore) joined by single spaces.
+
+    Punctuation, symbols and control characters separate words like whitespace does, so ``"Hello, World!"``
+    and ``"hello world"`` normalize alike: edits to punctuation do not make pages different.
+    """
+    return normalize_utf8(text).decode("utf-8")
+
+
+def normalize_utf8(text: str) -> bytes:
+    """:func:`normalize`, returned as UTF-8 bytes: the form shingling and fingerprinting consume.
+
+    ASCII separators are found and collapsed over the UTF-8 bytes with numpy (a regex over the string is
+    several times slower on large pages); only non-ASCII text pays for a regex.
+    """
+    return normalize_capped(text, None)[0]
+
+
+def normalize_capped(text: str, max_chars: int | None, folding: Folding = PLAIN) -> tuple[bytes, bool]:
+    """:func:`normalize_utf8`, with NFKC's output cut at ``max_chars`` characters (and whether it was), under
+    ``folding`` (:data:`MARKED` keeps the marker bytes).
+
+    Every step is local, so most of the work is done on bytes: ASCII letters are lower-cased and ASCII
+    separators turned into spaces by one ``bytes.translate``, and runs of spaces collapsed with numpy. Only
+    non-ASCII characters take the Unicode path (NFKC, ``\\w`` test, ``casefold``): piecewise on mostly-ASCII
+    text (:func:`_fold_sparse`), over the whole text otherwise (:func:`_fold_dense`). A text long enough for
+    NFKC to reach ``max_chars`` (18 characters out per character in at most) takes the capped path.
+    """
+    if text.isascii():
+        return collapse_spaces(text.encode("ascii").translate(folding.fold)), False
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates become U+FFFD
+        text = text.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
+        raw = text.encode("utf-8")
+    if max_chars is None or len(text) * _NFKC_MAX_GROWTH <= max_chars:
+        return collapse_spaces(_fold_non_ascii(raw, folding)), False
+    text, cut = _nfkc(text, max_chars)
+    text = _NON_ASCII_SEPARATOR.sub(" ", text)
+    return _collapse_separators(text, folding), cut
+
+
+def collapse_spaces(folded: bytes) -> bytes:
+    """Runs of spaces to one space, none at either end (``folded`` has no other separators left)."""
+    data = np.frombuffer(folded, dtype=np.uint8)
+    if data.size == 0:
+        return b""
+    space = data == _SPACE
+    keep = np.empty(data.size, dtype=bool)
+    keep[0] = not space[0]
+    np.logical_not(space[1:] & space[:-1], out=keep[1:])
+    return data[keep].tobytes().rstrip(b" ")
+
+
+def _fold_non_ascii(raw: bytes, folding: Folding) -> bytes:
+    """Folded UTF-8 of a non-ASCII text (every separator a space, runs of spaces not yet collapsed)."""
+    data = np.frombuffer(raw, dtype=np.uint8)
+    high = data >= 0x80
+    edges = np.flatnonzero(high[1:] != high[:-1]) + 1
+    if edges.size * _SPARSE_RUNS > data.size:
+        return _fold_dense(raw, data, folding)
+    return _fold_sparse(raw, edges.tolist(), bool(high[0]), folding)
+
+
+def _fold_sparse(raw: bytes, edges: list[int], starts_high: bool, folding: Folding) -> bytes:
+    """Fold a mostly-ASCII text piece by piece.
+
+    NFKC never changes or reorders anything across the boundary before an ASCII character (ASCII characters
+    are starters nothing composes onto); the separator test and case folding go character by character. So
+    the ASCII stretches are folded by ``bytes.translate`` and each run of non-ASCII characters, with the
+    ASCII character before it (``e`` and a combining accent compose into ``é``), by the exact path, through a
+    cache: pages repeat the same few runs (``’``, ``—``, ``¶``, ``é``...).
+    """
+    if starts_high:
+        edges.insert(0, 1)  # a run at the very start (there is no character before it)
+    if len(edges) % 2:
+        edges.append(len(raw))
+    starts = [start - 1 for start in edges[::2]]  # runs begin with the ASCII character before them
+    ends = edges[1::2]
+    cache = folding.cache
+    if len(cache) > _RUN_CACHE_SIZE:
+        cache.clear()
+    pieces = [raw[: starts[0]]]
+    for start, end, next_start in zip(starts, ends, [*starts[1:], len(raw)], strict=True):
+        run = raw[start:end]
+        folded = cache.get(run)
+        if folded is None:
+            folded = cache[run] = _fold_exact(run.decode("utf-8"), folding)
+        pieces.append(folded)
+        pieces.append(raw[end:next_start])
+    return b"".join(pieces).translate(folding.fold)
+
+
+def _fold_exact(text: str, folding: Folding) -> bytes:
+    """The reference definition: NFKC, non-ASCII separators to spaces, casefold, ASCII separators to spaces."""
+    text = _NON_ASCII_SEPARATOR.sub(" ", unicodedata.normalize("NFKC", text))
+    return text.casefold().encode("utf-8").translate(folding.space_only)
+
+
+def _fold_dense(raw: bytes, data: np.ndarray, folding: Folding) -> bytes:
+    """Fold a text with many non-ASCII characters (Cyrillic, Greek, CJK...) as a whole.
+
+    NFKC only when the text is not already normalized; the separator test by a code point table over the
+    UTF-8 lead bytes instead of a regex; one ``casefold`` on the result.
+    """
+    text = raw.decode("utf-8")
+    if not unicodedata.is_normalized("NFKC", text):
+        raw = unicodedata.normalize("NFKC", text).encode("utf-8")
+        data = np.frombuffer(raw, dtype=np.uint8)
+    spaced = _space_non_ascii_separators(data)
+    if spaced is not None:
+        raw = spaced.tobytes()
+    if raw.isascii():
+        return raw.translate(folding.fold)
+    return raw.decode("utf-8").casefold().encode("utf-8").translate(folding.space_only)
+
+
+def _space_non_ascii_separators(data: np.ndarray) -> np.ndarray | None:
+    """UTF-8 bytes with every byte of each non-ASCII non-word character set to a space (None if none)."""
+    lead = np.flatnonzero(data >= 0xC0)
+    if lead.size == 0:
+        return None
+    last = data.size - 1
+    b0 = data[lead].astype(np.int32)
+    b1 = data[np.minimum(lead + 1, last)].astype(np.int32) & 0x3F
+    b2 = data[np.minimum(lead + 2, last)].astype(np.int32) & 0x3F
+    size = 2 + (b0 >= 0xE0) + (b0 >= 0xF0)
+    point = np.where(size == 2, ((b0 & 0x1F) << 6) | b1, ((b0 & 0x0F) << 12) | (b1 << 6) | b2)
+    separator = np.zeros(lead.size, dtype=bool)
+    bmp = size < 4
+    separator[bmp] = _bmp_separators()[point[bmp]]
+    for i in np.flatnonzero(~bmp).tolist():  # characters beyond the BMP (emoji...): rare
+        char = bytes(data[lead[i] : lead[i] + 4]).decode("utf-8")
+        separator[i] = not (char.isalnum() or char == "_")
+    if not separator.any():
+        return None
+    out = data.copy()
+    start, size = lead[separator], size[separator]
+    out[start] = _SPACE
+    out[start + 1] = _SPACE
+    out[start[size > 2] + 2] = _SPACE
+    out[start[size > 3] + 3] = _SPACE
+    return out
+
+
+@functools.cache
+def _bmp_separators() -> np.ndarray:
+    """For each code point below 0x10000: not a word character (``\\w``: ``isalnum()`` or ``_``)."""
+    return np.array([not (chr(c).isalnum() or c == 0x5F) for c in range(0x10000)], dtype=bool)
+
+
+def _nfkc(text: str, max_chars: int | None) -> tuple[str, bool]:
+    """NFKC of ``text``, stopped once longer than ``max_chars`` (``None``: never), and whether it was.
+
+    NFKC can turn one character into 18 (U+FDFA): 8 MB of it would take a minute and gigabytes. So long texts
+    are normalized in pieces of about 64K characters, and the output is capped. A piece ends before an ASCII
+    character: ASCII characters are starters that never compose with what precedes them, so the pieces
+    normalize exactly as the whole text does. Only where no ASCII character follows within another 64K
+    characters is a piece cut elsewhere (a possible difference at that cut, on such pathological input; still
+    deterministic).
+    """
+    if max_chars is None or len(text) <= _NFKC_PIECE:
+        out = unicodedata.normalize("NFKC", text)
+        if max_chars is not None and len(out) > max_chars:
+            return out[:max_chars], True
+        return out, False
+    pieces: list[str] = []
+    size = start = 0
+    while start < len(text):
+        stop = start + _NFKC_PIECE
+        if stop < len(text):
+            ascii_char = _ASCII_CHAR.search(text, stop, stop + _NFKC_PIECE)
+            stop = ascii_char.start() if ascii_char else stop + _NFKC_PIECE
+        piece = unicodedata.normalize("NFKC", text[start:stop])
+        pieces.append(piece)
+        size += len(piece)
+        if size > max_chars:
+            return "".join(pieces)[:max_chars], True
+        start = stop
+    return "".join(pieces), False
+
+
+def _collapse_separators(text: str, folding: Folding) -> bytes:
+    """Case-fold, then words joined by single spaces, as UTF-8 (ASCII separators found with numpy)."""
+    data = np.frombuffer(text.casefold().encode("utf-8"), dtype=np.uint8)
+    space = folding.separator[data]
+    if not space.any():
+        return data.tobytes()
+    # Keep a space only where the byte before it is not one; leading and trailing spaces go.
+    keep = ~space
+    keep[1:] |= ~space[:-1]
+    nonspace = np.flatnonzero(~space)
+    if nonspace.size == 0:
+        return b""
+    keep[: nonspace[0]] = False
+    keep[nonspace[-1] + 1 :] = False
+    out = data[keep]
+    out[space[keep]] = 32
+    return out.tobytes()

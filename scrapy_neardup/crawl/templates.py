@@ -1,0 +1,234 @@
+"""Host templates in a crawl: the first pages of each host wait until the host's template is learned.
+
+In ``"auto"`` mode a page is sketched without the blocks its host repeats on many pages
+(:mod:`scrapy_neardup.core.template`). So that every page of a host is judged by one rule, none of a host's pages
+is decided before its template is known:
+
+* A host whose template the backend has (an earlier crawl, another crawler process of a fleet) uses it at once.
+* Otherwise the host's pages are *held*: each is sketched once to read its blocks, then waits. When the host has
+  ``NEARDUP_TEMPLATE_SAMPLE`` pages (100), its template is learned from them, saved with the backend (the first
+  saved wins, and what the backend returns is used), and the held pages are sketched again under it and decided
+  in the order they arrived; later pages use it directly. A page of a single block (a spider that extracts the
+  text itself, on one line) is sketched alike under any template: it joins the sample but never waits.
+* A host that brings fewer pages is not waited for forever: when the crawl brings no page at all (no download in
+  flight for :data:`IDLE_TICKS` checks :data:`CHECK_INTERVAL` apart: the crawl is ending, or held pages fill
+  Scrapy's scraper memory), or when more than ``MAX_HELD`` pages are held, the hosts still learning are learned
+  from what they have (a sample of fewer than 4 pages gives an empty template: link lists are still removed).
+  Likewise when the pages held come to more than ``MAX_HELD_SIZE`` characters of content: a few very large pages
+  must not keep each other in memory.
+
+Holding a page holds its response in Scrapy's scraper too: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB by default; the
+add-on raises it to 100 MB) bounds what Scrapy processes at once, and the idle check above releases the held pages
+when that bound stops the downloads (the templates are then learned from fewer pages).
+Outside a running crawl (the pipeline driven directly), pages are never held and no template is learned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from twisted.internet.defer import Deferred
+from twisted.internet.task import LoopingCall
+
+from ..core.backend import BackendError
+from ..core.template import learn_template
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..core.backend import Backend
+    from ..core.template import HostTemplate
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks at whether the crawl still brings pages.
+CHECK_INTERVAL = 0.5
+#: Looks in a row without a download in flight after which the hosts still learning are learned from what they
+#: have.
+IDLE_TICKS = 2
+#: Pages held at most over all hosts; beyond, the host holding most is learned from what it has.
+MAX_HELD = 2048
+#: Characters of content held at most over all hosts; beyond, the host holding most is learned from what it has.
+#: Scrapy keeps each held page's response (and its decoded text) alive, so this bounds what holding costs.
+MAX_HELD_SIZE = 100_000_000
+#: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` the add-on sets: room for a host's first 100 pages of up to 1 MB, or for
+#: several hosts learning their templates at once.
+HOLD_ACTIVE_SIZE = 100_000_000
+
+
+@dataclass
+class _Sample:
+    """A host's pages so far, by key (a page seen twice counts once), and the pages waiting for its template."""
+
+    pages: dict[str, np.ndarray] = field(default_factory=dict)
+    waiters: list[Deferred[HostTemplate]] = field(default_factory=list)
+    held_size: int = 0
+    learning: bool = False
+
+
+class HostTemplates:
+    """Which template each host's pages are sketched under (see the module doc).
+
+    Args:
+        backend: the opened backend, where templates are loaded from and saved to.
+        sample_pages: pages a host's template is learned from.
+        count: ``count(stat, n)``: adds to the crawl's ``neardup/*`` stats.
+        downloads_idle: whether no download is in flight (``None``: not in a crawl; pages are never held).
+        max_held: pages held at most.
+        max_held_size: characters of content held at most.
+    """
+
+    def __init__(
+        self, backend: Backend, sample_pages: int, count: Callable[[str, int], Any],
+        downloads_idle: Callable[[], bool] | None, max_held: int = MAX_HELD, max_held_size: int = MAX_HELD_SIZE,
+    ) -> None:
+        self.backend = backend
+        self.sample_pages = sample_pages
+        self.max_held = max_held
+        self.max_held_size = max_held_size
+        self._count = count
+        self._downloads_idle = downloads_idle
+        self._known: dict[str, HostTemplate] = {}
+        self._samples: dict[str, _Sample] = {}
+        self._held = 0
+        self._held_size = 0
+        self._idle_ticks = 0
+        self._watch: LoopingCall | None = None
+
+    @property
+    def holds_pages(self) -> bool:
+        """Whether pages of hosts without a template wait for it (only in a running crawl)."""
+        return self._downloads_idle is not None
+
+    async def known(self, host: str) -> HostTemplate | None:
+        """``host``'s template when it is known (learned in this crawl, or saved with the backend); ``None`` when
+        its pages must wait for it (:meth:`wait`).
+
+        Raises:
+            BackendError: the backend could not be asked.
+        """
+        template = self._known.get(host)
+        if template is not None or host in self._samples:
+            return template
+        template = await self.backend.load_template(host)
+        if template is not None:
+            self._known.setdefault(host, template)
+            self._count("templates_loaded", 1)
+        return template
+
+    def add(self, host: str, key: str, blocks: np.ndarray) -> None:
+        """Add page ``key`` (its distinct block hashes ``blocks``) to ``host``'s sample, unless the host's template
+        is known or being learned; a full sample starts the learning."""
+        if host in self._known:
+            return
+        sample = self._samples.get(host)
+        if sample is None:
+            sample = self._samples[host] = _Sample()
+        if not sample.learning:
+            sample.pages.setdefault(key, blocks)
+            if len(sample.pages) >= self.sample_pages:
+                self._learn(host)
+
+    async def wait(self, host: str, size: int) -> HostTemplate:
+        """``host``'s template, once it is learned (call :meth:`add` first); ``size``: the waiting page's length.
+
+        Raises:
+            BackendError: the template could not be saved (the pages waiting for it get this error; the host's
+                template is learned again from its next pages).
+        """
+        known = self._known.get(host)
+        if known is not None:
+            return known
+        sample = self._samples.get(host)
+        if sample is None:  # the save that this page's sample started failed at once
+            raise BackendError(f"the template of {host} could not be saved")
+        waiter: Deferred[HostTemplate] = Deferred()
+        sample.waiters.append(waiter)
+        sample.held_size += size
+        self._held += 1
+        self._held_size += size
+        self._count("template_pages_held", 1)
+        if self._held > self.max_held:
+            self._learn(max(self._samples, key=lambda h: len(self._samples[h].waiters)))
+        elif self._held_size > self.max_held_size:
+            self._learn(max(self._samples, key=lambda h: self._samples[h].held_size))
+        self._start_watching()
+        return await maybe_deferred_to_future(waiter)
+
+    def learn_all(self) -> None:
+        """Learn every host still learning from the pages it has (the crawl brings no more, or it ends)."""
+        for host in list(self._samples):
+            self._learn(host)
+
+    def close(self) -> None:
+        """Release every held page (their hosts learned from what they have) and stop watching."""
+        self.learn_all()
+        self._stop_watching()
+
+    def _learn(self, host: str) -> None:
+        sample = self._samples[host]
+        if not sample.learning:
+            sample.learning = True
+            deferred_from_coro(self._save(host, sample))
+
+    async def _save(self, host: str, sample: _Sample) -> None:
+        template = learn_template(list(sample.pages.values()))
+        try:
+            saved = await self.backend.save_template(host, template)
+        except BackendError as exc:
+            logger.warning("could not save the template of %s (%s); its %d waiting pages pass through unchecked",
+                           host, exc, len(sample.waiters))
+            self._release(host, sample, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug must not leave pages waiting forever
+            logger.exception("could not learn the template of %s", host)
+            self._release(host, sample, BackendError(f"could not learn the template of {host}: {exc}"))
+            return
+        self._known[host] = saved
+        self._count("templates_learned", 1)
+        logger.debug("template of %s: %d blocks from %d pages (%d pages were waiting)", host, saved.hashes.size,
+                     len(sample.pages), len(sample.waiters))
+        self._release(host, sample, saved)
+
+    def _release(self, host: str, sample: _Sample, result: HostTemplate | BackendError) -> None:
+        del self._samples[host]
+        self._held -= len(sample.waiters)
+        self._held_size -= sample.held_size
+        for waiter in sample.waiters:
+            if isinstance(result, BackendError):
+                waiter.errback(result)
+            else:
+                waiter.callback(result)
+        if not self._held:
+            self._stop_watching()
+
+    # -- the idle check --------------------------------------------------------------------------------------
+
+    def _start_watching(self) -> None:
+        if self._watch is None and self._downloads_idle is not None:
+            self._idle_ticks = 0
+            self._watch = LoopingCall(self._tick)
+            self._watch.start(CHECK_INTERVAL, now=False).addErrback(
+                lambda failure: logger.error("host template check failed: %s", failure.getErrorMessage())
+            )
+
+    def _stop_watching(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and watch.running:
+            watch.stop()
+
+    def _tick(self) -> None:
+        assert self._downloads_idle is not None
+        self._idle_ticks = self._idle_ticks + 1 if self._downloads_idle() else 0
+        if self._idle_ticks >= IDLE_TICKS and self._samples:
+            logger.debug("no download in flight: learning the templates of %d hosts from the pages they have",
+                         len(self._samples))
+            self._idle_ticks = 0
+            self.learn_all()
+
+
+__all__ = ["CHECK_INTERVAL", "HOLD_ACTIVE_SIZE", "IDLE_TICKS", "MAX_HELD", "MAX_HELD_SIZE", "HostTemplates"]
