@@ -16,10 +16,10 @@ with each other, linked through a third; that is Broder's definition. On templat
 distinct pages into large clusters (pages that share little but a template, one small edit apart in turn).
 
 :func:`broder_clusters` follows these steps literally (the reference, quadratic in bucket sizes).
-:class:`GroupBuilder` finds the same pairs at scale: each page asks a :class:`~scrapy_neardup.core.index.SketchIndex`
-(exact t-of-k retrieval by pigeonhole bands) for the earlier pages it shares >= t positions with, then joins
-the index itself, so every pair is found once, from its later member. :func:`cluster_labels` finds them band
-by band over an array or memmap of stored signatures.
+:class:`GroupBuilder` with ``linkage="transitive"`` finds the same pairs at scale: each page asks a
+:class:`~scrapy_neardup.core.index.SketchIndex` (exact t-of-k retrieval by pigeonhole bands) for the earlier
+pages it shares >= t positions with, then joins the index itself, so every pair is found once, from its later
+member. :func:`cluster_labels` finds them band by band over an array or memmap of stored signatures.
 
 **Representative (leader) groups.** Pages are taken in a preference order (which page should stay visible);
 one sharing ``>= t`` positions with representatives chosen before it joins the one it shares most with (ties:
@@ -28,7 +28,8 @@ every drop of the crawl pipeline names a kept page it near-duplicates, and no tw
 two members of one group share at least ``2t - k`` positions (each differs from the representative in at most
 ``k - t``). Each group lies within one of Broder's clusters, which a chain may cut into several groups.
 :func:`leader_clusters` states the rule literally (the reference); :func:`leader_labels` computes it at scale
-from :func:`cluster_labels`' clusters, verifying no more pairs than it needs.
+from :func:`cluster_labels`' clusters, verifying no more pairs than it needs; :class:`GroupBuilder` (its default
+linkage) page by page in order of addition, with an index of the representatives alone.
 """
 from __future__ import annotations
 
@@ -125,39 +126,60 @@ def broder_clusters(signatures: np.ndarray, min_shared: int) -> list[list[int]]:
 
 
 class GroupBuilder:
-    """Broder clusters of pages fed one at a time, with the 16-bit stored values the indexes compare.
+    """Groups of pages fed one at a time, with the 16-bit stored values the indexes compare.
 
-    ``add(key, sketch)`` links the page to every earlier page sharing ``>= t`` of the ``k`` positions (the
-    t-of-k rule: flagged with probability ``P[Binomial(k, r) >= t]`` at resemblance ``r``), so
-    :meth:`groups` equals :func:`broder_clusters` over the same signatures. A page whose stored signature
-    equals an earlier page's (an exact duplicate, or a copy differing only outside the sketch) is joined to
-    that page directly: it would find the same pages, so it is neither queried nor indexed, which keeps
-    templates repeated thousands of times linear instead of quadratic.
+    ``linkage="representative"`` (the default, as ``neardup es groups``): pages are taken in order of addition;
+    a page sharing ``>= t`` of the ``k`` positions with one or more representatives added before it joins the one
+    it shares most with (ties: the earlier), otherwise it becomes a representative. Every member is linked to its
+    representative (the t-of-k rule: flagged with probability ``P[Binomial(k, r) >= t]`` at resemblance ``r``),
+    as every page the crawl pipeline drops names a kept page it near-duplicates; the index holds the
+    representatives only. :meth:`groups` equals :func:`leader_clusters` over the same signatures in the same
+    order.
+
+    ``linkage="transitive"``: Broder's clusters. ``add`` links the page to every earlier page sharing ``>= t``
+    positions, so :meth:`groups` equals :func:`broder_clusters` over the same signatures: chains of pages one
+    small edit apart join distinct pages into one group.
+
+    A page whose stored signature equals an earlier page's (an exact duplicate, or a copy differing only outside
+    the sketch) joins that page's group directly: it would find the same pages, so it is neither queried nor
+    indexed, which keeps templates repeated thousands of times linear instead of quadratic.
 
     Args:
         num_perm: ``k``.
         min_shared: ``t``.
         tag: the sketches' parameter tag (others are refused).
-        max_links: a page links to at most this many earlier pages (the ones sharing most positions); more
-            is counted in :attr:`truncated`. It bounds the cost of huge groups of near-identical pages and
-            can only split a group if none of the pages beyond the limit links to it another way.
+        max_links: transitive linkage: a page links to at most this many earlier pages (the ones sharing most
+            positions); more is counted in :attr:`truncated`. It bounds the cost of huge groups of near-identical
+            pages and can only split a group if none of the pages beyond the limit links to it another way.
+        linkage: ``"representative"`` or ``"transitive"``.
 
     Attributes:
         pages: pages added. queried: pages looked up in the index (the others had a twin).
-        links: pairs joined (lookups' hits plus twins). truncated: pages that hit ``max_links``.
+        links: pairs joined (a member to its representative, or the lookups' hits, plus twins).
+        truncated: pages that hit ``max_links``.
     """
 
-    def __init__(self, num_perm: int, min_shared: int, tag: str, *, max_links: int = DEFAULT_MAX_LINKS) -> None:
+    def __init__(
+        self, num_perm: int, min_shared: int, tag: str, *, max_links: int = DEFAULT_MAX_LINKS,
+        linkage: str = "representative",
+    ) -> None:
         if max_links < 1:
             raise ValueError(f"max_links must be positive, got {max_links}")
+        if linkage not in ("representative", "transitive"):
+            raise ValueError(f"linkage must be 'representative' or 'transitive', got {linkage!r}")
         self.index = SketchIndex(num_perm, min_shared, tag)
         self.max_links = max_links
+        self.linkage = linkage
         self._uf: UnionFind[str] = UnionFind()
         self._first_with: dict[bytes, str] = {}
+        # representative linkage: each representative's members (insertion order: representatives in order of
+        # addition), and each member's representative
+        self._members: dict[str, list[str]] = {}
+        self._leader: dict[str, str] = {}
         self.pages = self.queried = self.links = self.truncated = 0
 
     def add(self, key: str, sketch: Sketch) -> None:
-        """Link a non-empty page to the earlier pages it near-duplicates (keys must be unique)."""
+        """Group a non-empty page with the earlier pages it near-duplicates (keys must be unique)."""
         self.add_stored(key, StoredSignature.from_sketch(sketch), sketch.fingerprint)
 
     def add_stored(self, key: str, stored: StoredSignature, fingerprint: int = 0) -> None:
@@ -165,11 +187,23 @@ class GroupBuilder:
         self.pages += 1
         digest = hashlib.blake2b(stored.digest(), digest_size=16).digest()
         twin = self._first_with.setdefault(digest, key)
+        representative = self.linkage == "representative"
         if twin != key:
-            self._uf.union(twin, key)
             self.links += 1
+            if representative:  # the twin's representative is the one this page shares most with too
+                self._join(key, self._leader.get(twin, twin))
+            else:
+                self._uf.union(twin, key)
             return
         self.queried += 1
+        if representative:
+            match = self.index.check_and_add_stored(key, stored, fingerprint)
+            if match is None:
+                self._members[key] = []
+            else:
+                self.links += 1
+                self._join(key, match.key)
+            return
         matches = self.index.query_and_add_stored(key, stored, fingerprint)
         if len(matches) > self.max_links:
             self.truncated += 1
@@ -179,8 +213,21 @@ class GroupBuilder:
             self._uf.union(match.key, key)
         self.links += len(matches)
 
+    def _join(self, key: str, representative: str) -> None:
+        self._members[representative].append(key)
+        self._leader[key] = representative
+
+    def representative(self, key: str) -> str:
+        """Representative linkage: the representative of an added page's group (the page itself if it is one)."""
+        if self.linkage != "representative":
+            raise ValueError("representative() needs linkage='representative'")
+        return self._leader.get(key, key)
+
     def groups(self) -> list[list[str]]:
-        """Groups of two or more pages, each in order of addition, in order of their first page."""
+        """Groups of two or more pages, each in order of addition (a representative group starts with its
+        representative), in order of their first page."""
+        if self.linkage == "representative":
+            return [[rep, *members] for rep, members in self._members.items() if members]
         return [members for members in self._uf.groups() if len(members) > 1]
 
 
