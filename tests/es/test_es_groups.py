@@ -334,7 +334,7 @@ def test_groups_equal_the_position_token_method(es_client: Elasticsearch, groupe
     from scrapy_neardup.core.stored import StoredSignature
 
     index, tag = grouped["index"], grouped["sketcher"].tag
-    builder = GroupBuilder(K, T, tag)
+    builder = GroupBuilder(K, T, tag, linkage="transitive")
     query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}]}}
     with point_in_time(es_client, index) as pit:
         for hits in sweep(es_client, pit, query=query, source=[F_POSITIONS], page_size=50):
