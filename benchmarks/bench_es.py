@@ -4,7 +4,9 @@
 * candidate-query latency p50/p99 of the position and the band query, same sketches, as indexed and merged
   (target p99 <= 10 ms at 1M documents with >= 16 segments; ratio printed);
 * duplicate-group discovery against a bare id sweep of the same index (target <= 3x), its client memory per
-  document (target <= 200 B at 1M), ``--assign`` and ``groups --new`` rates (targets >= 10,000 docs/s);
+  document (target <= 200 B at 1M), ``--assign`` and ``groups --new`` rates (targets >= 10,000 docs/s); the
+  default (representative) linkage and ``--transitive`` (Broder's components) alternated in the same run, with
+  their time ratio;
 * the crawler backend's check-and-add latency (kept pages and duplicates).
 
 Documents are synthetic web pages (300-900 words from a Zipf-distributed vocabulary of 60k words); a fifth are
@@ -408,21 +410,21 @@ def _rss_anon() -> int:
     return status_bytes("RssAnon")
 
 
-def groups_memory(es: Any, index: str, slices: int) -> int:
+def groups_memory(es: Any, index: str, slices: int, linkage: str = "representative") -> int:
     """Peak anonymous memory grown by ``find_groups`` over ``index``, in a child process of its own."""
     url = es.transport.node_pool.get().base_url
-    child = subprocess.run([sys.executable, __file__, "--groups-memory", url, index, str(slices)],
+    child = subprocess.run([sys.executable, __file__, "--groups-memory", url, index, str(slices), linkage],
                            capture_output=True, text=True, check=True)
     return int(child.stdout.strip().splitlines()[-1])
 
 
-def groups_memory_child(url: str, index: str, slices: int) -> None:
+def groups_memory_child(url: str, index: str, slices: int, linkage: Any) -> None:
     from es_integration.client import ConnectionSettings, make_client
 
     es = make_client(ConnectionSettings.create(url, request_timeout=600))
     es.info()  # the connection pool and TLS context exist before the measurement starts
     with PeakAnon() as memory:
-        find_groups(es, index, Sketcher(num_perm=K).tag, T, slices=slices)
+        find_groups(es, index, Sketcher(num_perm=K).tag, T, slices=slices, linkage=linkage)
     print(memory.grown)
 
 
@@ -448,10 +450,18 @@ def bench_groups(
     sketcher = Sketcher(num_perm=K)
     bare1, swept = id_sweep_seconds(es, index, 1)
     bare, _ = id_sweep_seconds(es, index, slices)
-    report = find_groups(es, index, sketcher.tag, T, slices=slices)
+    # The two linkages alternated, twice each (the first sweep also warms the node's caches for the others).
+    runs: dict[str, list[Any]] = {"transitive": [], "representative": []}
+    for _ in range(2):
+        for linkage in runs:
+            runs[linkage].append(find_groups(es, index, sketcher.tag, T, slices=slices, linkage=linkage))
+    report = min(runs["representative"], key=lambda r: r.seconds)
+    transitive = min(runs["transitive"], key=lambda r: r.seconds)
+    del runs
     # Client memory from a fresh process running only the groups pass: measured here it would depend on what this
     # process allocated and freed before (glibc reuses freed memory), which once showed 98 B/doc for 241.
     memory = groups_memory(es, index, slices)
+    transitive_memory = groups_memory(es, index, slices, "transitive")
     filters = BandFilterStore(tempfile.mkdtemp(prefix="bench-band-filters-"))
     started = time.perf_counter()
     written = assign_groups(es, index, report, band_filter=filters)
@@ -470,12 +480,20 @@ def bench_groups(
         "client_bytes_per_doc": memory / max(1, report.documents),
         "groups": len(report.groups),
         "duplicates": report.duplicates,
+        "transitive_seconds": transitive.seconds,
+        "transitive_sweep_seconds": transitive.sweep_seconds,
+        "transitive_client_bytes_per_doc": transitive_memory / max(1, transitive.documents),
+        "transitive_groups": len(transitive.groups),
+        "transitive_duplicates": transitive.duplicates,
+        "transitive_largest_group": max((len(g.members) for g in transitive.groups), default=0),
+        "largest_group": max((len(g.members) for g in report.groups), default=0),
+        "ratio_to_transitive": report.seconds / transitive.seconds,
         "distinct_signatures": report.queries,
         "assign_seconds": assign_s,
         "assigned_docs": written,
         "assign_docs_per_s": report.documents / assign_s,
     }
-    del report
+    del report, transitive
     if new_docs and synthetic:
         # A fresh seed: on a kept index, the last run's seed would make "new" documents the index already held.
         out["new_seed"] = seed = time.time_ns() % 2**32
@@ -576,11 +594,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fields-only", action="store_true", help="index only the id and the neardup fields "
                         "(sketches computed here, no page text): a faster way to build a large index for the "
                         "groups and query figures; skips the indexing comparison")
-    parser.add_argument("--groups-memory", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--groups-memory", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.groups_memory:
-        url, index, slices = args.groups_memory
-        groups_memory_child(url, index, int(slices))
+        url, index, slices, linkage = args.groups_memory
+        groups_memory_child(url, index, int(slices), linkage)
         return 0
     docs = 10_000 if args.quick else args.docs
     queries = 300 if args.quick else args.queries
@@ -636,6 +654,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"(to the sliced one {g['ratio_to_sliced_id_sweep']:.2f}; target <= 3); client memory "
                   f"{g['client_bytes_per_doc']:.0f} B/doc (target <= 200); {g['groups']} groups, "
                   f"{g['duplicates']} duplicates; load average {g['load_avg_groups'][0]:.1f}", flush=True)
+            print(f"groups --transitive (Broder's components): {g['transitive_seconds']:.1f}s (sweep "
+                  f"{g['transitive_sweep_seconds']:.1f}s), client memory {g['transitive_client_bytes_per_doc']:.0f} "
+                  f"B/doc; {g['transitive_groups']} groups, {g['transitive_duplicates']} duplicates, largest "
+                  f"{g['transitive_largest_group']} (representative: {g['largest_group']}); representative / "
+                  f"transitive time {g['ratio_to_transitive']:.2f}", flush=True)
             print(f"assign: {g['assigned_docs']} documents written in {g['assign_seconds']:.1f}s = "
                   f"{g['assign_docs_per_s']:.0f} docs/s of the index (target >= 10000)", flush=True)
             if "new_docs" in g:

@@ -25,8 +25,12 @@ or a factory without arguments returning one; ``module`` importable with the rep
 Columns: pages; false drops (dropped with main-content J <= 0.5 to the page named), grey drops (0.5 < J < 0.75),
 precision (drops with J >= 0.75 over all drops); real pairs (J >= 0.9) and how many were left whole (both pages
 kept), recall = 1 - whole / real; MB of HTML per CPU second of the sketching (``time.process_time``; the whole
-method when it reports no sketching time); and the largest transitive group (Broder clusters of the same sketches
-through the product's ``GroupBuilder``) with its member pairs of J <= 0.5.
+method when it reports no sketching time); and the groups of the same sketches through the product's
+``GroupBuilder`` (pages in crawl order), both linkages: transitive (Broder's clusters: ``largest_group``) and
+representative (every member shares >= t positions with its group's first page, which stays visible: the default
+of ``neardup es groups``; ``representative_group``), each with its largest group, the member pairs of J <= 0.5 in
+it and in all groups, and the members of J <= 0.5 to their group's first page (table: ``group``, ``g-false``,
+``all-f`` transitive; ``rep``, ``r-false``, ``all-f`` representative).
 
 Prints a table and writes ``benchmarks/results/templates.json``.
 
@@ -77,11 +81,14 @@ class MethodResult:
         decisions: one per page: ``("kept", None)`` or ``("dropped", key of the kept page it near-duplicates)``.
         sketch_cpu_seconds: CPU seconds spent sketching (``None``: the bench times the whole call).
         groups: transitive group ids per page, if the method makes any (``None``: the groups of the decisions).
+        representative_groups: representative group ids per page, if the method makes any (``None``: the groups
+            of the decisions, which are representative groups too: each drop names a kept page).
     """
 
     decisions: Mapping[str, Decision]
     sketch_cpu_seconds: float | None = None
     groups: Mapping[str, Hashable] | None = None
+    representative_groups: Mapping[str, Hashable] | None = None
 
 
 Method = Callable[[Sequence[tuple[str, bytes]]], MethodResult]
@@ -89,7 +96,7 @@ Method = Callable[[Sequence[tuple[str, bytes]]], MethodResult]
 
 def product_method(content: ContentMode, learn: str | None = None) -> Method:
     """The product's sketching with ``Sketcher(content=content)`` and ``Deduper``'s first-seen-is-kept decisions
-    (default ``k`` and threshold); groups from ``GroupBuilder`` on the same sketches.
+    (default ``k`` and threshold); groups from ``GroupBuilder`` on the same sketches, both linkages.
 
     ``learn`` (``"auto"`` mode): how each host's template is learned: ``"batch"`` from all of the host's pages (as
     ``neardup dedupe`` does), ``"crawl"`` from its first :data:`~scrapy_neardup.core.template.SAMPLE_PAGES` pages in
@@ -102,15 +109,18 @@ def product_method(content: ContentMode, learn: str | None = None) -> Method:
         sketches = sketcher.sketch_many([html for _, html in pages], templates=templates)
         cpu = time.process_time() - start
         deduper = Deduper(sketcher)
-        builder = GroupBuilder(sketcher.num_perm, deduper.min_shared, sketcher.tag)
+        builders = {linkage: GroupBuilder(sketcher.num_perm, deduper.min_shared, sketcher.tag, linkage=linkage)
+                    for linkage in ("transitive", "representative")}
         decisions: dict[str, Decision] = {}
         for (key, _), sketch in zip(pages, sketches, strict=True):
             verdict = deduper.check_sketch(key, sketch)
             decisions[key] = ("kept", None) if verdict.match is None else ("dropped", verdict.match.key)
             if not sketch.empty:
-                builder.add(key, sketch)
-        groups = {key: number for number, members in enumerate(builder.groups()) for key in members}
-        return MethodResult(decisions, cpu, groups)
+                for builder in builders.values():
+                    builder.add(key, sketch)
+        groups = {linkage: {key: number for number, members in enumerate(builder.groups()) for key in members}
+                  for linkage, builder in builders.items()}
+        return MethodResult(decisions, cpu, groups["transitive"], groups["representative"])
 
     return run
 
@@ -160,8 +170,10 @@ def run_one(corpus: Corpus, variant: Variant, name: str, method: Method, worst: 
     cpu = result.sketch_cpu_seconds if result.sketch_cpu_seconds is not None else total_cpu
     labels = labels_for(corpus)
     scores = evaluate(corpus, result.decisions, worst=worst, labels=labels)
-    groups = result.groups if result.groups is not None else star_groups(result.decisions)
-    components = components_report(corpus, groups, labels)
+    star = star_groups(result.decisions)
+    components = components_report(corpus, result.groups if result.groups is not None else star, labels)
+    representative = components_report(
+        corpus, result.representative_groups if result.representative_groups is not None else star, labels)
     return {
         "corpus": corpus.name,
         "variant": variant,
@@ -172,6 +184,7 @@ def run_one(corpus: Corpus, variant: Variant, name: str, method: Method, worst: 
         "mb_html_per_cpu_s": round(megabytes / cpu, 2) if cpu > 0 else None,
         **scores.as_dict(),
         "largest_group": components.as_dict(),
+        "representative_group": representative.as_dict(),
     }
 
 
@@ -181,15 +194,17 @@ def _path(key: str) -> str:
 
 def print_table(rows: Sequence[dict[str, Any]]) -> None:
     header = (f"{'corpus':<14} {'variant':<8} {'mode':<10} {'pages':>5} {'false':>5} {'grey':>4} {'prec':>6} "
-              f"{'real':>5} {'whole':>5} {'recall':>6} {'MB/CPU s':>8} {'group':>5} {'g-false':>7}")
+              f"{'real':>5} {'whole':>5} {'recall':>6} {'MB/CPU s':>8} {'group':>5} {'g-false':>7} {'all-f':>6} "
+              f"{'rep':>4} {'r-false':>7} {'all-f':>6}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        group = r["largest_group"]
+        group, rep = r["largest_group"], r["representative_group"]
         print(f"{r['corpus']:<14} {r['variant']:<8} {r['method']:<10} {r['pages']:>5} {r['false_drops']:>5} "
               f"{r['grey_drops']:>4} {r['precision']:>6.3f} {r['real_pairs']:>5} {r['whole']:>5} "
               f"{r['recall']:>6.3f} {r['mb_html_per_cpu_s'] or 0:>8.1f} {group['largest']:>5} "
-              f"{group['false_pairs']:>7}")
+              f"{group['false_pairs']:>7} {group['all_false_pairs']:>6} {rep['largest']:>4} {rep['false_pairs']:>7} "
+              f"{rep['all_false_pairs']:>6}")
 
 
 def print_worst(rows: Sequence[dict[str, Any]], count: int) -> None:

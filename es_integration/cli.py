@@ -405,11 +405,15 @@ def _backfill_job(args: argparse.Namespace, client: Any) -> int:
 def _add_groups(commands: Any) -> None:
     p = commands.add_parser(
         "groups",
-        help="find near-duplicate groups across an index (Broder's clustering)",
-        description="Sweep the sketched documents, find every pair sharing >= t positions with batched candidate "
-        "queries, join pairs with union-find, and pick a representative per group. Prints groups of two or more "
-        "(with --json: one object per line, {\"group\", \"representative\", \"members\"}, representative first). "
-        "--assign writes neardup.group / status / duplicate_of onto the documents (for `neardup es search`).",
+        help="find near-duplicate groups across an index",
+        description="Sweep the sketched documents' signatures and group the pages sharing >= t of k positions. "
+        "By default every member of a group shares >= t positions with the group's representative (the page "
+        "that stays visible): pages are taken in the --keep order, and one sharing >= t with representatives "
+        "chosen before it joins the one it shares most with, else becomes one. --transitive gives Broder's "
+        "connected components instead, where pages linked only through others (chains of templated pages) "
+        "share a group. Prints groups of two or more (with --json: one object per line, {\"group\", "
+        "\"representative\", \"members\"}, representative first). --assign writes neardup.group / status / "
+        "duplicate_of onto the documents (for `neardup es search`).",
     )
     p.add_argument("--assign", action="store_true", help="write the group id and status onto every document "
                    "whose fields change (and record the run, for --new)")
@@ -421,6 +425,10 @@ def _add_groups(commands: Any) -> None:
                    "else ~/.cache/...)")
     p.add_argument("--no-band-filter", action="store_true",
                    help="neither write nor read a band filter (--new then queries every band token)")
+    p.add_argument("--transitive", action="store_true",
+                   help="Broder's transitive components: a group may hold pages that near-duplicate only other "
+                   "members, not its representative (chains join distinct pages); --new then needs the last "
+                   "--assign run to have been --transitive too")
     p.add_argument("--threads", type=int, default=2, help="parallel sweep slices (default: 2)")
     p.add_argument("--json", action="store_true", help="one JSON object per line per group")
     p.add_argument("--keep", choices=("first", "shortest-url", "highest"), default="first",
@@ -461,7 +469,8 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
         if args.threads < 1:
             raise EsError(f"--threads must be positive, got {args.threads}")
         options: dict[str, Any] = dict(keep=keep, progress=bar.update, slices=args.threads,
-                                       total=lambda n: setattr(bar, "total", n))
+                                       total=lambda n: setattr(bar, "total", n),
+                                       linkage="transitive" if args.transitive else "representative")
         if args.new:
             report = find_new_groups(client, args.index, sketcher.tag, t, band_filter=store, **options)
         else:
@@ -475,7 +484,8 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
             out.write(f"group {group.id}: {len(group.members)} pages, keep {group.representative}; "
                       f"duplicates: {others}\n")
     out.flush()
-    print(f"neardup es groups: {args.index}: {report.summary()} (k={sketcher.num_perm}, t={t})", file=sys.stderr)
+    print(f"neardup es groups: {args.index}: {report.summary()} (k={sketcher.num_perm}, t={t}, "
+          f"{report.linkage} linkage)", file=sys.stderr)
     if args.assign:
         with _progress(args, "assign") as bar:
             written = assign_groups(client, args.index, report, progress=bar.update, band_filter=store)

@@ -1,4 +1,22 @@
-"""Near-duplicate groups across an index: Broder's clustering of the sketches stored in it.
+"""Near-duplicate groups across an index, from the sketches stored in it.
+
+Two pages are linked when their stored signatures share ``>= t`` of the ``k`` positions (at resemblance ``r``,
+with probability ``P[Binomial(k, r) >= t]``). A group is what serve-time collapse shows as one hit, its
+representative (the page that stays visible) and the members it hides. Two linkages:
+
+* **representative** (the default): every member is linked to its representative, as every drop of the crawl
+  pipeline names a kept page it near-duplicates, and no two representatives are linked. Pages are taken in the
+  keep rule's order; one linked to representatives chosen before it joins the one it shares most positions with
+  (ties: the better-ranked), otherwise it becomes one (leader clustering,
+  :func:`scrapy_neardup.core.clustering.leader_labels`). Two members of a group share at least ``2t - k``
+  positions (86 of 128 at ``t`` = 107).
+* **transitive** (``--transitive``): Broder's connected components. A group may hold two pages that share
+  fewer than ``t`` positions, linked through a third; on templated sites chains of small edits join distinct
+  pages into groups of hundreds, and collapse then hides pages that near-duplicate nothing shown. Its
+  representative is the group's best page by the keep rule, which may share fewer than ``t`` positions with
+  some members.
+
+Each representative group lies within one transitive group, which chains may cut into several.
 
 1. Sweep the sketched documents (all but those a crawler of the Elasticsearch backend is deciding right now, status
    ``pending``: their content and status are about to be written, and ``--assign`` must not overwrite them; the
@@ -10,42 +28,53 @@
 2. Find every pair sharing ``>= t`` of the ``k`` positions band by band
    (:func:`scrapy_neardup.core.clustering.cluster_labels`: pigeonhole bands, verified counts, a vectorized
    union-find), on the same 16-bit values that a ``minimum_should_match`` query on the position tokens counts,
-   so the groups equal :func:`scrapy_neardup.core.clustering.broder_clusters` of the stored signatures.
+   so its components equal :func:`scrapy_neardup.core.clustering.broder_clusters` of the stored signatures.
    Identical stored signatures are joined first and only one of each takes part in the bands.
-3. Components of two or more documents are the groups. Near-duplication is not transitive: a group may hold two
-   pages that share fewer than t positions, linked through a third (Broder's definition, and what a search
-   engine collapses).
-4. A representative per group by a keep-best rule (:class:`KeepRule`): first indexed (smallest
-   ``neardup.seq``, the default), shortest URL, or highest value of a numeric field; ties go to the earlier
-   indexed page, then the smaller ``_id``. The group id is the representative's ``_id``.
-5. Optionally (:func:`assign_groups`) write ``neardup.group``, ``neardup.status`` (``kept`` for representatives
-   and pages in no group, ``duplicate`` otherwise) and ``neardup.duplicate_of`` with bulk partial updates, only
-   on the documents whose values change, and record in the index's mapping ``_meta`` the highest ``seq`` the
-   groups now cover (the watermark of :func:`find_new_groups`).
+3. Transitive: components of two or more documents are the groups, and each one's representative is picked by
+   a keep-best rule (:class:`KeepRule`): first indexed (smallest ``neardup.seq``, the default), shortest URL,
+   or highest value of a numeric field; ties go to the earlier indexed page, then the smaller ``_id``.
+   Representative: within each component of three or more, the rule above decides representatives and members
+   in that same order (:func:`~scrapy_neardup.core.clustering.leader_labels`: rounds of band-wise checks in
+   which each page stops at its first hit, then the pairs left verified once each), so the groups equal
+   :func:`scrapy_neardup.core.clustering.leader_clusters` of the stored signatures in the keep rule's order.
+   The group id is the representative's ``_id``.
+4. Optionally (:func:`assign_groups`) write ``neardup.group``, ``neardup.status`` (``kept`` for representatives
+   and pages in no group, ``duplicate`` otherwise) and ``neardup.duplicate_of`` (the representative) with bulk
+   partial updates, only on the documents whose values change, and record in the index's mapping ``_meta`` the
+   highest ``seq`` the groups now cover and the linkage (the watermark of :func:`find_new_groups`).
 
 **Incremental runs** (:func:`find_new_groups`, ``neardup es groups --new``): only the documents above the
 watermark (or without ``seq``) are swept; the documents they near-duplicate among the older ones come from one
 band query per batch of new documents (``terms`` on ``neardup.bands``, verified on the returned signatures),
-and the members of the older groups those belong to from a ``terms`` query on ``neardup.group``. The band
+and the members of the older groups that gain a new document from a ``terms`` query on ``neardup.group``. The band
 queries are sent as soon as a batch of new documents is swept, in parallel threads, each answered in one
 request while its hits fit ``index.max_result_window``. What they cost the server is one term-dictionary
 seek per distinct band token and segment (``b`` tokens per new document, ~0.1-0.2 microseconds each on this
 machine kind): scoring, fetching and parsing the few hits are small beside it, and grouping the tokens by band
 instead of by document did not change it (measured at 1M documents, 31 segments); with the band filter an
 assigned run left (:mod:`es_integration.band_filter`), only the tokens some older document may hold are sent
-(about a fifth, when a fifth of the new documents near-duplicate older ones). Older groups
-are closed under the rule already (the watermark is only written after an assigned run), so joining them
-through the new documents' pairs gives the groups a full run would give, for every group that holds a new
-document; the others do not change.
+(about a fifth, when a fifth of the new documents near-duplicate older ones); a filter never drops a token an
+older document holds, so the same older documents are found. With representative linkage the older pages
+whose status is ``kept`` are representatives already chosen: they stay so, and rank before every new page; new
+pages join them, or each other, by the rule; older duplicates are compared with, never joined. With the default
+keep rule a full run takes the older pages first too (their ``seq`` is at most the watermark, the new ones'
+above it), so an incremental run gives the groups of a full run for every group that holds a new document, and
+the others do not change; with another rule an existing representative stays even where a new member would now
+rank better. With transitive linkage older groups are closed under the rule already (the watermark is only
+written after an assigned run), so joining them through the new documents' pairs gives the same. Either needs
+the older fields to come from an assigned run of the same linkage (recorded with the watermark; checked).
 
 Indices written before ``neardup.sig`` existed are refused with an error naming ``neardup es backfill``, which
 writes the compact fields from the stored positions (no text needed).
 
 Memory (client): about 40 bytes per document plus the ``_id`` bytes while sweeping, then for pair finding an
 8-byte parent per document and one band's keys and sort order (12 bytes) at a time: under 100 bytes per
-document with 20-character ids, growing linearly; the signatures (2k bytes each) are on disk.
-``benchmarks/bench_es.py`` measured 193 bytes per document at 1M documents in a fresh process, fixed overheads and
-the group fields of an assigned index included (the documentation's performance page).
+document with 20-character ids, growing linearly; the signatures (2k bytes each) are on disk (measured by
+``benchmarks/bench_es.py``: see the documentation's performance page). Representative linkage adds, after the pair finding and for the
+pages of components of three or more only, ~50 bytes each (their band keys go to a temporary file), and 9 bytes
+per linked pair it holds, a batch of whole components at a time: groups of near-identical pages cost their
+pages, not their pairs; drifting sequences decided page by page hold ~20 pairs a page
+(``benchmarks/bench_linkage.py``). Its peak is the pair finding's on the benchmark's synthetic signatures.
 """
 
 from __future__ import annotations
@@ -64,7 +93,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from scrapy_neardup.core.clustering import cluster_labels
+from scrapy_neardup.core.clustering import (
+    FIXED_MEMBER,
+    FIXED_REPRESENTATIVE,
+    cluster_labels,
+    leader_labels,
+)
 from scrapy_neardup.core.params import parse_tag
 from scrapy_neardup.core.stored import band_layout, decode_many, distinct_band_pairs, pair_tokens, stored_bands
 
@@ -93,7 +127,7 @@ if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
 __all__ = [
-    "Group", "GroupReport", "KeepRule", "SweptDocs", "assign_groups", "find_groups", "find_new_groups",
+    "Group", "GroupReport", "KeepRule", "Linkage", "SweptDocs", "assign_groups", "find_groups", "find_new_groups",
     "groups_watermark",
 ]
 
@@ -115,6 +149,10 @@ _META_KEY = "neardup_groups"
 _STATE_FIELDS = [F_SEQ, F_GROUP, F_STATUS, F_DUPLICATE_OF]
 #: The seq of documents without one (unchecked pages): they sort last.
 _NO_SEQ = np.iinfo(np.int64).max
+#: What joins pages into one group: ``"representative"`` (every member shares >= t positions with the group's
+#: representative; leader clustering in the keep rule's order) or ``"transitive"`` (Broder's components).
+Linkage = Literal["representative", "transitive"]
+_LINKAGES = ("representative", "transitive")
 
 
 @dataclass(frozen=True)
@@ -293,6 +331,22 @@ class SweptDocs:
     def seq(self) -> np.ndarray:
         return self._arrays()[1]
 
+    def seq_of(self, rows: np.ndarray) -> np.ndarray:
+        """``seq[rows]`` (``rows`` ascending) without joining the per-page arrays first: the representative
+        linkage ranks its rows while the pair finding's arrays are still held, and a join then (17 bytes a
+        document, the per-page arrays freed in between) raised the client's peak by as much at 1M documents."""
+        if self._frozen is not None:
+            return self._frozen[1][rows]
+        sizes = np.fromiter((part.size for part in self._seq), dtype=np.int64, count=len(self._seq))
+        starts = np.concatenate(([0], np.cumsum(sizes)))
+        out = np.empty(rows.size, dtype=np.int64)
+        cuts = np.searchsorted(rows, starts)
+        for page, part in enumerate(self._seq):
+            lo, hi = cuts[page], cuts[page + 1]
+            if hi > lo:
+                out[lo:hi] = part[rows[lo:hi] - starts[page]]
+        return out
+
     @property
     def rank(self) -> np.ndarray:
         rank = self._arrays()[2]
@@ -348,6 +402,7 @@ class GroupReport:
             :func:`assign_groups`): the highest one swept, kept below the ``_seq_no`` of any page crawlers were
             deciding (:func:`_lowest_pending_seq`), which will settle with that seq.
         new: ``True`` for an incremental run.
+        linkage: ``"representative"`` or ``"transitive"`` (see :func:`find_groups`).
         band_filter: with ``--new``, the band filter its queries used (None: every token was queried);
             :func:`assign_groups` extends it with the new documents.
         band_tokens: with ``--new``, the band tokens queried, of ``band_tokens_total`` distinct ones.
@@ -365,6 +420,7 @@ class GroupReport:
     new: bool = False
     tag: str = ""
     min_shared: int = 0
+    linkage: Linkage = "representative"
     #: rows of ``swept`` that are in a group
     grouped_rows: np.ndarray | None = None
     band_filter: BandFilter | None = None
@@ -436,15 +492,26 @@ def find_groups(
     progress: Progress | None = None,
     total: Callable[[int], Any] | None = None,
     spill_dir: str | None = None,
+    linkage: Linkage = "representative",
 ) -> GroupReport:
-    """Broder's clustering of the documents of ``index`` sketched with ``tag`` (see the module doc).
+    """The near-duplicate groups of the documents of ``index`` sketched with ``tag`` (see the module doc).
 
     Args:
         tag: the sketch parameter tag (``Sketcher.tag``); it names ``k`` (``"mh3-k128-..."``). Documents
             with other tags are ignored (``neardup es groups`` refuses such an index instead, naming both tags).
         min_shared: ``t``: documents sharing ``>= t`` of their ``k`` positions are linked; a pair of pages at
             resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``.
-        keep: the representative rule (default: first indexed).
+        keep: the representative rule (default: first indexed); with ``linkage="representative"`` also the
+            order in which pages are taken.
+        linkage: ``"representative"`` (default): every member shares ``>= t`` positions with its group's
+            representative, the page that stays visible: pages are taken in the keep rule's order, and one that
+            shares ``>= t`` with representatives chosen before it joins the one it shares most with (ties: the
+            better-ranked), otherwise it becomes one (:func:`scrapy_neardup.core.clustering.leader_labels`). Two
+            members may share fewer positions (at least ``2t - k``), never only through a chain.
+            ``"transitive"``: Broder's connected components of the pairs sharing ``>= t`` (a group may hold
+            pages linked only through others, so chains of templated pages can join distinct pages into one
+            group; the representative is then the group's best page by the keep rule, which may share fewer
+            than ``t`` positions with some members).
         page_size: documents per sweep request.
         slices: sweep threads (parallel slices of one point in time).
         progress: called with the number of documents done since the last call.
@@ -462,16 +529,21 @@ def find_groups(
     query = _sketched(tag, settled=True)  # pending pages left out: see the module doc, step 1
     if total is not None:
         total(int(client.count(index=index, query=query)["count"]))
+    _check_linkage(linkage)
     docs = SweptDocs(num_perm, keep, spill_dir)
-    report = GroupReport(swept=docs, tag=tag, min_shared=min_shared)
+    report = GroupReport(swept=docs, tag=tag, min_shared=min_shared, linkage=linkage)
     with point_in_time(client, index) as pit:
         _sweep_into(client, pit, docs, query, slices=slices, page_size=page_size, progress=progress)
         pending = _lowest_pending_seq(client, pit, tag, index)
     report.sweep_seconds = time.perf_counter() - started
-    labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
+    leaders = linkage == "representative"
+    if leaders:
+        labels, stats = leader_labels(docs.values(), min_shared, partial(_rank_keys, docs), spill_dir=spill_dir)
+    else:
+        labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
     report.documents, report.malformed = docs.size, docs.malformed
     report.queries, report.pairs = stats.distinct, stats.links + stats.twins
-    report.groups, report.grouped_rows = _make_groups(labels, docs, np.arange(docs.size))
+    report.groups, report.grouped_rows = _make_groups(labels, docs, np.arange(docs.size), leaders=leaders)
     report.watermark = _below_pending(docs.max_seq, pending)
     report.seconds = time.perf_counter() - started
     _log(report, index)
@@ -485,9 +557,37 @@ def _log(report: GroupReport, index: str) -> None:
     logger.info("groups in %s: %s", index, report.summary())
 
 
-def _make_groups(labels: np.ndarray, docs: SweptDocs, rows: np.ndarray) -> tuple[list[Group], np.ndarray]:
-    """Groups of two or more of ``rows`` with equal labels (representative by the keep rule, then members in
-    indexing order; groups in indexing order of their representatives), and the rows in them."""
+def _check_linkage(linkage: str) -> None:
+    if linkage not in _LINKAGES:
+        raise ValueError(f"linkage must be representative or transitive, got {linkage!r}")
+
+
+def _rank_keys(docs: SweptDocs, rows: np.ndarray) -> np.ndarray:
+    """The keep rule's order of ``rows`` (ascending) as distinct int64 keys: its value, then the earlier indexed
+    (``seq``), then the smaller ``_id`` (read only for the rows tied on both, rarely any)."""
+    # The default rule ranks by seq alone: no value array over the whole index for it (docs.rank would be one).
+    value = np.zeros(rows.size) if docs.keep.kind == "first" else docs.rank[rows]
+    seq = docs.seq_of(rows)
+    order = np.lexsort((seq, value))
+    tie = (value[order][1:] == value[order][:-1]) & (seq[order][1:] == seq[order][:-1])
+    if tie.any():
+        tied = np.unique(np.concatenate((order[1:][tie], order[:-1][tie])))
+        ids = np.array(docs.ids(rows[tied].tolist()), dtype=object)
+        id_rank = np.zeros(rows.size, dtype=np.int64)
+        id_rank[tied[np.argsort(ids, kind="stable")]] = np.arange(tied.size)
+        order = np.lexsort((id_rank, seq, value))
+    keys = np.empty(rows.size, dtype=np.int64)
+    keys[order] = np.arange(rows.size)
+    return keys
+
+
+def _make_groups(
+    labels: np.ndarray, docs: SweptDocs, rows: np.ndarray, *, leaders: bool = False
+) -> tuple[list[Group], np.ndarray]:
+    """Groups of two or more of ``rows`` with equal labels (representative first, then members in indexing
+    order; groups in indexing order of their representatives), and the rows in them. The representative is
+    the label itself with ``leaders`` (:func:`~scrapy_neardup.core.clustering.leader_labels`' labels are rows),
+    else the group's best page by the keep rule."""
     labels = labels[rows]
     inverse = np.unique(labels, return_inverse=True)[1]
     sizes = np.bincount(inverse)
@@ -505,7 +605,10 @@ def _make_groups(labels: np.ndarray, docs: SweptDocs, rows: np.ndarray) -> tuple
     cuts = np.flatnonzero(np.diff(label[order])) + 1
     groups = []
     for part in np.split(order, cuts):
-        best = part[np.lexsort((id_rank[part], seq[part], rank[part]))[0]]
+        if leaders:
+            best = part[grouped[part] == label[part]][0]
+        else:
+            best = part[np.lexsort((id_rank[part], seq[part], rank[part]))[0]]
         representative = str(ids[best])
         members = [representative, *(str(ids[i]) for i in part.tolist() if i != best)]
         groups.append((int(seq[best]), representative, Group(representative, representative, members)))
@@ -517,7 +620,8 @@ def _make_groups(labels: np.ndarray, docs: SweptDocs, rows: np.ndarray) -> tuple
 
 
 def groups_watermark(client: Elasticsearch, index: str, tag: str) -> dict[str, Any] | None:
-    """The record of the last assigned groups run for ``tag`` (``{"seq": ..., "min_shared": ...}``), or None."""
+    """The record of the last assigned groups run for ``tag`` (``{"seq": ..., "min_shared": ..., "linkage":
+    ...}``; records written before linkages existed have none: they were transitive), or None."""
     mappings = client.indices.get_mapping(index=index)
     for body in mappings.values():
         meta = body.get("mappings", {}).get("_meta", {}) or {}
@@ -537,7 +641,7 @@ def _write_watermark(client: Elasticsearch, index: str, report: GroupReport) -> 
         seq = previous if previous is not None else -1
     elif previous is not None:
         seq = max(seq, int(previous))
-    records[report.tag] = {"seq": seq, "min_shared": report.min_shared}
+    records[report.tag] = {"seq": seq, "min_shared": report.min_shared, "linkage": report.linkage}
     meta[_META_KEY] = records
     client.indices.put_mapping(index=index, meta=meta)
     return int(seq)
@@ -562,12 +666,28 @@ def find_new_groups(
     total: Callable[[int], Any] | None = None,
     spill_dir: str | None = None,
     band_filter: BandFilterStore | None = None,
+    linkage: Linkage = "representative",
 ) -> GroupReport:
     """The groups of the documents indexed since the last assigned run (``neardup es groups --new``; module doc).
 
-    The same groups as :func:`find_groups` over the whole index, for every group holding a new document, as
-    long as the older documents' group fields are those of the last assigned run (no document deleted or
-    re-sketched since; a full run repairs that).
+    With ``linkage="representative"`` (the default) new documents join existing groups only through their
+    representatives: the older pages whose status is ``kept`` (representatives, and pages in no group: the
+    representatives of groups of one) stay representatives and rank before every new page; older duplicates
+    neither join nor are joined. A new page sharing ``>= t`` positions with one or more representatives ranked
+    before it (existing ones, or new ones chosen before it in the keep rule's order) joins the one it shares most
+    with (ties: the better-ranked); otherwise it becomes a representative. With the default keep rule (first
+    indexed) older pages rank before new ones in a full run too, so this gives the groups of :func:`find_groups`
+    over the whole index, for every group holding a new document. With another rule an existing representative
+    stays, even if a new member would rank better by the rule (a full run would make that page the
+    representative instead, and may regroup around it).
+
+    With ``linkage="transitive"``, the new documents' pairs join the older groups whole (Broder's components):
+    as the older groups were closed under the rule, this also gives a full run's groups.
+
+    Either holds as long as the older documents' group fields are those of the last assigned run, made with the
+    same linkage (no document deleted or re-sketched since; a full run repairs that). Pages without ``seq``
+    (passed through unchecked by a crawler) rank last in a full run but before the pages indexed after them
+    once an incremental run has covered them.
 
     Args:
         band_filter: where band filters are kept (:mod:`es_integration.band_filter`): with the one the last
@@ -577,8 +697,8 @@ def find_new_groups(
     The other arguments are those of :func:`find_groups`.
 
     Raises:
-        EsError: no assigned run is recorded for ``tag``, it used another ``t``, ``t`` is below the stored band
-            layout's, or documents lack ``neardup.sig``.
+        EsError: no assigned run is recorded for ``tag``, it used another ``t`` or another linkage, ``t`` is
+            below the stored band layout's, or documents lack ``neardup.sig``.
     """
     validate_index_name(index)
     keep = keep or KeepRule()
@@ -591,6 +711,12 @@ def find_new_groups(
     if record.get("min_shared") != min_shared:
         raise EsError(f"the last assigned groups run of {index} used t={record.get('min_shared')}, this one t="
                       f"{min_shared}: run a full `neardup es groups --assign` to change t")
+    _check_linkage(linkage)
+    recorded = record.get("linkage", "transitive")  # records from before linkages: Broder's components
+    if recorded != linkage:
+        raise EsError(f"the last assigned groups run of {index} made {recorded} groups, this one {linkage}: run a "
+                      f"full `neardup es groups --assign{' --transitive' if linkage == 'transitive' else ''}` to "
+                      f"change the linkage{' (or pass --transitive)' if recorded == 'transitive' else ''}")
     if min_shared < band_layout(num_perm):
         raise EsError(f"--new needs t >= {band_layout(num_perm)} (the stored band layout's); got {min_shared}")
     _refuse_old_documents(client, index, tag)
@@ -603,7 +729,8 @@ def find_new_groups(
     if total is not None:
         total(int(client.count(index=index, query=new_query)["count"]))
     docs = SweptDocs(num_perm, keep, spill_dir)
-    report = GroupReport(swept=docs, tag=tag, min_shared=min_shared, new=True)
+    report = GroupReport(swept=docs, tag=tag, min_shared=min_shared, new=True, linkage=linkage)
+    leaders = linkage == "representative"
     if band_filter is not None:
         report.band_filter = band_filter.load(index_uuid(client, index), tag, mark)
         report.band_filter_seq = mark
@@ -647,18 +774,24 @@ def find_new_groups(
         report.band_tokens_total = sum(distinct for distinct, _ in token_counts)
         report.band_tokens = sum(queried for _, queried in token_counts)
         report.queries = docs.size - new_count
-        # Pairs among new and matched older documents, then the older groups they touch, whole.
-        labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
-        touched = _touched_groups(docs, labels, new_count)
+        # Pairs among new and matched older documents, then the older groups they touch, whole (their members
+        # do not take part with representative linkage, but belong to the groups reported and assigned).
+        if leaders:
+            labels, stats = leader_labels(docs.values(), min_shared, partial(_rank_keys, docs),
+                                          fixed=_older_fixed(docs, new_count), spill_dir=spill_dir)
+            touched = _joined_groups(docs, labels, new_count)
+        else:
+            labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
+            touched = _touched_groups(docs, labels, new_count)
         group_hits = [pool.submit(fetch, _sketched(tag, older, {"terms": {F_GROUP: touched[lo : lo + _NEW_BATCH]}}),
                                   with_values=False) for lo in range(0, len(touched), _NEW_BATCH)]
         _add_hits(docs, group_hits, seen, with_values=False)
-    labels = _join_by_group(labels, docs, new_count)
+    labels = _with_older_members(labels, docs, new_count) if leaders else _join_by_group(labels, docs, new_count)
     report.documents, report.malformed = new_count, docs.malformed
     report.pairs = stats.links + stats.twins
     with_new = np.unique(labels[:new_count])
     rows = np.flatnonzero(np.isin(labels, with_new))
-    report.groups, report.grouped_rows = _make_groups(labels, docs, rows)
+    report.groups, report.grouped_rows = _make_groups(labels, docs, rows, leaders=leaders)
     report.watermark = _below_pending(docs.max_seq, pending) if new_count else None
     report.seconds = time.perf_counter() - started
     _log(report, index)
@@ -741,6 +874,40 @@ def _touched_groups(docs: SweptDocs, labels: np.ndarray, new_count: int) -> list
         if int(labels[row]) in with_new:
             groups.add(docs.state.get(row, (docs.id(row), KEPT, None))[0] or docs.id(row))
     return sorted(groups)
+
+
+def _older_fixed(docs: SweptDocs, new_count: int) -> np.ndarray:
+    """The ``fixed`` codes of :func:`~scrapy_neardup.core.clustering.leader_labels` for the rows with signatures:
+    new rows free, older ``kept`` pages representatives already chosen, other older pages left out."""
+    fixed = np.zeros(docs.with_values, dtype=np.int8)
+    for row in range(new_count, docs.with_values):
+        kept = docs.state.get(row, (None, KEPT, None))[1] == KEPT
+        fixed[row] = FIXED_REPRESENTATIVE if kept else FIXED_MEMBER
+    return fixed
+
+
+def _group_of(docs: SweptDocs, row: int) -> str:
+    return docs.state.get(row, (docs.id(row), KEPT, None))[0] or docs.id(row)
+
+
+def _joined_groups(docs: SweptDocs, labels: np.ndarray, new_count: int) -> list[str]:
+    """Group ids of the older representatives a new document joined."""
+    leaders = np.unique(labels[:new_count])
+    return sorted({_group_of(docs, row) for row in leaders[leaders >= new_count].tolist()})
+
+
+def _with_older_members(labels: np.ndarray, docs: SweptDocs, new_count: int) -> np.ndarray:
+    """Representative labels over all rows of ``docs``: those of the rows with signatures, and each older
+    member of a group a new document joined labelled with that group's representative."""
+    full = np.arange(docs.size, dtype=np.int64)
+    full[: labels.size] = labels
+    leaders = np.unique(labels[:new_count])
+    row_of = {_group_of(docs, row): row for row in leaders[leaders >= new_count].tolist()}
+    for row in range(new_count, docs.size):
+        group, status, _ = docs.state.get(row, (docs.id(row), KEPT, None))
+        if status != KEPT and group in row_of:
+            full[row] = row_of[group]
+    return full
 
 
 def _join_by_group(labels: np.ndarray, docs: SweptDocs, new_count: int) -> np.ndarray:
@@ -837,9 +1004,15 @@ def _assign_actions(index: str, report: GroupReport) -> Iterator[dict[str, Any]]
         for member in group.members:
             is_rep = member == group.representative
             wanted[member] = (group.id, KEPT if is_rep else DUPLICATE, None if is_rep else group.representative)
-    # Rows that may need a write: members of groups, and rows whose fields are not "kept, own group" now.
+    # Rows that may need a write: members of groups, and rows whose fields are not "kept, own group" now. An
+    # incremental run covers its new rows and the groups it reports; the older pages it read for comparison
+    # (band hits) keep their fields: their groups did not change (were one a duplicate in an untouched group,
+    # "kept, own group" would wrongly be written over it).
     grouped = set() if report.grouped_rows is None else set(report.grouped_rows.tolist())
-    rows: Iterable[int] = range(docs.size) if report.new else sorted(set(docs.state.rows()) | grouped)
+    if report.new:
+        rows: Iterable[int] = sorted(set(range(report.documents)) | grouped)  # new rows come first
+    else:
+        rows = sorted(set(docs.state.rows()) | grouped)
     for row in rows:
         doc_id = docs.id(row)
         target = wanted.get(doc_id, (doc_id, KEPT, None))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .core.clustering import UnionFind, broder_clusters
+from .core.clustering import UnionFind, broder_clusters, leader_clusters
 from .core.dedupe import Deduper, DedupeStats, Verdict
 from .core.index import SketchIndex
 from .core.match import Decision, Match
@@ -49,6 +49,7 @@ __all__ = [
     "curve",
     "flag_probability",
     "jaccard",
+    "leader_clusters",
     "min_shared_for",
 ]
 __version__ = "0.1.0"

@@ -126,7 +126,7 @@ class Deduper:
         self.sketcher = sketcher or Sketcher()
         k = self.sketcher.num_perm
         self.min_shared = min_shared if min_shared is not None else min_shared_for(threshold, k)
-        self.index = index or SketchIndex(k, self.min_shared, self.sketcher.tag)
+        self.index = index if index is not None else SketchIndex(k, self.min_shared, self.sketcher.tag)
         self.stats = DedupeStats()
 
     def check_many(

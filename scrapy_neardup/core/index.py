@@ -216,13 +216,19 @@ class SketchIndex:
 
     def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
         """First seen is kept: return the best kept match, or keep ``sketch`` and return ``None``."""
-        values = self._check(sketch)
+        return self._check_and_add(key, self._check(sketch), sketch.fingerprint)
+
+    def check_and_add_stored(self, key: str, stored: StoredSignature, fingerprint: int) -> Match | None:
+        """:meth:`check_and_add` for a stored signature and its fingerprint."""
+        return self._check_and_add(key, self._check_stored(stored), fingerprint)
+
+    def _check_and_add(self, key: str, values: np.ndarray, fingerprint: int) -> Match | None:
         candidates, keys, band_keys = self._candidates(self._band_sums(values))
         if candidates:
-            match = self._best(values, candidates, sketch.fingerprint)
+            match = self._best(values, candidates, fingerprint)
             if match is not None:
                 return match
-        self._insert(key, values, keys, band_keys, sketch.fingerprint)
+        self._insert(key, values, keys, band_keys, fingerprint)
         return None
 
     def query_and_add(self, key: str, sketch: Sketch) -> list[Match]:

@@ -117,7 +117,8 @@ def evaluate(corpus: Corpus, decisions: Mapping[str, Decision] | Sequence[tuple[
 
 @dataclass(frozen=True)
 class ComponentsReport:
-    """How far transitive grouping drifts: the largest group and how many of its member pairs are distinct pages.
+    """How far grouping drifts: the largest group, and how many member pairs are distinct pages, in it and in all
+    groups.
 
     Attributes:
         groups: number of groups (singletons included).
@@ -125,6 +126,11 @@ class ComponentsReport:
         largest_members: up to 10 of its keys, in crawl order.
         member_pairs: pairs of members of the largest group.
         false_pairs: of those, the pairs whose main-content Jaccard is <= 0.5.
+        grouped_pages: pages in groups of two or more.
+        all_member_pairs: pairs of members of one group, over all groups.
+        all_false_pairs: of those, the pairs whose main-content Jaccard is <= 0.5 (distinct pages in one group).
+        false_to_first: members whose main-content Jaccard to their group's first page in crawl order (the page a
+            keep-first rule leaves visible: a representative group's representative) is <= 0.5.
     """
 
     groups: int
@@ -132,6 +138,10 @@ class ComponentsReport:
     largest_members: tuple[str, ...]
     member_pairs: int
     false_pairs: int
+    grouped_pages: int = 0
+    all_member_pairs: int = 0
+    all_false_pairs: int = 0
+    false_to_first: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,9 +155,20 @@ def components_report(corpus: Corpus, groups: Mapping[str, Hashable], labels: La
         members[groups.get(key, ("singleton", key))].append(key)
     largest = max(members.values(), key=len)
     pairs = len(largest) * (len(largest) - 1) // 2
-    jaccards = labels.jaccard_matrix([labels.index(key) for key in largest])
-    false = int(np.count_nonzero(jaccards[np.triu_indices(len(largest), k=1)] <= FALSE_MAX))
-    return ComponentsReport(len(members), len(largest), tuple(largest[:10]), pairs, false)
+    grouped = all_pairs = all_false = to_first = false = 0
+    for group in members.values():
+        if len(group) < 2:
+            continue
+        jaccards = labels.jaccard_matrix([labels.index(key) for key in group])
+        distinct = int(np.count_nonzero(jaccards[np.triu_indices(len(group), k=1)] <= FALSE_MAX))
+        grouped += len(group)
+        all_pairs += len(group) * (len(group) - 1) // 2
+        all_false += distinct
+        to_first += int(np.count_nonzero(jaccards[0, 1:] <= FALSE_MAX))
+        if group is largest:
+            false = distinct
+    return ComponentsReport(len(members), len(largest), tuple(largest[:10]), pairs, false, grouped, all_pairs,
+                            all_false, to_first)
 
 
 def star_groups(decisions: Mapping[str, Decision]) -> dict[str, str]:

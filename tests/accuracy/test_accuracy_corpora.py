@@ -220,6 +220,9 @@ def test_evaluate_scores_known_decisions(corpora: dict[str, Corpus], labels: dic
     _, _, jac = found.pair_jaccards()
     assert report.largest == n and report.member_pairs == n * (n - 1) // 2
     assert report.false_pairs == report.member_pairs - int(np.count_nonzero(jac > 0.5))
+    assert (report.grouped_pages, report.all_member_pairs, report.all_false_pairs) == (
+        n, report.member_pairs, report.false_pairs)
+    assert report.false_to_first == expected_false  # every member to the page all drops name
 
     with pytest.raises(ValueError, match="no decision"):
         evaluate(twice, {index: ("kept", None)})

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scrapy_neardup import IncompatibleSketches, Sketch, Sketcher, SketchIndex, StateError
-from scrapy_neardup.core.clustering import GroupBuilder, broder_clusters
+from scrapy_neardup.core.clustering import GroupBuilder, broder_clusters, leader_clusters
 from scrapy_neardup.core.index import band_bounds
 
 K, T, TAG = 64, 52, "test-tag"
@@ -61,7 +61,7 @@ def test_group_builder_equals_broder_clusters() -> None:
     sigs = _planted_workload(1500, seed=3)
     sigs[100] = sigs[99]  # an exact twin, joined without a lookup
     sigs[101] = sigs[99] ^ 0x10000  # differs only above the 16 stored bits: also a twin
-    builder = GroupBuilder(K, T, TAG)
+    builder = GroupBuilder(K, T, TAG, linkage="transitive")
     for i, sig in enumerate(sigs):
         builder.add(str(i), _sketch(sig, i))
     expected = broder_clusters(sigs & 0xFFFF, T)
@@ -76,10 +76,74 @@ def test_group_builder_equals_broder_clusters() -> None:
     )
 
 
+def test_group_builder_by_default_equals_leader_clusters() -> None:
+    """The default (representative) linkage, page by page: the literal rule in order of addition; every member
+    shares >= t positions with its representative, no two representatives do."""
+    sigs = _planted_workload(1500, seed=3)
+    sigs[100] = sigs[99]  # an exact twin, joined to its twin's representative without a lookup
+    sigs[101] = sigs[99] ^ 0x10000  # differs only above the 16 stored bits: also a twin
+    builder = GroupBuilder(K, T, TAG)
+    for i, sig in enumerate(sigs):
+        builder.add(str(i), _sketch(sig, i))
+    stored = sigs & 0xFFFF
+    expected = leader_clusters(stored, T)
+    got = [[int(m) for m in group] for group in builder.groups()]
+    assert got == expected and len(expected) > 100
+    assert builder.queried == np.unique(stored, axis=0).shape[0]
+    for rep, *members in got:
+        assert all(np.count_nonzero(stored[rep] == stored[m]) >= T for m in members)
+        assert all(builder.representative(str(m)) == str(rep) for m in members)
+    reps = [group[0] for group in got]
+    assert all(np.count_nonzero(stored[a] == stored[b]) < T for a in reps for b in reps if a < b)
+    # Where Broder's clusters chain distinct pages, representative groups cut them.
+    assert len(got) > len(broder_clusters(stored, T))
+
+
+def test_group_builder_by_default_groups_pages_as_the_pipeline_drops_them() -> None:
+    """Representative groups are the pipeline's decisions made into groups: each kept page with the pages dropped
+    naming it (first seen is kept, a drop names the kept page it shares most with)."""
+    from scrapy_neardup import Deduper
+
+    sigs = _planted_workload(1200, seed=5)
+    sigs[50] = sigs[49]
+    deduper = Deduper(Sketcher(num_perm=K), min_shared=T, index=SketchIndex(K, T, TAG))
+    builder = GroupBuilder(K, T, TAG)
+    dropped: dict[str, list[str]] = {}
+    for i, sig in enumerate(sigs):
+        sketch = _sketch(sig, i)
+        builder.add(str(i), sketch)
+        match = deduper.check_sketch(str(i), sketch).match
+        dropped.setdefault(str(i) if match is None else match.key, []).append(str(i))
+    assert builder.groups() == [[kept, *drops] for kept, (_, *drops) in dropped.items() if drops]
+
+
+@pytest.mark.parametrize("linkage", ["representative", "transitive"])
+def test_group_builder_chain(linkage: str) -> None:
+    """a ~ b, b ~ c, a !~ c (added in that order): two groups by default ({a, b} and {c} alone), one transitive."""
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 2**32 - 1, size=K, dtype=np.uint32)
+    step = K - T  # each link changes k - t positions: shares exactly t
+    b = a.copy()
+    b[:step] ^= 1
+    c = b.copy()
+    c[step : 2 * step] ^= 1
+    builder = GroupBuilder(K, T, TAG, linkage=linkage)
+    for key, sig in zip("abc", (a, b, c), strict=True):
+        builder.add(key, _sketch(sig))
+    assert builder.groups() == ([["a", "b"]] if linkage == "representative" else [["a", "b", "c"]])
+    if linkage == "representative":
+        assert builder.representative("c") == "c"
+    else:
+        with pytest.raises(ValueError, match="representative"):
+            builder.representative("c")
+    with pytest.raises(ValueError, match="linkage"):
+        GroupBuilder(K, T, TAG, linkage="single")
+
+
 def test_group_builder_caps_links_per_page() -> None:
     rng = np.random.default_rng(4)
     base = rng.integers(0, 2**32 - 1, size=K, dtype=np.uint32)
-    builder = GroupBuilder(K, T, TAG, max_links=3)
+    builder = GroupBuilder(K, T, TAG, max_links=3, linkage="transitive")
     for i in range(8):  # near-identical pages: each differs from the base in one position
         sig = base.copy()
         sig[i] ^= 1

@@ -15,6 +15,7 @@ from elasticsearch import Elasticsearch
 from es_integration.collapse import collapse_hits, hit_signature, search_collapsed
 from es_integration.groups import assign_groups, find_groups
 from es_integration.indexing import index_records
+from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import min_shared_for
@@ -154,3 +155,50 @@ def test_collapse_hits_helper(es_client: Elasticsearch, collapsed: dict[str, Any
     assert [h["id"] for h in by_sketch] == [h.id for h in kept] and [h["omitted"] for h in by_sketch] == [
         h.omitted for h in kept
     ]
+
+
+def chain_texts(sketcher: Sketcher) -> list[str]:
+    """Three pages about "harbor", A ~ B and B ~ C (>= t shared positions) but A !~ C: each a few word edits from
+    the last (the first seed whose sketches give that, so the test does not rest on luck)."""
+    for seed in range(100):
+        rng = random.Random(seed)
+        words = [f"w{rng.randrange(50_000)}" for _ in range(300)]
+        words[5] = "harbor"
+        pages = [list(words)]
+        for _ in range(2):
+            page = list(pages[-1])
+            for spot in rng.sample(range(20, 300), 4):
+                page[spot] = f"x{rng.randrange(10**9)}"
+            pages.append(page)
+        texts = [" ".join(p) for p in pages]
+        a, b, c = (stored_values(s.signature) for s in sketcher.sketch_many(texts))
+        if min(np.count_nonzero(a == b), np.count_nonzero(b == c)) >= T > np.count_nonzero(a == c):
+            return texts
+    raise AssertionError("no seed gives a chain")
+
+
+def test_a_chain_stays_visible_unless_transitive(
+    es_client: Elasticsearch, es_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`neardup es groups --assign`, then a collapsed search. A, B, C form a chain (A ~ B ~ C, A !~ C): Broder's
+    components (--transitive) collapse all three into one hit, hiding C behind a page it does not
+    near-duplicate; the default shows A (hiding B, which near-duplicates it) and C."""
+    sketcher = Sketcher()
+    texts = chain_texts(sketcher)
+    index = f"nd-collapse-chain-{uuid.uuid4().hex[:8]}"
+    records = [{"id": key, "text": text} for key, text in zip("ABC", texts, strict=True)]
+    assert index_records(es_client, index, records, sketcher).errors == 0
+    groups = ["es", "groups", "--es-url", es_url, "--index", index, "--assign", "--no-band-filter"]
+
+    assert main([*groups, "--transitive"]) == 0
+    hits = search_collapsed(es_client, index, "harbor", size=10, fields=["text"])
+    assert [(h.id, h.omitted) for h in hits] == [("A", 2)]
+
+    assert main(groups) == 0
+    assert "group fields updated on 1 documents" in capsys.readouterr().err  # C leaves A's group
+    hits = search_collapsed(es_client, index, "harbor", size=10, fields=["text"])
+    assert sorted((h.id, h.omitted, h.group) for h in hits) == [("A", 1, "A"), ("C", 0, "C")]
+    fields = {r["id"]: es_client.get(index=index, id=r["id"])["_source"]["neardup"] for r in records}
+    assert (fields["B"]["status"], fields["B"]["duplicate_of"]) == ("duplicate", "A")
+    assert (fields["C"]["status"], fields["C"]["group"], fields["C"].get("duplicate_of")) == ("kept", "C", None)
+    es_client.indices.delete(index=index)

@@ -1,4 +1,5 @@
-"""Duplicate groups across an index: agreement with Broder's clustering, keep-best rules, --assign, the CLI."""
+"""Duplicate groups across an index: representative groups (the default) against the literal rule, Broder's
+transitive clustering (``--transitive``), keep-best rules, --assign, --new, the CLI."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from es_integration.candidates import find_candidates
-from es_integration.groups import KeepRule, RowStates, assign_groups, find_groups
+from es_integration.groups import KeepRule, Linkage, RowStates, assign_groups, find_groups
 from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
-from scrapy_neardup.core.clustering import broder_clusters
+from scrapy_neardup.core.clustering import broder_clusters, leader_clusters
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import min_shared_for
 
@@ -81,15 +82,60 @@ def grouped(es_client: Elasticsearch) -> Iterator[dict[str, Any]]:
     es_client.indices.delete(index=index, ignore_unavailable=True)
 
 
-def _expected_clusters(grouped: dict[str, Any]) -> list[set[str]]:
+def _signatures(grouped: dict[str, Any]) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The sketched records, in indexing order, and their stored signatures (the values Elasticsearch compares)."""
     records = [r for r in grouped["records"] if r["text"].strip()]
     sketches = grouped["sketcher"].sketch_many([r["text"] for r in records])
-    signatures = stored_values(np.vstack([s.signature for s in sketches]))  # the values Elasticsearch compares
+    return records, stored_values(np.vstack([s.signature for s in sketches]))
+
+
+def _expected_clusters(grouped: dict[str, Any]) -> list[set[str]]:
+    records, signatures = _signatures(grouped)
     return [{records[i]["id"] for i in cluster} for cluster in broder_clusters(signatures, T)]
 
 
-def test_groups_equal_broder_clusters(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+def _expected_groups(grouped: dict[str, Any], rank: Any = None) -> list[list[str]]:
+    """The literal representative rule over the records in ``rank`` order (default: indexing order):
+    ``[representative, *members in rank order]`` per group."""
+    records, signatures = _signatures(grouped)
+    position = None
+    if rank is not None:
+        position = np.empty(len(records), dtype=np.int64)
+        position[sorted(range(len(records)), key=lambda i: rank(records[i]))] = np.arange(len(records))
+    return [[records[i]["id"] for i in group] for group in leader_clusters(signatures, T, position)]
+
+
+def _shared(grouped: dict[str, Any], a: str, b: str) -> int:
+    sketcher = grouped["sketcher"]
+    texts = {r["id"]: r["text"] for r in grouped["records"]}
+    return int(np.count_nonzero(stored_values(sketcher.sketch(texts[a]).signature)
+                                == stored_values(sketcher.sketch(texts[b]).signature)))
+
+
+def test_groups_are_stars_around_their_representatives(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+    """The default: every member shares >= t positions with its group's representative (the first indexed page
+    of the group: members follow it in indexing order), no two representatives do, and the groups are those of
+    the rule applied literally in indexing order. The planted chains are cut where Broder's clusters join them."""
     report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, page_size=64)
+    assert report.linkage == "representative"
+    got = [g.members for g in report.groups]
+    assert got == _expected_groups(grouped)
+    for group in report.groups:
+        assert group.id == group.representative == group.members[0]
+        assert all(_shared(grouped, group.representative, m) >= T for m in group.members[1:])
+    representatives = [g.representative for g in report.groups]
+    assert all(_shared(grouped, a, b) < T for i, a in enumerate(representatives) for b in representatives[i + 1 :])
+    transitive = _expected_clusters(grouped)
+    assert len(got) > len(transitive)
+    assert all(any(set(g) <= cluster for cluster in transitive) for g in got)
+    chains = [c for c in transitive if any(m.startswith("chain") for m in c)]
+    assert sum(1 for g in got if g[0].startswith("chain")) > len(chains)  # chains split into several groups
+
+
+def test_groups_equal_broder_clusters(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, page_size=64,
+                         linkage="transitive")
+    assert report.linkage == "transitive"
     expected = _expected_clusters(grouped)
     got = [set(g.members) for g in report.groups]
     assert sorted(map(sorted, got)) == sorted(map(sorted, expected))
@@ -109,17 +155,39 @@ def test_groups_equal_broder_clusters(es_client: Elasticsearch, grouped: dict[st
     assert sum(1 for g in got if {m.split("-")[0] for m in g} == {"cluster0"}) == 1
 
 
+def _canonical(groups: Any) -> list[tuple[str, list[str]]]:
+    return sorted((g[0], sorted(g[1:])) for g in groups)
+
+
+def test_keep_rules_order_the_representative_groups(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+    """With representative linkage the keep rule is also the order pages are taken in: the groups are the
+    literal rule's in that order (the rule's value, ties to the earlier indexed page)."""
+    order = {r["id"]: i for i, r in enumerate(grouped["records"])}
+    tag, index = grouped["sketcher"].tag, grouped["index"]
+    rules = [
+        (KeepRule("shortest-url", "url"), lambda r: (len(r["url"]), order[r["id"]])),
+        (KeepRule("highest", "popularity"), lambda r: (-r.get("popularity", -np.inf), order[r["id"]])),
+    ]
+    first = _canonical(g.members for g in find_groups(es_client, index, tag, T).groups)
+    for keep, rank in rules:
+        report = find_groups(es_client, index, tag, T, keep=keep)
+        got = _canonical(g.members for g in report.groups)
+        assert got == _canonical(_expected_groups(grouped, rank))
+        assert got != first  # another order, other representatives and stars
+
+
 def test_keep_rules(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
+    """With transitive linkage the rule only picks each cluster's representative: the groups stay the same."""
     records = {r["id"]: r for r in grouped["records"]}
     order = {r["id"]: i for i, r in enumerate(grouped["records"])}
     tag, index = grouped["sketcher"].tag, grouped["index"]
 
-    first = find_groups(es_client, index, tag, T)
+    first = find_groups(es_client, index, tag, T, linkage="transitive")
     for group in first.groups:
         assert group.id == group.representative == group.members[0]
         assert [order[m] for m in group.members] == sorted(order[m] for m in group.members)
 
-    shortest = find_groups(es_client, index, tag, T, keep=KeepRule("shortest-url", "url"))
+    shortest = find_groups(es_client, index, tag, T, keep=KeepRule("shortest-url", "url"), linkage="transitive")
     for group in shortest.groups:
         lengths = {m: len(records[m]["url"]) for m in group.members}
         best = min(lengths.values())
@@ -127,7 +195,7 @@ def test_keep_rules(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
         assert group.representative == min(winners, key=order.__getitem__)
         assert group.members[0] == group.representative
 
-    highest = find_groups(es_client, index, tag, T, keep=KeepRule("highest", "popularity"))
+    highest = find_groups(es_client, index, tag, T, keep=KeepRule("highest", "popularity"), linkage="transitive")
     moved = 0
     for group in highest.groups:
         values = {m: records[m].get("popularity") for m in group.members}
@@ -155,8 +223,8 @@ def test_cli_json_and_assign(
     for obj in lines:
         assert obj["group"] == obj["representative"] == obj["members"][0]
         assert len(obj["members"]) >= 2 and len(set(obj["members"])) == len(obj["members"])
-    assert sorted(sorted(o["members"]) for o in lines) == sorted(map(sorted, _expected_clusters(grouped)))
-    assert "groups" in err and "Traceback" not in err
+    assert [o["members"] for o in lines] == _expected_groups(grouped)
+    assert "representative linkage" in err and "Traceback" not in err
     # --assign kept the index's band filter where --new looks for it by default (the tests' $XDG_CACHE_HOME).
     from es_integration.band_filter import default_directory
     from es_integration.groups import index_uuid
@@ -179,16 +247,39 @@ def test_cli_json_and_assign(
             assert (fields["group"], fields["status"], fields["duplicate_of"]) == (
                 obj["group"], "duplicate", obj["representative"]
             )
-    # Nothing changes on a second run; a different rule rewrites only the groups whose representative moves.
+            # Every duplicate names a page it near-duplicates, as a drop of the crawl pipeline does.
+            assert _shared(grouped, hit["_id"], fields["duplicate_of"]) >= T
+    # Nothing changes on a second run; a different rule rewrites only the documents whose fields change.
     report = find_groups(es_client, index, grouped["sketcher"].tag, T)
     assert assign_groups(es_client, index, report) == 0
     moved = find_groups(es_client, index, grouped["sketcher"].tag, T, keep=KeepRule("shortest-url", "url"))
-    before = {frozenset(g.members): g.representative for g in report.groups}
-    expected = sum(len(g.members) for g in moved.groups if before[frozenset(g.members)] != g.representative)
+    ids = [h["_id"] for h in hits]
+    expected = sum(_fields(report, i) != _fields(moved, i) for i in ids)
     assert expected > 0
     assert assign_groups(es_client, index, moved) == expected
     back = find_groups(es_client, index, grouped["sketcher"].tag, T)  # a fresh sweep sees the moved fields
     assert assign_groups(es_client, index, back) == expected
+
+
+def _fields(report: Any, doc_id: str) -> tuple[str, str, str | None]:
+    """The (group, status, duplicate_of) ``assign_groups`` gives ``doc_id`` from ``report``."""
+    for group in report.groups:
+        if doc_id in group.members:
+            is_rep = doc_id == group.representative
+            return group.id, "kept" if is_rep else "duplicate", None if is_rep else group.representative
+    return doc_id, "kept", None
+
+
+def test_cli_transitive(es_url: str, grouped: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--transitive``: Broder's components, chains and all; the default cuts them."""
+    assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--json", "--transitive"]) == 0
+    out, err = capsys.readouterr()
+    transitive = [json.loads(line)["members"] for line in out.splitlines()]
+    assert sorted(map(sorted, transitive)) == sorted(map(sorted, _expected_clusters(grouped)))
+    assert "transitive linkage" in err
+    assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--json"]) == 0
+    default = [json.loads(line)["members"] for line in capsys.readouterr().out.splitlines()]
+    assert default == _expected_groups(grouped) and len(default) > len(transitive)
 
 
 def test_cli_text_output_and_errors(
@@ -208,10 +299,14 @@ def test_cli_text_output_and_errors(
 
 
 def test_groups_hold_every_pair_the_candidate_query_finds(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
-    """The pairs found in memory are the ones Elasticsearch's t-of-k query returns: every document's hits lie
-    in its group, and a document in a group has at least one hit."""
-    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T)
+    """The pairs found in memory are the ones Elasticsearch's t-of-k query returns. Transitive: every document's
+    hits lie in its group, and a document in a group has at least one hit. Representative: a member's hits
+    hold its representative; a representative's (or a page's in no group) hold no other representative."""
+    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, linkage="transitive")
     group_of = {m: g.id for g in report.groups for m in g.members}
+    stars = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T)
+    leader_of = {m: g.representative for g in stars.groups for m in g.members}
+    leaders = set(leader_of.values())
     sketcher = grouped["sketcher"]
     checked = 0
     for record in grouped["records"]:
@@ -221,8 +316,13 @@ def test_groups_hold_every_pair_the_candidate_query_finds(es_client: Elasticsear
                                exclude_ids=[record["id"]], size=1000)
         assert {group_of.get(h.id) for h in hits} <= {group_of.get(record["id"])}
         assert bool(hits) == (record["id"] in group_of)
+        leader = leader_of.get(record["id"], record["id"])
+        if leader != record["id"]:
+            assert leader in {h.id for h in hits}
+        else:
+            assert not {h.id for h in hits} & leaders
         checked += 1
-    assert checked == report.documents
+    assert checked == report.documents == stars.documents
 
 
 def test_groups_equal_the_position_token_method(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
@@ -234,7 +334,7 @@ def test_groups_equal_the_position_token_method(es_client: Elasticsearch, groupe
     from scrapy_neardup.core.stored import StoredSignature
 
     index, tag = grouped["index"], grouped["sketcher"].tag
-    builder = GroupBuilder(K, T, tag)
+    builder = GroupBuilder(K, T, tag, linkage="transitive")
     query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}]}}
     with point_in_time(es_client, index) as pit:
         for hits in sweep(es_client, pit, query=query, source=[F_POSITIONS], page_size=50):
@@ -244,7 +344,7 @@ def test_groups_equal_the_position_token_method(es_client: Elasticsearch, groupe
             for hit, row in zip(hits, values, strict=True):
                 builder.add_stored(hit["_id"], StoredSignature(row, tag))
     for slices in (1, 3):
-        report = find_groups(es_client, index, tag, T, slices=slices, page_size=40)
+        report = find_groups(es_client, index, tag, T, slices=slices, page_size=40, linkage="transitive")
         assert sorted(sorted(g.members) for g in report.groups) == sorted(map(sorted, builder.groups()))
 
 
@@ -268,7 +368,7 @@ def test_index_without_compact_signatures_is_refused_until_backfilled(
         find_groups(es_client, index, sketcher.tag, T)
     stats = backfill(es_client, index, sketcher, text_field="missing-field")
     assert stats.upgraded == len(ids) and stats.indexed == 0  # nothing re-sketched: every document had a tag
-    full = find_groups(es_client, index, sketcher.tag, T)
+    full = find_groups(es_client, index, sketcher.tag, T, linkage="transitive")
     texts = [r["text"] for r in records if r["text"].strip()]
     expected = broder_clusters(stored_values(np.vstack([s.signature for s in sketcher.sketch_many(texts)])), T)
     ids_all = [r["id"] for r in records if r["text"].strip()]
@@ -283,13 +383,20 @@ def _without_new_fields(es: Elasticsearch, index: str, doc_id: str) -> dict[str,
     return dict(source)
 
 
-@pytest.mark.parametrize("filtered", [False, True], ids=["every-token", "band-filter"])
+@pytest.mark.parametrize(("filtered", "linkage"), [
+    pytest.param(False, "representative", id="every-token"),
+    pytest.param(True, "representative", id="band-filter"),
+    pytest.param(True, "transitive", id="transitive"),
+])
 def test_new_equals_a_full_run_and_assign_writes_only_changes(
-    es_client: Elasticsearch, grouped: dict[str, Any], filtered: bool, tmp_path: Path
+    es_client: Elasticsearch, es_url: str, grouped: dict[str, Any], filtered: bool, linkage: Linkage,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Index a first part, group it (--assign), index the rest (joining, merging and starting groups), then
-    --new --assign: every document's group fields are those of a full run, which then has nothing to write.
-    With a band filter (written by the first --assign) --new queries fewer tokens and gives the same groups."""
+    --new --assign: every document's group fields are those of a full run (default keep rule), which then has
+    nothing to write. With a band filter (written by the first --assign) --new queries fewer tokens and gives
+    the same groups. With representative linkage new pages join older groups through their representatives
+    only; --new refuses another linkage than the last assigned run's."""
     from es_integration.band_filter import BandFilterStore
     from es_integration.client import EsError
     from es_integration.groups import find_new_groups, groups_watermark, index_uuid
@@ -304,14 +411,22 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     index_records(es_client, index, first, sketcher)
     with pytest.raises(EsError, match="--assign"):
         find_new_groups(es_client, index, tag, T)
-    before = find_groups(es_client, index, tag, T)
+    before = find_groups(es_client, index, tag, T, linkage=linkage)
     written = assign_groups(es_client, index, before, band_filter=store)
     assert written == sum(len(g.members) - 1 for g in before.groups)  # only members change: reps stay "kept"
+    assert groups_watermark(es_client, index, tag)["linkage"] == linkage
+    other: Linkage = "transitive" if linkage == "representative" else "representative"
+    with pytest.raises(EsError, match=f"made {linkage} groups, this one {other}"):
+        find_new_groups(es_client, index, tag, T, linkage=other)
+    cli = ["es", "groups", "--es-url", es_url, "--index", index, "--new", "--no-band-filter"]
+    assert main(cli + ([] if linkage == "transitive" else ["--transitive"])) == 1
+    err = capsys.readouterr().err
+    assert "linkage" in err and err.count("\n") == 1
     index_records(es_client, index, rest, sketcher)
     # A result window of 30 hits: the band and group queries of --new (one request each while their hits fit
     # the window) are then paged like the sweep, as they are on an index with more matches than the window.
     es_client.indices.put_settings(index=index, settings={"index.max_result_window": 30})
-    new = find_new_groups(es_client, index, tag, T, page_size=30, band_filter=store)
+    new = find_new_groups(es_client, index, tag, T, page_size=30, band_filter=store, linkage=linkage)
     es_client.indices.put_settings(index=index, settings={"index.max_result_window": None})
     assert new.documents == sum(1 for r in rest if r["text"].strip())
     if store is not None:  # used, and it spared the tokens no older document holds
@@ -324,18 +439,64 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
         extended = store.load(index_uuid(es_client, index), tag, mark)
         assert extended is not None and extended.keys == new.band_filter.keys
     fields_after_new = _group_fields(es_client, index)
-    full = find_groups(es_client, index, tag, T)
+    full = find_groups(es_client, index, tag, T, linkage=linkage)
     assert assign_groups(es_client, index, full) == 0  # --new left exactly the fields of a full run
     assert _group_fields(es_client, index) == fields_after_new
     rest_ids = {r["id"] for r in rest}
     touched = [g for g in full.groups if rest_ids & set(g.members)]
     assert sorted(sorted(g.members) for g in new.groups) == sorted(sorted(g.members) for g in touched)
+    assert [g.representative for g in new.groups] == [g.representative for g in touched]
     # New documents did join older groups, and an older group's representative is kept.
     assert any(set(g.members) - rest_ids and set(g.members) & rest_ids for g in touched)
+    if linkage == "representative":
+        for group in new.groups:
+            assert all(_shared(grouped, group.representative, m) >= T for m in group.members[1:])
+        # Somewhere a chain of the full run's clusters was not followed through an older member.
+        assert len(full.groups) > len(find_groups(es_client, index, tag, T, linkage="transitive").groups)
     # A second --new finds no new document.
-    assert find_new_groups(es_client, index, tag, T).documents == 0
+    assert find_new_groups(es_client, index, tag, T, linkage=linkage).documents == 0
     with pytest.raises(EsError, match="t="):
-        find_new_groups(es_client, index, tag, T + 1)
+        find_new_groups(es_client, index, tag, T + 1, linkage=linkage)
+    es_client.indices.delete(index=index)
+
+
+@pytest.mark.parametrize("linkage", ["representative", "transitive"])
+def test_new_leaves_the_older_pages_it_only_compared_with_as_they_were(
+    es_client: Elasticsearch, linkage: Linkage
+) -> None:
+    """--new reads the older pages sharing a band token with a new one; one that shares fewer than t positions
+    with it (here a duplicate in an older group), or a duplicate with representative linkage, is compared,
+    not regrouped: its fields stay. (Its --assign used to write "kept, own group" over such a duplicate.)"""
+    from es_integration.groups import find_new_groups
+    from es_integration.mapping import DUPLICATE, KEPT, ensure_index, stored_fields
+    from scrapy_neardup.core.stored import StoredSignature, band_bounds
+
+    tag = Sketcher(num_perm=K).tag
+    rng = np.random.default_rng(9)
+    kept = rng.integers(0, 1 << 16, size=K, dtype=np.uint16)
+    duplicate = kept.copy()
+    duplicate[rng.choice(np.arange(10, K), size=8, replace=False)] ^= 1  # 120 of 128 shared with kept
+    fresh = rng.integers(0, 1 << 16, size=K, dtype=np.uint16)
+    first_band = slice(0, int(band_bounds(K, T)[1]))
+    fresh[first_band] = duplicate[first_band]  # one band token in common, a few positions: not a near-duplicate
+    index = f"nd-groups-compared-{uuid.uuid4().hex[:8]}"
+    ensure_index(es_client, index)
+
+    def write(doc_id: str, values: np.ndarray, seq: int) -> None:
+        fields = {**stored_fields(StoredSignature(values, tag)), "fingerprint": f"{seq:016x}", "tag": tag,
+                  "empty": False, "seq": seq, "group": doc_id, "status": KEPT}
+        es_client.index(index=index, id=doc_id, document={"neardup": fields}, refresh=True)
+
+    write("kept", kept, 1)
+    write("duplicate", duplicate, 2)
+    full = find_groups(es_client, index, tag, T, linkage=linkage)
+    assert [g.members for g in full.groups] == [["kept", "duplicate"]]
+    assert assign_groups(es_client, index, full) == 1
+    write("fresh", fresh, 3)
+    new = find_new_groups(es_client, index, tag, T, linkage=linkage)
+    assert new.documents == 1 and new.queries == 2 and new.groups == []  # both older pages read, and compared
+    assert assign_groups(es_client, index, new) == 0
+    assert _group_fields(es_client, index)["duplicate"] == ("kept", DUPLICATE, "kept")
     es_client.indices.delete(index=index)
 
 
@@ -406,3 +567,31 @@ def test_row_states_give_back_what_was_added_and_the_default_elsewhere() -> None
     assert 0 < states.memory_bytes() < 60 * len(added)
     with pytest.raises(ValueError):
         states.add(row, default)
+
+
+def test_swept_docs_give_the_seq_of_some_rows_before_and_after_joining_their_pages() -> None:
+    """``seq_of`` reads the rows it needs from the sweep's pages (the rank keys of representative linkage, during
+    the pair finding) and gives what the joined array gives afterwards; documents without seq sort last."""
+    from es_integration.groups import SweptDocs
+    from es_integration.mapping import F_SEQ, F_SIG
+    from scrapy_neardup.core.stored import encode_many
+
+    rng = np.random.default_rng(3)
+    docs = SweptDocs(K, KeepRule())
+    row = 0
+    for size in (5, 1, 17, 3, 9):
+        texts = encode_many(rng.integers(0, 1 << 16, size=(size, K), dtype=np.uint16))
+        hits = []
+        for text in texts:
+            fields: dict[str, Any] = {F_SIG: [text]}
+            if row % 4:
+                fields[F_SEQ] = [int(rng.integers(1, 10**18))]
+            hits.append({"_id": f"d{row}", "fields": fields})
+            row += 1
+        docs.add_page(hits)
+    rows = np.sort(rng.choice(docs.size, size=20, replace=False))
+    before = docs.seq_of(rows)
+    assert np.array_equal(before, docs.seq[rows])  # docs.seq joins the pages
+    assert np.array_equal(docs.seq_of(rows), before)
+    assert (before[rows % 4 == 0] == np.iinfo(np.int64).max).all()
+    docs.close()

@@ -677,9 +677,11 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
 
 def check_unchecked_grouped(client: Any, index: str, site: HookSite, outcome: dict[str, Any]) -> dict[str, int]:
     """Every page passed through unchecked is in the index (status ``unchecked``, or the decision its lost answer
-    had written) and nothing is left ``pending``; a groups pass puts each unchecked page in one group with every
-    document of the index it near-duplicates (shares >= t stored positions with), groups never mix site groups,
-    a group holding a checked kept page is represented by one, and ``assign_groups`` leaves no page unchecked.
+    had written) and nothing is left ``pending``; a transitive groups pass puts each unchecked page in one group
+    with every document of the index it near-duplicates (shares >= t stored positions with); the default
+    (representative) pass puts it in a group whose representative it near-duplicates, or makes it one; groups
+    never mix site groups, a group holding a checked kept page is represented by one, and ``assign_groups``
+    leaves no page unchecked.
 
     Returns how many groups were found and how many unchecked pages were grouped."""
     from es_integration.groups import assign_groups, find_groups
@@ -699,18 +701,28 @@ def check_unchecked_grouped(client: Any, index: str, site: HookSite, outcome: di
     def near_duplicates(a: str, b: str) -> bool:
         return a in values and b in values and int((values[a] == values[b]).sum()) >= min_shared
 
+    transitive = find_groups(client, index, sketcher.tag, min_shared, linkage="transitive")
     report = find_groups(client, index, sketcher.tag, min_shared)
-    group_by_id = {member: group for group in report.groups for member in group.members}
-    for group in report.groups:
-        keys = [docs[member]["key"] for member in group.members]
-        assert len({group_of(site, key) for key in keys}) == 1, keys
-        if any(docs[member]["status"] == "kept" for member in group.members):
-            assert docs[group.representative]["status"] == "kept", keys
+    for found_groups in (transitive, report):
+        for group in found_groups.groups:
+            keys = [docs[member]["key"] for member in group.members]
+            assert len({group_of(site, key) for key in keys}) == 1, keys
+            if any(docs[member]["status"] == "kept" for member in group.members):
+                assert docs[group.representative]["status"] == "kept", keys
+    group_by_id = {member: group for group in transitive.groups for member in group.members}
+    leader_of = {member: group.representative for group in report.groups for member in group.members}
+    leaders = {group.representative for group in report.groups}
+    key_of = {doc_id: doc["key"] for doc_id, doc in docs.items()}
     grouped = 0
     for url in outcome["unchecked"]:
         twins = [id_of[key] for key in id_of if key != url and near_duplicates(url, key)]
         found = group_by_id.get(id_of[url])
         assert all(found is not None and twin in found.members for twin in twins), (url, twins, found)
+        leader = leader_of.get(id_of[url], id_of[url])
+        if leader != id_of[url]:
+            assert near_duplicates(url, key_of[leader]), (url, leader)
+        else:
+            assert not any(near_duplicates(url, key_of[other]) for other in leaders - {leader}), url
         grouped += found is not None
     assign_groups(client, index, report)
     after = index_docs(client, index)
