@@ -1,4 +1,4 @@
-"""Crawl overhead of the near-duplicate pipeline (issue 5, target 3: at most 5% more wall time).
+"""Crawl overhead of the near-duplicate pipeline (target: at most 5% more wall time).
 
 Generates a static site (articles, plus near-duplicate copies of some of them, linked from listing pages),
 serves it with nginx on 127.0.0.1 (a fast static server, so the crawler and not the server is the

@@ -1,4 +1,4 @@
-"""Elasticsearch benchmarks (issue 3, item 8).
+"""Elasticsearch benchmarks: indexing with and without the sketch fields, candidate queries, groups.
 
 * bulk indexing rate with and without the sketch fields, and their ratio (target >= 0.7);
 * candidate-query latency p50/p99 of the position and the band query, same sketches, as indexed and merged

@@ -1,4 +1,4 @@
-"""The Elasticsearch crawler backend at crawl speed (issue 13), against the embedded store in the same run.
+"""The Elasticsearch crawler backend at crawl speed, against the embedded store in the same run.
 
 * checks/s: one process deciding batches (``check_and_add_many``, ``--batch`` pages, the size a busy crawl
   hands it) and pages one at a time (the old rate), and 4 processes on one index (targets: >= 400 and >= 600

@@ -168,7 +168,7 @@ class BandFilterStore:
 
         Args:
             replaces: the watermark of the filter this one extends: if the file on disk is no longer that one
-                (another run on this machine saved meanwhile), neither covers both runs' documents, so the file
+                (another run on the same machine saved meanwhile), neither covers both runs' documents, so the file
                 is removed instead and False returned.
         """
         self.directory.mkdir(parents=True, exist_ok=True)
