@@ -26,7 +26,7 @@ import numpy as np
 
 from .index import SketchIndex
 from .sketch import Sketch
-from .stored import StoredSignature, band_bounds, band_sums
+from .stored import StoredSignature, StoredSketch, band_bounds, band_sums
 
 T = TypeVar("T", bound=Hashable)
 
@@ -153,7 +153,7 @@ class GroupBuilder:
             self.links += 1
             return
         self.queried += 1
-        matches = self.index.query_and_add_stored(key, stored, fingerprint)
+        matches = self.index.query_and_add(key, StoredSketch(stored, fingerprint))
         if len(matches) > self.max_links:
             self.truncated += 1
             matches = matches[: self.max_links]
