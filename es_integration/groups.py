@@ -70,8 +70,8 @@ writes the compact fields from the stored positions (no text needed).
 Memory (client): about 40 bytes per document plus the ``_id`` bytes while sweeping, then for pair finding an
 8-byte parent per document and one band's keys and sort order (12 bytes) at a time: under 100 bytes per
 document with 20-character ids, growing linearly; the signatures (2k bytes each) are on disk (measured by
-``benchmarks/bench_es.py``: see the documentation's performance page). Representative linkage adds, after the pair finding and for the
-pages of components of three or more only, ~50 bytes each (their band keys go to a temporary file), and 9 bytes
+``benchmarks/bench_es.py``: see the documentation's performance page). Representative linkage adds, after the
+pair finding and for the pages of components of three or more only, ~50 bytes each (their band keys go to a temporary file), and 9 bytes
 per linked pair it holds, a batch of whole components at a time: groups of near-identical pages cost their
 pages, not their pairs; drifting sequences decided page by page hold ~20 pairs a page
 (``benchmarks/bench_linkage.py``). Its peak is the pair finding's on the benchmark's synthetic signatures.

@@ -44,7 +44,7 @@ import numpy as np
 
 from .index import SketchIndex
 from .sketch import Sketch
-from .stored import StoredSignature, band_bounds, band_sums
+from .stored import StoredSignature, StoredSketch, band_bounds, band_sums
 
 T = TypeVar("T", bound=Hashable)
 
@@ -196,15 +196,16 @@ class GroupBuilder:
                 self._uf.union(twin, key)
             return
         self.queried += 1
+        page = StoredSketch(stored, fingerprint)
         if representative:
-            match = self.index.check_and_add_stored(key, stored, fingerprint)
+            match = self.index.check_and_add(key, page)
             if match is None:
                 self._members[key] = []
             else:
                 self.links += 1
                 self._join(key, match.key)
             return
-        matches = self.index.query_and_add_stored(key, stored, fingerprint)
+        matches = self.index.query_and_add(key, page)
         if len(matches) > self.max_links:
             self.truncated += 1
             matches = matches[: self.max_links]

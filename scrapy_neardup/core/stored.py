@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "VALUE_BITS",
     "StoredSignature",
+    "StoredSketch",
     "band_bounds",
     "band_layout",
     "band_tokens",
@@ -196,6 +197,18 @@ class StoredSignature:
     def band_tokens(self) -> list[str]:
         """The stored layout's band tokens (see the module doc)."""
         return band_tokens(self.values[None, :])[0]
+
+
+@dataclass(frozen=True, eq=False)
+class StoredSketch:
+    """A page as an index keeps it: its stored signature and the fingerprint of its normalized text.
+
+    What a journal or an index reads back instead of a :class:`~scrapy_neardup.core.sketch.Sketch` (whose full
+    signature is not kept); :class:`~scrapy_neardup.core.index.SketchIndex` takes either.
+    """
+
+    signature: StoredSignature
+    fingerprint: int
 
 
 def _padding(num_perm: int) -> int:

@@ -48,7 +48,7 @@ import numpy as np
 from ..core.index import SketchIndex, parameters_differ
 from ..core.sketch import Sketch
 from ..core.storage import write_atomically
-from ..core.stored import StoredSignature, stored_values
+from ..core.stored import StoredSignature, StoredSketch, stored_values
 from ..errors import JournalWriteError, StateError
 from . import records
 
@@ -79,9 +79,8 @@ class Replay:
     legacy: bool = False
 
 
-#: A parsed record: (kind, key, sketch or None for a delete).
-#: ``(kind, key, (stored signature, fingerprint) or None for a delete)``.
-Record = tuple[int, str, tuple[StoredSignature, int] | None]
+#: A parsed record: ``(kind, key, the stored sketch or None for a delete)``.
+Record = tuple[int, str, StoredSketch | None]
 
 
 class Journal:
@@ -142,7 +141,7 @@ class Journal:
                             kind, key, content = record
                             if kind == PUT:
                                 assert content is not None
-                                index.put_stored(key, *content)
+                                index.put(key, content)
                             else:
                                 index.delete(key)
                             replayed += 1
@@ -197,9 +196,9 @@ class Journal:
             assert content is not None
             seq = base + records
             if seq >= snapshot_size:
-                index.add_stored(key, *content)
+                index.add(key, content)
                 replayed += 1
-            elif not any(m.key == key for m in index.query_stored(*content)):
+            elif not any(m.key == key for m in index.query(content)):
                 # Written before the snapshot that should now hold it (a crash between saving the
                 # snapshot and starting a new journal): it must be there, or the snapshot is not
                 # the one this journal continues.
@@ -256,7 +255,7 @@ class Journal:
         signature = np.frombuffer(payload, dtype="<u4", count=self.num_perm, offset=at + _FINGERPRINT.size)
         key = payload[sketch_end:].decode("utf-8", errors="surrogatepass")
         # Only non-empty sketches are kept and journaled; the index compares their stored form.
-        return (PUT, key, (StoredSignature(stored_values(signature), self.tag), fingerprint)), length
+        return (PUT, key, StoredSketch(StoredSignature(stored_values(signature), self.tag), fingerprint)), length
 
     def _damaged(self, offset: int, number: int, what: str) -> StateError:
         return StateError(

@@ -11,6 +11,7 @@ import pytest
 from scrapy_neardup import IncompatibleSketches, Sketch, Sketcher, SketchIndex, StateError
 from scrapy_neardup.core.clustering import GroupBuilder, broder_clusters, leader_clusters
 from scrapy_neardup.core.index import band_bounds
+from scrapy_neardup.core.stored import StoredSignature, StoredSketch
 
 K, T, TAG = 64, 52, "test-tag"
 
@@ -176,6 +177,24 @@ def test_wrong_tag_and_empty_sketches_are_refused() -> None:
         index.add("x", _sketch(np.zeros(K), tag="other"))
     with pytest.raises(ValueError, match="empty"):
         index.add("x", Sketch(np.zeros(K, dtype=np.uint32), 0, TAG, num_shingles=0))
+
+
+def test_a_stored_sketch_is_taken_wherever_a_sketch_is() -> None:
+    """A page read back from a journal or an index (its stored signature and fingerprint) gives the same
+    answers as the sketch it came from, and is checked the same way."""
+    sigs = _planted_workload(400, seed=4)
+    with_sketches, with_stored = SketchIndex(K, T, TAG), SketchIndex(K, T, TAG)
+    for i, sig in enumerate(sigs):
+        sketch = _sketch(sig, i % 50)
+        stored = StoredSketch(StoredSignature.from_sketch(sketch), sketch.fingerprint)
+        assert with_sketches.query(sketch) == with_stored.query(stored)
+        assert with_sketches.check_and_add(str(i), sketch) == with_stored.check_and_add(str(i), stored)
+        assert with_sketches.put(str(i % 7), sketch) == with_stored.put(str(i % 7), stored)
+    assert len(with_sketches) == len(with_stored) and with_stored.put("0", stored) is False  # idempotent
+    with pytest.raises(IncompatibleSketches):
+        with_stored.add("x", StoredSketch(StoredSignature(np.zeros(K), "other"), 0))
+    with pytest.raises(ValueError, match="positions"):
+        with_stored.query(StoredSketch(StoredSignature(np.zeros(K + 1), TAG), 0))
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ def test_find_after_many_keys_and_merges() -> None:
         signature = rng.integers(0, 2**32, size=K, dtype=np.uint64).astype(np.uint32)
         index.add(f"https://x.test/{i}", type(sketch(1))(signature, i, SKETCHER.tag, num_shingles=1))
     assert index.find("https://x.test/7") == 7
-    index._merge_recent_keys()
+    index._page_keys._merge_recent()
     assert index.find("https://x.test/39") == 39 and index.find("https://x.test/40") is None
     index.remove(39)
     assert index.find("https://x.test/39") is None and len(index) == 39

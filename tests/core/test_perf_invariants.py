@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from scrapy_neardup import Sketch, SketchIndex
-from scrapy_neardup.core import index as index_module
+from scrapy_neardup.core import band_runs, page_keys
 from scrapy_neardup.core import minhash as minhash_module
 from scrapy_neardup.core import shingles as shingles_module
 from scrapy_neardup.core.hashing import MASK64, fmix64, fmix64_int
@@ -141,10 +141,10 @@ def _workload(n: int, seed: int, hot_band: bool) -> np.ndarray:
 @pytest.fixture
 def small_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Flush every few pages, a small lookup window, directories that grow with the index."""
-    monkeypatch.setattr(index_module, "_RECENT_MIN_PAGES", 8)
-    monkeypatch.setattr(index_module, "_RECENT_PAGES", 64)
-    monkeypatch.setattr(index_module, "_WINDOW", 3)
-    monkeypatch.setattr(index_module, "_bits_for", lambda entries: max(18, min(28, entries.bit_length() + 3)))
+    monkeypatch.setattr(band_runs, "_RECENT_MIN_PAGES", 8)
+    monkeypatch.setattr(band_runs, "_RECENT_PAGES", 64)
+    monkeypatch.setattr(band_runs, "_WINDOW", 3)
+    monkeypatch.setattr(band_runs, "_bits_for", lambda entries: max(18, min(28, entries.bit_length() + 3)))
 
 
 @pytest.mark.parametrize("hot_band", [False, True])
@@ -157,11 +157,11 @@ def test_index_agrees_with_brute_force_through_merges(small_tiers: None, hot_ban
         match = index.check_and_add(str(i), _sketch(sigs[i], i))
         if match is None:
             kept.append(i)
-        bits_seen.add(index._main_bits)
+        bits_seen.add(index._runs._main_bits)
     assert len(bits_seen) >= 2  # main's directory was recounted with more bits
-    assert index._main and index._used > index._main  # both runs are in use
+    assert index._runs._main and index._runs._used > index._runs._main  # both runs are in use
     if hot_band:
-        assert index._big
+        assert index._runs._big
     # Every kept page is found again, by itself.
     for page in kept[::7]:
         best = index.best_match(_sketch(sigs[page], page))
@@ -190,15 +190,15 @@ def test_add_then_check_and_add_see_recent_pages_at_once() -> None:
 
 
 def test_key_offsets_widen_when_the_keys_outgrow_uint32(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(index_module, "_MAX_OFFSET32", 20)  # stands for 4 GB of keys
+    monkeypatch.setattr(page_keys, "_MAX_OFFSET32", 20)  # stands for 4 GB of keys
     index = SketchIndex(K, T, TAG)
     index.add("x" * 15, _sketch(np.arange(K)))
-    assert index._key_ends.dtype == np.uint32
+    assert index._page_keys._ends.dtype == np.uint32
     index.add("é" * 5, _sketch(np.arange(K) + 1000))
-    assert index._key_ends.dtype == np.int64 and index.key(0) == "x" * 15 and index.key(1) == "é" * 5
+    assert index._page_keys._ends.dtype == np.int64 and index.key(0) == "x" * 15 and index.key(1) == "é" * 5
     index.save(tmp_path / "i.bin")
     loaded = SketchIndex.load(tmp_path / "i.bin", K, T, TAG)
-    assert loaded._key_ends.dtype == np.int64 and loaded.key(1) == "é" * 5
+    assert loaded._page_keys._ends.dtype == np.int64 and loaded.key(1) == "é" * 5
 
 
 def _rewrite(path: Path, drop: tuple[str, ...], header_update: dict[str, object]) -> None:
@@ -235,6 +235,6 @@ def test_load_rebuilds_runs_that_are_missing_or_inconsistent(small_tiers: None, 
     else:
         _rewrite(path, drop=(), header_update={"runs": {"main": 1, "used": 2, "main_bits": 18, "recent_first": 0}})
     loaded = SketchIndex.load(path, K, T, TAG)
-    assert loaded._main == loaded._used == len(loaded) * loaded._bands  # rebuilt: everything in main
+    assert loaded._runs._main == loaded._runs._used == len(loaded) * loaded._runs.bands  # rebuilt: everything in main
     for q in range(2_500, 2_800):
         assert loaded.query(_sketch(sigs[q], q)) == index.query(_sketch(sigs[q], q))
