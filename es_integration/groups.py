@@ -67,14 +67,13 @@ the older fields to come from an assigned run of the same linkage (recorded with
 Indices written before ``neardup.sig`` existed are refused with an error naming ``neardup es backfill``, which
 writes the compact fields from the stored positions (no text needed).
 
-Memory (client): about 40 bytes per document plus the ``_id`` bytes while sweeping, then for pair finding an
-8-byte parent per document and one band's keys and sort order (12 bytes) at a time: under 100 bytes per
-document with 20-character ids, growing linearly; the signatures (2k bytes each) are on disk (measured by
-``benchmarks/bench_es.py``: see the documentation's performance page). Representative linkage adds, after the
-pair finding and for the pages of components of three or more only, ~50 bytes each (their band keys go to a temporary file), and 9 bytes
-per linked pair it holds, a batch of whole components at a time: groups of near-identical pages cost their
-pages, not their pairs; drifting sequences decided page by page hold ~20 pairs a page
-(``benchmarks/bench_linkage.py``). Its peak is the pair finding's on the benchmark's synthetic signatures.
+Memory (client): per document its ``_id`` bytes and about 25 bytes while sweeping (offsets, ``seq``, one state
+byte), then for pair finding an 8-byte parent and one band's keys and sort order (12 bytes) at a time; the
+signatures (256 bytes each) are on disk. Representative linkage adds, after the pair finding and for the pages of
+components of three or more only, ~50 bytes each (their band keys go to a temporary file) and 9 bytes per linked
+pair it holds, a batch of whole components at a time: groups of near-identical pages cost their pages, not their
+pairs; drifting sequences decided page by page hold ~20 pairs a page (``benchmarks/bench_linkage.py``). Measured
+end to end, fixed overheads included: about 200 bytes a document at 1M documents (``benchmarks/bench_es.py``).
 """
 
 from __future__ import annotations
