@@ -19,13 +19,17 @@ from scrapy_neardup.core.stored import decode_many, encode_many  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--docs", type=int, default=50_000)
-es = Elasticsearch(os.environ["ES_URL"], request_timeout=300)
+parser.add_argument("--url", default=os.environ.get("ES_URL"), help="the node (default: $ES_URL)")
+args = parser.parse_args()
+if not args.url:
+    parser.error("give the node's URL with --url or ES_URL")
+es = Elasticsearch(args.url, request_timeout=300)
 index = "bench-sig-field"
 es.options(ignore_status=404).indices.delete(index=index)
 es.indices.create(index=index, settings={"number_of_shards": 1, "number_of_replicas": 0},
                   mappings={"properties": {"dv": {"type": "binary", "doc_values": True},
                                            "st": {"type": "binary", "store": True}}})
-n = parser.parse_args().docs
+n = args.docs
 values = np.random.default_rng(1).integers(0, 1 << 16, size=(n, 128), dtype=np.uint16)
 texts = encode_many(values)
 docs = ({"_index": index, "_id": f"d{i}", "_source": {"dv": t, "st": t}} for i, t in enumerate(texts))

@@ -77,7 +77,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scrapy_neardup import Sketcher  # noqa: E402
-from scrapy_neardup.core.text import clean_text, html_to_text, looks_like_html  # noqa: E402
+from scrapy_neardup.core.html import html_to_text, looks_like_html  # noqa: E402
+from scrapy_neardup.core.text import clean_text  # noqa: E402
 
 DEFAULT_CORPUS = Path("/usr/share/doc/python3.11-doc/html")
 RESULTS = ROOT / "benchmarks" / "results"
