@@ -154,7 +154,7 @@ from scrapy_neardup.errors import NearDupError
 from scrapy_neardup.store.backend import Backend, BackendError, Decision
 
 from .candidates import band_query, candidate_query
-from .client import ConnectionSettings, EsError, connect_async, describe_error
+from .client import ConnectionSettings, EsError, connect_async, describe_error, transport_logs_at_debug
 from .mapping import (
     DUPLICATE,
     F_BANDS,
@@ -457,11 +457,14 @@ class ElasticsearchBackend(Backend):
         """
         self._lock = asyncio.Lock()
         try:
-            self._client = await self._call(
-                "opening the index",
-                functools.partial(connect_async, self.settings, max_retries=0, retry_on_timeout=False),
-            )
-            await self._call("opening the index", self._ensure_index)
+            # Each failed attempt is retried by _call and a final failure is one EsError: the transport's
+            # per-attempt warnings would only bury that line (they are still there at DEBUG).
+            with transport_logs_at_debug():
+                self._client = await self._call(
+                    "opening the index",
+                    functools.partial(connect_async, self.settings, max_retries=0, retry_on_timeout=False),
+                )
+                await self._call("opening the index", self._ensure_index)
         except TagMismatch:
             await self.close()
             raise
