@@ -245,7 +245,8 @@ def _job_client(args: argparse.Namespace) -> Any:
         args.es_url, api_key=args.api_key, username=args.username, password=args.password,
         ca_certs=args.ca_certs, request_timeout=args.timeout,
     )
-    return settings, make_client(settings, max_retries=3, retry_on_timeout=True)
+    hint = "check --es-url and that the node is up"
+    return settings, make_client(settings, unreachable_hint=hint, max_retries=3, retry_on_timeout=True)
 
 
 def _progress(args: argparse.Namespace, desc: str, total: int | None = None) -> Any:
@@ -255,12 +256,21 @@ def _progress(args: argparse.Namespace, desc: str, total: int | None = None) -> 
 
 
 def _run_job(name: str, job: Any, args: argparse.Namespace) -> int:
-    """Run ``job(args, client)`` with the client built from ``args``; print errors as one line."""
+    """Run ``job(args, client)`` with the client built from ``args``; print errors as one line (the transport's
+    per-attempt warnings and their tracebacks only with ``neardup -v``)."""
+    from es_integration.client import transport_logs_at_debug
+
+    with transport_logs_at_debug():
+        return _run_job_reporting(name, job, args)
+
+
+def _run_job_reporting(name: str, job: Any, args: argparse.Namespace) -> int:
     from es_integration.client import EsError, translate_errors
     from es_integration.names import InvalidNameError
     from scrapy_neardup.cli.jsonl import InputError
 
     try:
+        _job_params(args)  # wrong sketch options are said before any connection is tried
         settings, client = _job_client(args)
         try:
             with translate_errors(settings.url):

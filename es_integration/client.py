@@ -11,6 +11,11 @@ from ``POST /_security/api_key``, or ``"id:api_key"``); TLS is verified against 
 system/certifi store. A URL may carry ``user:password@``; it is moved into basic auth so that the URL that
 appears in messages never holds a secret.
 
+Transport logs: elasticsearch-py's transport logs each failed attempt at WARNING, with a traceback ("Node ... has
+failed for 1 times in a row", "Retrying request after failure"), although the caller's retries and its one-line
+error say all of it. :func:`transport_logs_at_debug` turns those records into DEBUG ones while a command runs (and
+while the crawler backend connects): ``neardup -v`` and a crawl at ``LOG_LEVEL = "DEBUG"`` still show them.
+
 Secrets never reach logs or exception messages: :class:`ConnectionSettings` hides them in ``repr``, the transport
 logs headers with ``Authorization`` masked, and :func:`describe_error` builds messages from the status, the
 error type and reason, and the sanitized URL only.
@@ -39,10 +44,42 @@ __all__ = [
     "make_async_client",
     "client_major",
     "make_client",
+    "transport_logs_at_debug",
     "translate_errors",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+#: The loggers of both engines' transports (elastic_transport's are not children of one that logs itself).
+TRANSPORT_LOGGERS = ("elastic_transport.node", "elastic_transport.node_pool", "elastic_transport.transport",
+                     "opensearch")
+
+
+class _AtDebug(logging.Filter):
+    """Logs records below ERROR at DEBUG; drops them unless the root logger lets DEBUG through (``neardup -v``;
+    Scrapy leaves the root logger at NOTSET and filters in its handler, at ``LOG_LEVEL``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().getEffectiveLevel() <= logging.DEBUG
+
+
+@contextlib.contextmanager
+def transport_logs_at_debug() -> Iterator[None]:
+    """Within the block, the transports' per-attempt WARNING and INFO records are DEBUG ones (see the module
+    doc); the error the caller raises in the end is the one line to show."""
+    quiet = _AtDebug()
+    loggers = [logging.getLogger(name) for name in TRANSPORT_LOGGERS]
+    for log in loggers:
+        log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for log in loggers:
+            log.removeFilter(quiet)
 
 
 def client_major() -> int:
@@ -58,10 +95,11 @@ def client_major() -> int:
     return int(__versionstr__.split(".")[0])
 
 
-def make_client(settings: ConnectionSettings, **overrides: Any) -> Elasticsearch:
+def make_client(settings: ConnectionSettings, *, unreachable_hint: str = "", **overrides: Any) -> Elasticsearch:
     """A synchronous client for the engine at ``settings.url`` (``overrides``: e.g. ``max_retries``,
     ``retry_on_timeout``): elasticsearch-py for Elasticsearch, opensearch-py behind the same API for OpenSearch
-    (see :mod:`es_integration.engine`; one ``GET /`` tells them apart).
+    (see :mod:`es_integration.engine`; one ``GET /`` tells them apart). ``unreachable_hint`` ends the message
+    when no node answers (what to check: ``"check --es-url and that the node is up"``).
 
     Raises:
         EsError: the server cannot be reached, or it is OpenSearch and opensearch-py is not installed.
@@ -70,7 +108,7 @@ def make_client(settings: ConnectionSettings, **overrides: Any) -> Elasticsearch
 
     logger.debug("connecting to %s", settings.url)
     client = Elasticsearch(settings.urls, **settings.client_options(**overrides))
-    with translate_errors(settings.url):
+    with translate_errors(settings.url, unreachable_hint=unreachable_hint):
         response = client.transport.perform_request(
             "GET", "/", headers=_probe_headers(settings), **_probe_retries(overrides)
         )
@@ -147,8 +185,9 @@ def _for_engine(
         raise EsError(missing_opensearch_py(safe_url(settings.url))) from None
 
 
-def describe_error(exc: BaseException, url: str) -> str:
-    """One line saying what went wrong with a request to ``url`` and what to check; never holds secrets."""
+def describe_error(exc: BaseException, url: str, unreachable_hint: str = "") -> str:
+    """One line saying what went wrong with a request to ``url`` and what to check; never holds secrets.
+    ``unreachable_hint`` is added when no node answered (connection refused, timeout)."""
     from elastic_transport import ConnectionError as TransportConnectionError
     from elastic_transport import ConnectionTimeout, TlsError
     from elasticsearch import ApiError, AuthenticationException, AuthorizationException
@@ -170,18 +209,20 @@ def describe_error(exc: BaseException, url: str) -> str:
             f"TLS connection to {where} failed ({_short(exc)}); give the CA certificate that signed the cluster's "
             "certificate with --ca-certs"
         )
+    hint = f"; {unreachable_hint}" if unreachable_hint else ""
     if isinstance(exc, ConnectionTimeout):
-        return f"request to {where} timed out ({_short(exc)})"
+        return f"request to {where} timed out ({_short(exc)}){hint}"
     if isinstance(exc, TransportConnectionError):
-        return f"cannot connect to Elasticsearch at {where} ({_short(exc)})"
+        return f"cannot connect to Elasticsearch at {where} ({_short(exc)}){hint}"
     return f"request to {where} failed: {type(exc).__name__}: {_short(exc)}"
 
 
 @contextlib.contextmanager
-def translate_errors(url: str, what: str = "") -> Iterator[None]:
+def translate_errors(url: str, what: str = "", *, unreachable_hint: str = "") -> Iterator[None]:
     """Re-raise client and transport errors as :class:`EsError` with :func:`describe_error`'s message.
 
-    Works around ``await`` calls too. ``what`` prefixes the message (e.g. ``"creating index pages"``).
+    Works around ``await`` calls too. ``what`` prefixes the message (e.g. ``"creating index pages"``);
+    ``unreachable_hint``: see :func:`describe_error`.
     """
     from elastic_transport import TransportError
     from elasticsearch import ApiError
@@ -189,7 +230,7 @@ def translate_errors(url: str, what: str = "") -> Iterator[None]:
     try:
         yield
     except (ApiError, TransportError) as exc:
-        message = describe_error(exc, url)
+        message = describe_error(exc, url, unreachable_hint)
         raise EsError(f"{what}: {message}" if what else message) from None
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from scrapy_neardup.errors import EsError, InvalidNameError
 from scrapy_neardup.store.config import (
     NearDupSettingsError,
     SettingsLike,
@@ -28,6 +29,9 @@ from scrapy_neardup.store.config import (
     read_str,
     settings_error,
 )
+
+from .connection import ConnectionSettings, safe_url
+from .names import validate_index_name
 
 __all__ = ["ElasticsearchSettings"]
 
@@ -68,7 +72,8 @@ class ElasticsearchSettings:
             )
         # Several nodes of one cluster: comma-separated URLs; a request that fails on one node is retried on another.
         if not all(part.strip().lower().startswith(("http://", "https://")) for part in url.split(",")):
-            raise settings_error("NEARDUP_ES_URL", url, "an http:// or https:// URL, or several separated by commas")
+            raise settings_error("NEARDUP_ES_URL", safe_url(url),
+                                 "an http:// or https:// URL, or several separated by commas")
         index = read_str(settings, "NEARDUP_ES_INDEX")
         if index is None:
             raise NearDupSettingsError(
@@ -77,6 +82,10 @@ class ElasticsearchSettings:
             )
         if index != index.lower():
             raise settings_error("NEARDUP_ES_INDEX", index, "a lowercase Elasticsearch index name")
+        try:
+            validate_index_name(index)
+        except InvalidNameError as exc:
+            raise NearDupSettingsError(f"NEARDUP_ES_INDEX={index!r} is not valid: {exc}") from None
         username = read_str(settings, "NEARDUP_ES_USERNAME")
         password = read_str(settings, "NEARDUP_ES_PASSWORD")
         if (username is None) != (password is None):
@@ -90,10 +99,23 @@ class ElasticsearchSettings:
         timeout = read_float(settings, "NEARDUP_ES_TIMEOUT")
         if timeout is not None and timeout <= 0:
             raise settings_error("NEARDUP_ES_TIMEOUT", settings.get("NEARDUP_ES_TIMEOUT"), "seconds > 0")
+        api_key = read_str(settings, "NEARDUP_ES_API_KEY")
+        if api_key is not None and username is not None:
+            raise NearDupSettingsError(
+                "NEARDUP_ES_API_KEY and NEARDUP_ES_USERNAME/NEARDUP_ES_PASSWORD exclude each other: give one of them"
+            )
+        if ca_certs is not None and not all(part.strip().lower().startswith("https://") for part in url.split(",")):
+            raise settings_error("NEARDUP_ES_CA_CERTS", ca_certs, "no CA certificate with an http:// NEARDUP_ES_URL")
+        # What the client checks of the URL (one scheme and one user:password@ for all nodes, a valid port): here,
+        # so that the message names the setting.
+        try:
+            ConnectionSettings.create(url, api_key=api_key, username=username, password=password)
+        except EsError as exc:
+            raise NearDupSettingsError(f"NEARDUP_ES_URL={safe_url(url)!r} is not valid: {exc}") from None
         return cls(
             url=url,
             index=index,
-            api_key=read_str(settings, "NEARDUP_ES_API_KEY"),
+            api_key=api_key,
             username=username,
             password=password,
             ca_certs=ca_certs,

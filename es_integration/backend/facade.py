@@ -23,7 +23,7 @@ from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 from scrapy_neardup.core.stored import band_layout
 from scrapy_neardup.store.backend import Backend, BackendError, Decision
 
-from ..client import ConnectionSettings, EsError, connect_async
+from ..client import ConnectionSettings, EsError, connect_async, transport_logs_at_debug
 from ..mapping import (
     F_POSITIONS,
     F_SIG,
@@ -193,11 +193,14 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         """
         self._lock = asyncio.Lock()
         try:
-            self._client = await self._call(
-                "opening the index",
-                functools.partial(connect_async, self.settings, max_retries=0, retry_on_timeout=False),
-            )
-            await self._call("opening the index", self._ensure_index)
+            # Each failed attempt is retried by _call and a final failure is one EsError: the transport's
+            # per-attempt warnings would only bury that line (they are still there at DEBUG).
+            with transport_logs_at_debug():
+                self._client = await self._call(
+                    "opening the index",
+                    functools.partial(connect_async, self.settings, max_retries=0, retry_on_timeout=False),
+                )
+                await self._call("opening the index", self._ensure_index)
         except TagMismatch:
             await self.close()
             raise

@@ -33,7 +33,7 @@ from scrapy.exceptions import NotConfigured
 from ..core.mirrors import DEFAULT_MIN_PAGES, DEFAULT_SHARE, DEFAULT_SYNC_INTERVAL
 from ..store.config import SettingsLike, read_bool, read_float, read_int, settings_error
 from .settings import NearDupSettings
-from .startup import reporting_settings_errors
+from .startup import component_startup
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -77,14 +77,15 @@ class HostSettings:
 
 
 def enabled_feature(crawler: Crawler, setting: str) -> tuple[NearDupSettings, HostSettings]:
-    """The settings of a host middleware's ``from_crawler``, read under the start-up reporter; ``NotConfigured``
+    """The settings of a host middleware's ``from_crawler``, read under the start-up reporter
+    (:func:`~scrapy_neardup.crawl.startup.component_startup`); ``NotConfigured``
     when the plugin (``NEARDUP_ENABLED``) or the feature (``setting``: ``NEARDUP_SOFT404_ENABLED``,
     ``NEARDUP_MIRRORS_ENABLED``) is switched off."""
-    with reporting_settings_errors(crawler.settings):
+    with component_startup(crawler):
         config = NearDupSettings.from_settings(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured("NEARDUP_ENABLED is False")
         hosts = HostSettings.from_settings(crawler.settings)
-    if not config.enabled:
-        raise NotConfigured("NEARDUP_ENABLED is False")
     if not {"NEARDUP_SOFT404_ENABLED": hosts.soft404, "NEARDUP_MIRRORS_ENABLED": hosts.mirrors}[setting]:
         raise NotConfigured(f"{setting} is False")
     return config, hosts

@@ -40,6 +40,7 @@ from ..store.embedded import EmbeddedBackend, state_settings
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature
 from .settings import NearDupSettings
+from .startup import component_startup
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -61,6 +62,9 @@ class MirrorHostsMiddleware:
         # The table is saved with the embedded store's state (one directory, one reset switch).
         state_dir, self.reset = state_settings(crawler.settings)
         self.state_dir = state_dir if issubclass(config.backend_class, EmbeddedBackend) else None
+        # Loaded now, not when the spider opens: a damaged file stops the crawl at start (StateError, one line)
+        # and is left untouched, instead of being replaced by this crawl's table.
+        self._saved = self.table.load(self.state_dir) if self.state_dir is not None and not self.reset else []
         #: the fleet's shared counts (None: this process counts alone)
         self.store = None if issubclass(config.backend_class, EmbeddedBackend) else _host_store(crawler, config)
         self.sync_interval = hosts.mirror_sync_interval
@@ -76,7 +80,9 @@ class MirrorHostsMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MirrorHostsMiddleware:
         config, hosts = enabled_feature(crawler, "NEARDUP_MIRRORS_ENABLED")
-        middleware = cls(crawler, config, hosts)
+        # Reads the state settings and builds the backend's host store: a wrong setting is met here first.
+        with component_startup(crawler):
+            middleware = cls(crawler, config, hosts)
         crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         return middleware
@@ -84,16 +90,13 @@ class MirrorHostsMiddleware:
     def spider_opened(self, spider: Any = None) -> None:
         self._spider_open = True
         self._sync_soon()  # learn what the fleet (or earlier crawls on the index) knows
-        if self.state_dir is None:
-            return
-        if self.reset:
+        if self.state_dir is not None and self.reset:
             discard(self.state_dir)
-            return
-        for decision in self.table.load(self.state_dir):
+        for decision in self._saved:
             self._decided(decision, " (saved state)")
 
     async def spider_closed(self, spider: Any = None) -> None:
-        if self.state_dir is not None:
+        if self.state_dir is not None and self._spider_open:  # not when the crawl failed to start
             self.table.save(self.state_dir)
         if self.store is not None and self._spider_open:  # not when the crawl failed to start (backend down)
             await self._close_store()

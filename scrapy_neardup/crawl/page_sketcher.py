@@ -35,7 +35,7 @@ class PageSketcher:
 
     Args:
         sketcher: the crawl's sketcher (``NEARDUP_*`` sketch parameters).
-        sketch_process: whether to sketch in a child process (``NEARDUP_SKETCH_PROCESS``).
+        sketch_process: whether to sketch in a child process (``NEARDUP_WORKER``).
         template_sample: pages a host's template is learned from (``NEARDUP_TEMPLATE_SAMPLE``).
         crawler: the running crawl (``None`` outside one: pages never wait, no worker is started).
         count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.

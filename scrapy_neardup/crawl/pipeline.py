@@ -51,7 +51,7 @@ from .hooks import CrawlHooks, crawl_hooks
 from .page_sketcher import PageSketcher
 from .settings import NearDupSettings, NearDupSettingsError
 from .soft404 import Soft404Dropped
-from .startup import report_startup_failure, reporting_settings_errors
+from .startup import component_startup, report_startup_failure
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -138,7 +138,7 @@ class NearDuplicatePipeline:
                 first request and logs the message (which names the setting and its value).
         """
         log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
-        with reporting_settings_errors(crawler.settings):
+        with component_startup(crawler):
             config = NearDupSettings.from_settings(crawler.settings)
             if not config.enabled:
                 raise NotConfigured("NEARDUP_ENABLED is False")

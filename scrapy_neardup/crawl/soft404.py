@@ -55,6 +55,7 @@ from ..errors import NearDupError
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature
 from .settings import NearDupSettings
+from .startup import component_startup
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -128,7 +129,8 @@ class Soft404Middleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Soft404Middleware:
         config, hosts = enabled_feature(crawler, "NEARDUP_SOFT404_ENABLED")
-        return cls(crawler, config, hosts)
+        with component_startup(crawler):
+            return cls(crawler, config, hosts)
 
     # -- requests: start the probes --------------------------------------------------------------------------
 

@@ -11,7 +11,13 @@ never log it. And when the failure happens while the spider opens, Scrapy closes
 :func:`report_startup_failure`, called just before the component raises, therefore logs the one line itself
 (``CRITICAL: StateError: <file> is damaged ...``), and installs (once) a logging filter that turns the later
 reports of *that* exception, and of the signal handlers that fail as a consequence, into DEBUG records: only a
-crawl run at ``LOG_LEVEL = "DEBUG"`` shows their tracebacks.
+crawl run at ``LOG_LEVEL = "DEBUG"`` shows their tracebacks. Every component of the plugin (the pipeline, the
+mirror-host and soft-404 middlewares) runs its ``from_crawler`` inside :func:`component_startup`, which does
+this for whatever it raises, since whichever Scrapy builds first (middlewares before pipelines) meets a wrong
+setting first.
+
+:func:`component_startup` also warns, once per crawl, about each ``NEARDUP_*`` setting that nothing reads
+(``NEARDUP_TRESHOLD``), naming the closest known one: a typo would otherwise be ignored silently.
 """
 
 from __future__ import annotations
@@ -19,9 +25,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from weakref import WeakSet
 
-from ..store.config import NearDupSettingsError
+from scrapy.exceptions import NotConfigured
+
+from ..store.config import NearDupSettingsError, unknown_settings
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 
@@ -80,13 +92,31 @@ def report_startup_failure(exc: BaseException, *, log_level: str | int = "DEBUG"
     logger.critical("%s", one_line(exc))
 
 
+#: The crawlers whose settings were checked for unknown names (once per crawl, whichever component comes first).
+_checked: WeakSet[Any] = WeakSet()
+
+
+def warn_unknown_settings(crawler: Crawler) -> None:
+    """One WARNING per ``NEARDUP_*`` setting of the crawl that is not a known one, naming the closest known
+    name; only the first call for a crawler warns."""
+    if crawler in _checked:
+        return
+    _checked.add(crawler)
+    for name, closest in unknown_settings(crawler.settings):
+        hint = f"did you mean {closest}?" if closest else "no known NEARDUP_* setting is close"
+        logger.warning("unknown setting %s is ignored; %s", name, hint)
+
+
 @contextlib.contextmanager
-def reporting_settings_errors(settings: Any) -> Iterator[None]:
-    """Around a component's ``from_crawler``: a :class:`NearDupSettingsError` raised inside is reported as one
-    line (:func:`report_startup_failure`) and re-raised. Every component of the plugin reads its settings
-    inside one, since whichever Scrapy builds first (middlewares before pipelines) meets a wrong one first."""
+def component_startup(crawler: Crawler) -> Iterator[None]:
+    """Around a component's ``from_crawler``: warns about unknown ``NEARDUP_*`` settings (once per crawl), and
+    reports an exception raised inside (a wrong setting, a backend that cannot be built) as one line
+    (:func:`report_startup_failure`) before re-raising it. ``NotConfigured`` (a component switched off) passes."""
+    warn_unknown_settings(crawler)
     try:
         yield
-    except NearDupSettingsError as exc:
-        report_startup_failure(exc, log_level=settings.get("LOG_LEVEL", "DEBUG"))
+    except NotConfigured:
+        raise
+    except Exception as exc:
+        report_startup_failure(exc, log_level=crawler.settings.get("LOG_LEVEL", "DEBUG"))
         raise

@@ -8,9 +8,10 @@ value raises :class:`NearDupSettingsError`, whose message names the setting and 
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +29,26 @@ class SettingsLike(Protocol):
 
 #: The setting behind each sketch parameter (see :class:`~scrapy_neardup.core.params.SketchParams`).
 PARAM_SETTINGS: Mapping[str, str] = {name: f"NEARDUP_{name.upper()}" for name in FIELDS}
+
+#: Every ``NEARDUP_*`` setting any part of the project reads: the one list of known names, against which a crawl's
+#: settings are checked for typos (:func:`unknown_settings`). The meanings are documented where each is read:
+#: :mod:`scrapy_neardup.crawl.settings`, :mod:`scrapy_neardup.crawl.host_settings`, :mod:`es_integration.settings`.
+KNOWN_SETTINGS: frozenset[str] = frozenset({
+    # the pipeline (scrapy_neardup.crawl.settings) and the sketch parameters (PARAM_SETTINGS)
+    "NEARDUP_ENABLED", "NEARDUP_TEXT_FIELD", "NEARDUP_URL_FIELD", "NEARDUP_ACTION", "NEARDUP_MARK_FIELD",
+    "NEARDUP_REVISIT", "NEARDUP_BACKEND", "NEARDUP_DEBUG", "NEARDUP_WORKER", "NEARDUP_TEMPLATE_SAMPLE",
+    *PARAM_SETTINGS.values(),
+    # the embedded store (scrapy_neardup.store.embedded)
+    "NEARDUP_STATE_DIR", "NEARDUP_RESET",
+    # soft-404 probing and mirror hosts (scrapy_neardup.crawl.host_settings)
+    "NEARDUP_SOFT404_ENABLED", "NEARDUP_SOFT404_PROBES_PER_HOST", "NEARDUP_SOFT404_TIMEOUT",
+    "NEARDUP_MIRRORS_ENABLED", "NEARDUP_MIRROR_MIN_PAGES", "NEARDUP_MIRROR_SHARE", "NEARDUP_MIRROR_SYNC_INTERVAL",
+    # the Elasticsearch backend (es_integration.settings)
+    "NEARDUP_ES_URL", "NEARDUP_ES_INDEX", "NEARDUP_ES_API_KEY", "NEARDUP_ES_USERNAME", "NEARDUP_ES_PASSWORD",
+    "NEARDUP_ES_CA_CERTS", "NEARDUP_ES_TIMEOUT", "NEARDUP_ES_BATCH_SIZE",
+})
+
+_PREFIX = len("NEARDUP_")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
@@ -142,6 +163,19 @@ def read_sketch_params(settings: SettingsLike) -> SketchParams:
         raise NearDupSettingsError(exc.render(names, value=settings.get(names[exc.field]))) from None
 
 
+def unknown_settings(names: Iterable[str]) -> list[tuple[str, str | None]]:
+    """``(name, closest known name or None)`` for each of ``names`` that looks like one of ours (``NEARDUP_``,
+    in any case) but is not in :data:`KNOWN_SETTINGS`; a typo would otherwise be ignored silently."""
+    found = []
+    for name in sorted(set(names)):
+        if not isinstance(name, str) or not name.upper().startswith("NEARDUP_") or name in KNOWN_SETTINGS:
+            continue
+        # Compared without the prefix they all share, which would make any two names look alike.
+        close = difflib.get_close_matches(name.upper()[_PREFIX:], [k[_PREFIX:] for k in sorted(KNOWN_SETTINGS)], n=1)
+        found.append((name, "NEARDUP_" + close[0] if close else None))
+    return found
+
+
 def job_state_dir(settings: SettingsLike, subdir: str) -> str | None:
     """``<JOBDIR>/<subdir>`` when ``JOBDIR`` is set (creating ``JOBDIR`` as Scrapy's own components do)."""
     jobdir = read_str(settings, "JOBDIR")
@@ -152,6 +186,7 @@ def job_state_dir(settings: SettingsLike, subdir: str) -> str | None:
 
 
 __all__ = [
+    "KNOWN_SETTINGS",
     "PARAM_SETTINGS",
     "NearDupSettingsError",
     "SettingsLike",
@@ -164,4 +199,5 @@ __all__ = [
     "read_sketch_params",
     "read_str",
     "settings_error",
+    "unknown_settings",
 ]

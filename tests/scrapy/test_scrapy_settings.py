@@ -15,6 +15,7 @@ from scrapy_neardup import NearDuplicatePipeline
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.theory import min_shared_for
 from scrapy_neardup.crawl.settings import NearDupSettings, NearDupSettingsError
+from scrapy_neardup.store.config import KNOWN_SETTINGS, unknown_settings
 from scrapy_neardup.store.embedded import EmbeddedBackend
 
 
@@ -145,6 +146,16 @@ BAD_SETTINGS = [
       "NEARDUP_ES_CA_CERTS": "/nonexistent/ca.pem"}, ["NEARDUP_ES_CA_CERTS", "/nonexistent/ca.pem"]),
     ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "p",
       "NEARDUP_ES_TIMEOUT": 0}, ["NEARDUP_ES_TIMEOUT", "0"]),
+    # What the client refuses is refused here, naming the setting (not an EsError from inside the crawler).
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200,https://h2:9200", "NEARDUP_ES_INDEX": "p"},
+     ["NEARDUP_ES_URL", "one scheme"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:99999", "NEARDUP_ES_INDEX": "p"},
+     ["NEARDUP_ES_URL"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "my pages"},
+     ["NEARDUP_ES_INDEX", "'my pages'"]),
+    ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://h:9200", "NEARDUP_ES_INDEX": "p",
+      "NEARDUP_ES_API_KEY": "a2V5", "NEARDUP_ES_USERNAME": "u", "NEARDUP_ES_PASSWORD": "p"},
+     ["NEARDUP_ES_API_KEY", "NEARDUP_ES_USERNAME"]),
 ]
 
 
@@ -156,6 +167,57 @@ def test_wrong_setting_is_named_in_the_error(values: dict[str, Any], expected: l
     for fragment in expected:
         assert fragment in message, f"{fragment!r} missing from {message!r}"
     assert isinstance(info.value, ValueError)
+
+
+def test_wrong_elasticsearch_settings_never_show_a_password(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    for url, extra in [("ftp://u:s3cret@h:9200", {}), ("http://u:s3cret@h:9200,https://h2:9200", {}),
+                       ("http://u:s3cret@h:9200", {"NEARDUP_ES_CA_CERTS": str(ca)})]:
+        with pytest.raises(NearDupSettingsError) as info:
+            build(NEARDUP_BACKEND="elasticsearch", NEARDUP_ES_URL=url, NEARDUP_ES_INDEX="p", **extra)
+        assert "s3cret" not in str(info.value) and "NEARDUP_ES_" in str(info.value)
+
+
+def test_unknown_settings_are_named_with_the_closest_known_one() -> None:
+    names = ["NEARDUP_TRESHOLD", "NEARDUP_THRESHOLD", "neardup_num_perm", "NEARDUP_ES_INDX", "NEARDUP_MIRROR_ENABLED",
+             "NEARDUP_XYZZY", "LOG_LEVEL", "ITEM_PIPELINES"]
+    assert unknown_settings(names) == [
+        ("NEARDUP_ES_INDX", "NEARDUP_ES_INDEX"),
+        ("NEARDUP_MIRROR_ENABLED", "NEARDUP_MIRRORS_ENABLED"),
+        ("NEARDUP_TRESHOLD", "NEARDUP_THRESHOLD"),
+        ("NEARDUP_XYZZY", None),
+        ("neardup_num_perm", "NEARDUP_NUM_PERM"),  # Scrapy's settings are case-sensitive: ignored too
+    ]
+
+
+#: Where the NEARDUP_* settings are documented, each module with a table of the ones it reads.
+SETTINGS_DOCS = ["scrapy_neardup/crawl/settings.py", "scrapy_neardup/crawl/host_settings.py",
+                 "scrapy_neardup/store/embedded.py", "es_integration/settings.py"]
+
+
+def test_the_known_settings_are_the_documented_ones() -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    documented = {name for path in SETTINGS_DOCS
+                  for name in re.findall(r"\bNEARDUP_[A-Z0-9_]*[A-Z0-9]\b", (root / path).read_text())}
+    documented.discard("NEARDUP_ES")  # "NEARDUP_ES_*" in a summary line
+    assert documented == KNOWN_SETTINGS
+
+
+def test_unknown_settings_warn_once_per_crawl(caplog: pytest.LogCaptureFixture) -> None:
+    from scrapy_neardup.crawl.mirrors import MirrorHostsMiddleware
+    from scrapy_neardup.crawl.soft404 import Soft404Middleware
+
+    crawler = get_crawler(settings_dict={"NEARDUP_TRESHOLD": 0.8, "NEARDUP_SEEED": 3})
+    with caplog.at_level("WARNING", logger="scrapy_neardup"):
+        for component in (MirrorHostsMiddleware, Soft404Middleware, NearDuplicatePipeline):
+            component.from_crawler(crawler)
+    assert [r.getMessage() for r in caplog.records if r.name == "scrapy_neardup.crawl.startup"] == [
+        "unknown setting NEARDUP_SEEED is ignored; did you mean NEARDUP_SEED?",
+        "unknown setting NEARDUP_TRESHOLD is ignored; did you mean NEARDUP_THRESHOLD?",
+    ]
 
 
 def test_backend_is_a_dotted_path_or_an_alias() -> None:
