@@ -114,6 +114,8 @@ another crawler is deciding right now is left to it. A batch whose requests fail
 unchecked, including when a bulk request was applied in part (its landed pending writes are ours, overwritten
 later; its landed decisions are final): nothing is lost. ``close_stats`` then holds ``unchecked_indexed`` and
 ``unchecked_unindexed`` (plus ``unchecked_overflow``), and a warning gives the count that could not be written.
+A remembered page that a later call decides (the pipeline tries it again under
+``NEARDUP_ON_BACKEND_DOWN = "pause"``) is forgotten: it is no longer unchecked.
 
 ``unchecked`` documents are never candidates of a check (only ``kept`` and ``pending`` are): a later drop always
 names a page that was checked and kept, never one whose own status is unknown (it may itself duplicate a kept
@@ -583,6 +585,11 @@ class ElasticsearchBackend(Backend):
                     raise
                 # An answer of an unexpected shape: no decision either, which the pipeline must be told of.
                 raise EsError(f"checking {len(pages)} page(s) in {self.index}: {type(exc).__name__}: {exc}") from exc
+            if self._unchecked:
+                # A page remembered after a failed check and now decided (the pipeline tries it again while
+                # NEARDUP_ON_BACKEND_DOWN='pause') is no longer unchecked: its decision is in the index.
+                for key, _ in pages:
+                    self._unchecked.pop(doc_id_of(key), None)
             if self._unchecked and time.monotonic() >= self._unchecked_retry_at:
                 # The node answers again: write a batch of the pages it could not check before.
                 await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)
