@@ -133,6 +133,8 @@ class BackendOutage:
         if self.policy == "stop" or self.stopping:
             self._stop("NEARDUP_ON_BACKEND_DOWN='stop'")
             return False
+        if self._crawl_closing():
+            return False
         now = self._clock()
         if self.down_since is None:
             self._begin(now, key)
@@ -143,7 +145,7 @@ class BackendOutage:
                        f"(NEARDUP_BACKEND_DOWN_MAX_WAIT={self.settings.max_wait:g})")
             return False
         await self._next_try(min(self.settings.retry_interval, left))
-        return not self.stopping
+        return not self.stopping and not self._crawl_closing()
 
     def answered(self) -> None:
         """A check succeeded: an outage under way ends, the crawl resumes, the pages waiting are tried now."""
@@ -232,6 +234,23 @@ class BackendOutage:
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is not None:
             nextcall.schedule()
+
+    def _crawl_closing(self) -> bool:
+        """The crawl is closing for another reason (Ctrl-C, a ``CLOSESPIDER_*`` limit): waiting pages must not
+        hold it up (its close waits for them); they pass through unchecked, and the crawl resumes nothing."""
+        engine = self._engine()
+        if engine is None:
+            return False
+        slot = getattr(engine, "_slot", None)  # Scrapy sets slot.closing when close_spider begins
+        if engine.running and getattr(slot, "closing", None) is None:
+            return False
+        if not self.stopping:
+            self.stopping = True
+            logger.warning("the crawl is closing while the near-duplicate backend is down: the pages waiting for "
+                           "it pass through unchecked")
+            self._resume()
+            self._fire()
+        return True
 
     def _engine(self) -> Any:
         if self.crawler is None:

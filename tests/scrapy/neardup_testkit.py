@@ -153,9 +153,10 @@ def run_crawl_process(
     reactor: str = "asyncio",
     stop_after_items: int | None = None,
     name: str = "crawl",
-    timeout: float = CRAWL_TIMEOUT,
+    timeout: float | None = None,
 ) -> CrawlResult:
-    """Run one crawl in a fresh Python process and return what happened."""
+    """Run one crawl in a fresh Python process and return what happened; ``timeout``: seconds, default
+    :data:`CRAWL_TIMEOUT` as it is at the call (tests raise it with ``monkeypatch``)."""
     spec = {"settings": settings or {}, "spider": spider or {}, "reactor": reactor,
             "stop_after_items": stop_after_items}
     spec_path = workdir / f"{name}-spec.json"
@@ -166,7 +167,7 @@ def run_crawl_process(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
     proc = subprocess.run(
         [sys.executable, str(HERE / "crawl_runner.py"), str(spec_path), str(out_path)],
-        capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env,
+        capture_output=True, text=True, timeout=CRAWL_TIMEOUT if timeout is None else timeout, cwd=workdir, env=env,
     )
     data = json.loads(out_path.read_text()) if out_path.exists() else {}
     if not data and proc.returncode == 0:

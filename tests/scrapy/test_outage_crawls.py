@@ -146,6 +146,22 @@ def test_pause_stops_after_the_longest_wait(run_crawl: Callable[..., CrawlResult
     assert "it did not answer for 2 s (NEARDUP_BACKEND_DOWN_MAX_WAIT=2)" in result.log
 
 
+def test_pause_does_not_hold_up_a_crawl_closing_for_another_reason(
+    run_crawl: Callable[..., CrawlResult], site: tuple[NearDupSite, SiteServer],
+) -> None:
+    """A crawl paused for the backend that closes for another reason (here ``CLOSESPIDER_TIMEOUT``; Ctrl-C alike)
+    closes at once: the waiting pages pass through unchecked (and fail the exit status), not after the longest
+    wait."""
+    _, server = site
+    result = crawl(run_crawl, server, NEARDUP_ON_BACKEND_DOWN="pause", NEARDUP_BACKEND_RETRY_INTERVAL=0.5,
+                   CLOSESPIDER_TIMEOUT=4)
+    assert result.data["finish_reason"] == "closespider_timeout", result.log[-3000:]
+    assert result.returncode == 1
+    assert 1 <= result.stat("neardup/unchecked") == len(unchecked_items(result))
+    assert result.stat("neardup/backend_paused_seconds") < 30
+    assert "the crawl is closing while the near-duplicate backend is down" in result.log
+
+
 def spidermon_results(log: str) -> dict[str, str]:
     """Monitor name -> OK / FAIL / SKIPPED..., from Spidermon's report in the crawl's log."""
     return dict(re.findall(r"\[Spidermon\] (Near-duplicate [^.]+)\.\.\. (\w+)", log))
