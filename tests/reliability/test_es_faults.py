@@ -663,7 +663,7 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
     assert result.stat("neardup/unchecked") == result.stat("neardup/backend_errors") == len(outcome["unchecked"])
     assert result.stat("neardup/backend_retries") > 0
     # Reconnection: every page served after the restart was checked again (kept or dropped).
-    assert served_after and not served_after & outcome["unchecked"]
+    assert served_after and not served_after & outcome["unchecked"], result.log[-6000:]
     assert served_after & set(outcome["dropped"]), "no near-duplicate was caught after the restart"
 
     # The unchecked pages were written to the index once the node answered again; a groups pass covers them.
