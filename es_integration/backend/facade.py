@@ -337,6 +337,11 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
                     raise
                 # An answer of an unexpected shape: no decision either, which the pipeline must be told of.
                 raise EsError(f"checking {len(pages)} page(s) in {self.index}: {type(exc).__name__}: {exc}") from exc
+            if self._unchecked:
+                # A page remembered after a failed check and now decided (the pipeline tries it again while
+                # NEARDUP_ON_BACKEND_DOWN='pause') is no longer unchecked: its decision is in the index.
+                for key, _ in pages:
+                    self._unchecked.pop(doc_id_of(key), None)
             if self._unchecked and time.monotonic() >= self._unchecked_retry_at:
                 # The node answers again: write a batch of the pages it could not check before.
                 await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)

@@ -15,6 +15,8 @@ another crawler is deciding right now is left to it. A batch whose requests fail
 unchecked, including when a bulk request was applied in part (its landed pending writes are ours, overwritten
 later; its landed decisions are final): nothing is lost. ``close_stats`` then holds ``unchecked_indexed`` and
 ``unchecked_unindexed`` (plus ``unchecked_overflow``), and a warning gives the count that could not be written.
+A remembered page that a later call decides (the pipeline tries it again under
+``NEARDUP_ON_BACKEND_DOWN = "pause"``) is forgotten: it is no longer unchecked.
 
 ``unchecked`` documents are never candidates of a check (only ``kept`` and ``pending`` are): a later drop always
 names a page that was checked and kept, never one whose own status is unknown (it may itself duplicate a kept

@@ -27,6 +27,12 @@ gracefully, or killed (``kill -9``), and resumed with the same JOBDIR drops near
 before; what the journal recovered is counted in ``neardup/journal_replayed`` (``neardup/journal_torn``: the
 torn record of the page in flight at the kill, ignored). Damaged or mismatched state stops the crawl at start
 with :class:`~scrapy_neardup.core.index.StateError`, and is left untouched.
+
+Outages: a check the backend cannot answer never drops its item. ``NEARDUP_ON_BACKEND_DOWN`` decides whether it
+passes through unchecked (``"pass"``, the default), waits while the crawl pauses until the backend answers
+(``"pause"``), or stops the crawl (``"stop"``); more unchecked pages than ``NEARDUP_MAX_UNCHECKED`` allows (by
+default any) fail the crawl: close reason ``neardup_unchecked``, exit status 1. See
+:mod:`scrapy_neardup.crawl.outage`.
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from itemadapter import ItemAdapter
-from scrapy.exceptions import NotConfigured
-from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from scrapy import signals
+from scrapy.exceptions import CloseSpider, NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
 
 from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
 from ..core.match import Match
@@ -48,6 +55,7 @@ from .batcher import CheckBatcher
 from .drops import NearDuplicateDropped, RevisitDropped, describe
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
+from .outage import UNCHECKED, BackendOutage, close_crawl, describe_unchecked, too_many_unchecked
 from .page_sketcher import PageSketcher
 from .settings import NearDupSettings, NearDupSettingsError
 from .soft404 import Soft404Dropped
@@ -113,6 +121,8 @@ class NearDuplicatePipeline:
         self._text_field_warned = False
         self._backend_error_logged = False
         self._stopping = False
+        # What a check the backend cannot answer does (NEARDUP_ON_BACKEND_DOWN: pass, pause, stop).
+        self.outage = BackendOutage(config.outage, crawler, self._inc)
         # Content to sketch: in the worker process, under the host's template (crawl.page_sketcher).
         self.pages = PageSketcher(config.sketcher(), config.sketch_process, config.template_sample, crawler, self._inc)
         self._log_level: str | int = "DEBUG"  # the crawl's LOG_LEVEL: whether start-up failures show a traceback
@@ -145,6 +155,7 @@ class NearDuplicatePipeline:
             backend = config.make_backend(crawler.settings)
         pipeline = cls(config, stats=crawler.stats, crawler=crawler, backend=backend)
         pipeline._log_level = log_level
+        crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
         return pipeline
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -183,6 +194,7 @@ class NearDuplicatePipeline:
         Scrapy calls this even when :meth:`open_spider` failed; the backend is then not closed, so that a
         state file that could not be loaded is never overwritten by an empty index.
         """
+        self.outage.close()
         await self.pages.close()
         if not self._opened or self.backend is None:
             return
@@ -191,8 +203,33 @@ class NearDuplicatePipeline:
             await self.backend.close()
         finally:
             self._add_backend_stats()
-            # A crawl in which no item had the text field checked nothing: say it at WARNING, again.
-            logger.log(logging.WARNING if self._no_text_field() else logging.INFO, "%s", self.summary())
+            if self.outage.pauses:
+                self._inc("backend_paused_seconds", round(self.outage.paused_seconds))
+            # A crawl in which no item had the text field checked nothing, or in which pages went unchecked:
+            # say it at WARNING, again.
+            quiet = not self._no_text_field() and not self._counts.get("unchecked")
+            logger.log(logging.INFO if quiet else logging.WARNING, "%s", self.summary())
+            self._fail_if_too_many_unchecked()
+
+    def spider_idle(self, spider: Any = None) -> None:
+        """The crawl is about to finish: with more pages passed through unchecked than ``NEARDUP_MAX_UNCHECKED``
+        allows, its close reason is ``neardup_unchecked`` instead of ``finished``."""
+        if self.too_many_unchecked():
+            raise CloseSpider(UNCHECKED)
+
+    def too_many_unchecked(self) -> bool:
+        """More of the checked pages passed through unchecked than ``NEARDUP_MAX_UNCHECKED`` allows."""
+        c = self._counts.get
+        return too_many_unchecked(c("unchecked", 0), c("checked", 0), self.config.outage.max_unchecked)
+
+    def _fail_if_too_many_unchecked(self) -> None:
+        if self.crawler is None or not self.too_many_unchecked():
+            return
+        c = self._counts.get
+        fail_exit_status(self.crawler, (
+            f"{describe_unchecked(c('unchecked', 0), c('checked', 0))} passed through unchecked "
+            f"(NEARDUP_MAX_UNCHECKED={self.config.outage.max_unchecked:g})"
+        ))
 
     def _add_backend_stats(self) -> None:
         """Add what the backend's counters (:meth:`Backend.stats`) grew by since the last read: read after
@@ -222,10 +259,15 @@ class NearDuplicatePipeline:
         if c("soft404", 0):
             line += f", {c('soft404')} soft 404s {'marked' if self.config.action == 'mark' else 'dropped'}"
         if c("backend_errors", 0):
-            line += f", {c('backend_errors')} backend errors (items passed through)"
-        if c("unchecked_indexed", 0) or c("unchecked_unindexed", 0):
-            line += (f"; of the items passed through unchecked, {c('unchecked_indexed', 0)} written to the index "
-                     f"afterwards, {c('unchecked_unindexed', 0)} not")
+            line += f", the backend failed to check {c('backend_errors')} pages"
+        if c("unchecked", 0):
+            line += f"; {describe_unchecked(c('unchecked', 0), c('checked', 0))} passed through unchecked"
+            if c("unchecked_indexed", 0) or c("unchecked_unindexed", 0):
+                line += (f" ({c('unchecked_indexed', 0)} written to the index afterwards, "
+                         f"{c('unchecked_unindexed', 0)} not)")
+        if self.outage.pauses:
+            line += (f"; the crawl paused {self.outage.pauses} time(s), {self.outage.paused_seconds:.1f} s in all, "
+                     "while the backend was down")
         if c("missing_url", 0):
             line += f", {c('missing_url')} without {self.config.url_field!r}"
         if c("mark_field_missing", 0):
@@ -253,30 +295,44 @@ class NearDuplicatePipeline:
         reason = skip_reason(content, check_binary=worker is None)  # else the worker tells binary from text
         if reason is not None:
             return self._skip(reason, item)
-        try:
-            sketch = await self.pages.sketch_page(cast("Content", content), worker, adapter.get(self.config.url_field))
-        except BinaryContent:
-            logger.debug("binary content of %s is not sketched", adapter.get(self.config.url_field))
-            return self._skip(SKIP_NOT_TEXT, item)
-        except BackendError:  # the host's template could not be loaded or saved: no decision can be made
-            self._backend_failed(str(adapter.get(self.config.url_field)))
-            return self._unchecked(item, adapter)
-        except Exception:
-            logger.warning("could not sketch the text of an item; passing it through", exc_info=True)
-            return self._skip(SKIP_NOT_TEXT, item)
+        url = adapter.get(self.config.url_field)
+        failures = 0
+        while True:
+            try:
+                sketch = await self.pages.sketch_page(cast("Content", content), worker, url)
+            except BinaryContent:
+                logger.debug("binary content of %s is not sketched", url)
+                return self._skip(SKIP_NOT_TEXT, item)
+            except BackendError:  # the host's template could not be loaded or saved: no decision can be made
+                failures += 1
+                if await self._retry_after_failure(str(url), failures):
+                    worker = self.pages.worker()
+                    continue
+                self._inc("checked")  # it went to the check, as every page with usable text
+                return self._unchecked(item, adapter)
+            except Exception:
+                logger.warning("could not sketch the text of an item; passing it through", exc_info=True)
+                return self._skip(SKIP_NOT_TEXT, item)
+            break
         if sketch.truncated:
             self._inc("truncated")
         if sketch.empty:
             return self._skip(SKIP_EMPTY, item)
         key = self._key(adapter, sketch)
         self._inc("checked")
-        try:
-            decision = await self._decide(key, sketch)
-        except BackendError:
-            # Without an answer from the store we cannot name a kept page, so the item is never dropped; it is
-            # marked unchecked (when it can hold the mark field) so that a later pass can cover it.
-            self._backend_failed(key)
-            return self._unchecked(item, adapter)
+        while True:
+            try:
+                decision = await self._decide(key, sketch)
+            except BackendError:
+                # Without an answer from the store we cannot name a kept page, so the item is never dropped; it is
+                # marked unchecked (when it can hold the mark field) so that a later pass can cover it - unless
+                # NEARDUP_ON_BACKEND_DOWN='pause' has it wait for the backend and try again.
+                failures += 1
+                if await self._retry_after_failure(key, failures):
+                    continue
+                return self._unchecked(item, adapter)
+            break
+        self.outage.answered()
         if self.hooks is not None:
             self.hooks.page_checked(key, None if decision.match is None else decision.match.key)
         if decision.outcome == "revisit":
@@ -412,12 +468,8 @@ class NearDuplicatePipeline:
         if self.crawler is None:
             return
         field = self.config.mark_field
-        fail_exit_status(self.crawler, f"NEARDUP_MARK_FIELD={field!r} is missing from an item class (see above)")
-        try:
-            engine = self.crawler.engine
-        except RuntimeError:  # not crawling (the pipeline is used on its own)
-            return
-        deferred_from_coro(engine.close_spider_async(reason=MARK_FIELD_MISSING))
+        close_crawl(self.crawler, MARK_FIELD_MISSING,
+                    f"NEARDUP_MARK_FIELD={field!r} is missing from an item class (see above)")
 
     # -- a text field that no item has -----------------------------------------------------------------------
 
@@ -442,13 +494,26 @@ class NearDuplicatePipeline:
         """No item so far had the text field (and at least one item came)."""
         return self._probed > 0 and not self._text_field_seen
 
+    async def _retry_after_failure(self, key: str, failures: int) -> bool:
+        """The backend could not answer for ``key`` (its ``failures``-th try): count the page once in
+        ``neardup/backend_errors``, then ask the outage policy whether to try again (after a wait)."""
+        if failures == 1:
+            self._backend_failed(key)
+        else:
+            logger.debug("near-duplicate backend failed again while checking %s (try %d)", key, failures,
+                         exc_info=True)
+        return await self.outage.retry_after_failure(key)
+
     def _backend_failed(self, key: str) -> None:
         self._inc("backend_errors")
         if not self._backend_error_logged:
             self._backend_error_logged = True
+            what = {"pass": "the item passes through unchecked", "pause": "the crawl pauses until it answers",
+                    "stop": "the crawl stops"}[self.config.outage.on_backend_down]
             logger.error(
-                "near-duplicate backend failed while checking %s; the item is kept unchecked (later "
-                "failures are logged at DEBUG and counted in neardup/backend_errors)", key, exc_info=True,
+                "near-duplicate backend failed while checking %s; %s (NEARDUP_ON_BACKEND_DOWN=%r; later "
+                "failures are logged at DEBUG and counted in neardup/backend_errors)", key, what,
+                self.config.outage.on_backend_down, exc_info=True,
             )
         else:
             logger.debug("near-duplicate backend failed while checking %s", key, exc_info=True)

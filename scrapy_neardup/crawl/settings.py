@@ -39,6 +39,23 @@ NEARDUP_DEBUG         bool: log every drop at INFO instead of DEBUG.
 NEARDUP_WORKER        bool, default True: sketch in one child process, off the crawl's reactor thread
                       (False: sketch in the crawl's own process).
 NEARDUP_TEMPLATE_SAMPLE  int >= 1, default 100: pages of a host its template is learned from ("auto" mode).
+NEARDUP_MAX_UNCHECKED  share in [0, 1], default 0: of the pages that went to the duplicate check
+                      (``neardup/checked``), the share that may pass through unchecked (``neardup/unchecked``:
+                      the backend could not answer) before the crawl fails: close reason ``neardup_unchecked``
+                      and exit status 1 (:mod:`scrapy_neardup.crawl.outage`). 0: any unchecked page fails it;
+                      1: none does.
+NEARDUP_ON_BACKEND_DOWN  what a check the backend cannot answer does: ``"pass"`` (default: the item passes
+                      through unchecked), ``"pause"`` (pause the crawl and retry until the backend answers) or
+                      ``"stop"`` (close the spider, reason ``neardup_backend_down``).
+NEARDUP_BACKEND_DOWN_MAX_WAIT  seconds > 0, default 600: ``"pause"``: how long one outage may pause the crawl
+                      before it stops as ``"stop"`` does.
+NEARDUP_BACKEND_RETRY_INTERVAL  seconds > 0, default 5: ``"pause"``: time between two tries of the backend.
+NEARDUP_MONITOR_MAX_BACKEND_ERRORS  int >= 0, default 0: the Spidermon suite's bound on ``neardup/backend_errors``
+                      (:mod:`scrapy_neardup.crawl.monitors`).
+NEARDUP_MONITOR_MAX_UNCHECKED  share in [0, 1], default NEARDUP_MAX_UNCHECKED: the suite's bound on the unchecked
+                      share.
+NEARDUP_MONITOR_MAX_DROP_RATE  share in [0, 1], default 0.9: the suite's bound on the share of the checked pages
+                      found to be near-duplicates (dropped, or marked).
 ====================  ========================================================================================
 """
 
@@ -57,6 +74,7 @@ from ..store.config import (
     read_bool,
     read_choice,
     read_field_name,
+    read_float,
     read_int,
     read_sketch_params,
     settings_error,
@@ -71,6 +89,14 @@ Action = Literal["drop", "mark"]
 ACTIONS: tuple[Action, ...] = ("drop", "mark")
 Revisit = Literal["emit", "drop_unchanged"]
 REVISITS: tuple[Revisit, ...] = ("emit", "drop_unchanged")
+OnBackendDown = Literal["pass", "pause", "stop"]
+ON_BACKEND_DOWN: tuple[OnBackendDown, ...] = ("pass", "pause", "stop")
+#: ``NEARDUP_BACKEND_DOWN_MAX_WAIT``: seconds one outage may pause the crawl (``"pause"``) before it stops.
+BACKEND_DOWN_MAX_WAIT = 600.0
+#: ``NEARDUP_BACKEND_RETRY_INTERVAL``: seconds between two tries of a backend that is down (``"pause"``).
+BACKEND_RETRY_INTERVAL = 5.0
+#: ``NEARDUP_MONITOR_MAX_DROP_RATE``: the Spidermon suite's default bound on the drop rate.
+MONITOR_MAX_DROP_RATE = 0.9
 #: ``NEARDUP_BACKEND`` aliases and the classes they stand for.
 BACKEND_ALIASES: dict[str, str] = {
     "embedded": "scrapy_neardup.store.embedded.EmbeddedBackend",
@@ -104,6 +130,10 @@ class NearDupSettings:
             crawl's reactor thread.
         template_sample: ``"auto"`` mode: pages of a host its template is learned from, the host's first pages
             waiting until then (:mod:`scrapy_neardup.crawl.templates`).
+        outage: what happens while the backend cannot answer, and how many unchecked pages fail the crawl
+            (:class:`OutageSettings`).
+        monitors: the thresholds of the Spidermon suite (:class:`MonitorThresholds`), validated with the rest so
+            that a wrong one stops the crawl at start rather than at its end.
     """
 
     enabled: bool = True
@@ -118,6 +148,8 @@ class NearDupSettings:
     debug: bool = False
     sketch_process: bool = True
     template_sample: int = SAMPLE_PAGES
+    outage: OutageSettings = field(default_factory=lambda: OutageSettings())
+    monitors: MonitorThresholds = field(default_factory=lambda: MonitorThresholds())
 
     @classmethod
     def from_settings(cls, settings: SettingsLike) -> NearDupSettings:
@@ -146,6 +178,8 @@ class NearDupSettings:
             debug=read_bool(settings, "NEARDUP_DEBUG", False),
             sketch_process=read_bool(settings, "NEARDUP_WORKER", True),
             template_sample=_read_template_sample(settings),
+            outage=OutageSettings.from_settings(settings),
+            monitors=MonitorThresholds.from_settings(settings),
         )
 
     @property
@@ -183,6 +217,84 @@ class NearDupSettings:
             NearDupSettingsError: one of the backend's own settings is wrong.
         """
         return self.backend_class.from_settings(settings, self.params)
+
+
+@dataclass(frozen=True, slots=True)
+class OutageSettings:
+    """What the pipeline does while its backend cannot answer (:mod:`scrapy_neardup.crawl.outage`).
+
+    Attributes:
+        max_unchecked: ``NEARDUP_MAX_UNCHECKED``, the share of the checked pages that may pass through unchecked
+            before the crawl fails (close reason ``neardup_unchecked``, exit status 1); 0: none may.
+        on_backend_down: ``NEARDUP_ON_BACKEND_DOWN``: ``"pass"``, ``"pause"`` or ``"stop"``.
+        max_wait: ``NEARDUP_BACKEND_DOWN_MAX_WAIT``, seconds one outage may pause the crawl.
+        retry_interval: ``NEARDUP_BACKEND_RETRY_INTERVAL``, seconds between two tries while paused.
+    """
+
+    max_unchecked: float = 0.0
+    on_backend_down: OnBackendDown = "pass"
+    max_wait: float = BACKEND_DOWN_MAX_WAIT
+    retry_interval: float = BACKEND_RETRY_INTERVAL
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike) -> OutageSettings:
+        return cls(
+            max_unchecked=read_share(settings, "NEARDUP_MAX_UNCHECKED", 0.0),
+            on_backend_down=cast(OnBackendDown, read_choice(settings, "NEARDUP_ON_BACKEND_DOWN", "pass",
+                                                            ON_BACKEND_DOWN)),
+            max_wait=read_seconds(settings, "NEARDUP_BACKEND_DOWN_MAX_WAIT", BACKEND_DOWN_MAX_WAIT),
+            retry_interval=read_seconds(settings, "NEARDUP_BACKEND_RETRY_INTERVAL", BACKEND_RETRY_INTERVAL),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorThresholds:
+    """The bounds of the Spidermon suite (:mod:`scrapy_neardup.crawl.monitors`).
+
+    Attributes:
+        max_backend_errors: ``NEARDUP_MONITOR_MAX_BACKEND_ERRORS``, pages whose check the backend failed at least
+            once (``neardup/backend_errors``).
+        max_unchecked: ``NEARDUP_MONITOR_MAX_UNCHECKED`` (default ``NEARDUP_MAX_UNCHECKED``), the unchecked share.
+        max_drop_rate: ``NEARDUP_MONITOR_MAX_DROP_RATE``, the share of the decided pages found to be near-duplicates.
+    """
+
+    max_backend_errors: int = 0
+    max_unchecked: float = 0.0
+    max_drop_rate: float = MONITOR_MAX_DROP_RATE
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike) -> MonitorThresholds:
+        expected = "an integer >= 0"
+        errors = read_int(settings, "NEARDUP_MONITOR_MAX_BACKEND_ERRORS", expected)
+        if errors is not None and errors < 0:
+            raise settings_error("NEARDUP_MONITOR_MAX_BACKEND_ERRORS",
+                                 settings.get("NEARDUP_MONITOR_MAX_BACKEND_ERRORS"), expected)
+        max_unchecked = read_share(settings, "NEARDUP_MAX_UNCHECKED", 0.0)
+        return cls(
+            max_backend_errors=0 if errors is None else errors,
+            max_unchecked=read_share(settings, "NEARDUP_MONITOR_MAX_UNCHECKED", max_unchecked),
+            max_drop_rate=read_share(settings, "NEARDUP_MONITOR_MAX_DROP_RATE", MONITOR_MAX_DROP_RATE),
+        )
+
+
+def read_share(settings: SettingsLike, name: str, default: float) -> float:
+    """A share in [0, 1] (``0.05``: 5%); ``default`` when unset."""
+    value = read_float(settings, name)
+    if value is None:
+        return default
+    if not 0.0 <= value <= 1.0:
+        raise settings_error(name, settings.get(name), "a share in [0, 1] (0.05 for 5%)")
+    return value
+
+
+def read_seconds(settings: SettingsLike, name: str, default: float) -> float:
+    """A positive number of seconds; ``default`` when unset."""
+    value = read_float(settings, name)
+    if value is None:
+        return default
+    if value <= 0:
+        raise settings_error(name, settings.get(name), "a number of seconds > 0")
+    return value
 
 
 def _read_template_sample(settings: SettingsLike) -> int:
@@ -240,7 +352,12 @@ __all__ = [
     "ACTIONS",
     "BACKENDS",
     "BACKEND_ALIASES",
+    "ON_BACKEND_DOWN",
+    "MonitorThresholds",
     "NearDupSettings",
     "NearDupSettingsError",
+    "OutageSettings",
     "load_backend",
+    "read_seconds",
+    "read_share",
 ]

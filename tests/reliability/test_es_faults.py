@@ -9,6 +9,8 @@ answers chosen requests with HTTP 429 (``es_rejected_execution_exception``), rej
   some pages, and a new node is started on the *same data directory* (``path.data`` of the first; node.py
   always picks fresh ports, so the proxy re-targets). Pages served while the node is down pass through marked
   ``{"unchecked": true}``; pages after the restart are checked again against the index kept before the kill.
+  The crawl then ends with close reason ``neardup_unchecked`` and exit status 1 (NEARDUP_MAX_UNCHECKED = 0, the
+  default), its summary saying how many pages went unchecked and how many were written to the index.
   Before the kill, the same crawl meets a *stalled* node: the proxy accepts and never answers until one check
   has timed out on every attempt (NEARDUP_ES_TIMEOUT=0.5, 1 + 3 retries with backoff); it passes unchecked.
   Afterwards every unchecked page is in the index (status ``unchecked``) and a groups pass groups it with its
@@ -633,9 +635,17 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
         proxy.close()
     assert "error" not in box, box.get("error")
     result: CrawlResult = box["result"]
-    assert result.returncode == 0, result.log[-3000:]
+    # Pages went unchecked and NEARDUP_MAX_UNCHECKED is 0 (the default): the crawl ran to its end, but it is no
+    # success: close reason neardup_unchecked, exit status 1, and the summary says how many.
+    assert result.returncode == 1, result.log[-3000:]
+    assert result.data["finish_reason"] == "neardup_unchecked"
     assert result.data["item_errors"] == []
     outcome = account(result, site)
+    checked, unchecked = result.stat("neardup/checked"), len(outcome["unchecked"])
+    assert (f"{unchecked} of {checked} checked pages ({unchecked / checked:.1%}) passed through unchecked "
+            f"({unchecked} written to the index afterwards, 0 not)") in result.log
+    assert (f"the crawl ends with a non-zero exit status: {unchecked} of {checked} checked pages "
+            f"({unchecked / checked:.1%}) passed through unchecked (NEARDUP_MAX_UNCHECKED=0)") in result.log
     served_after = {site.url + path for path in site.served[gate_at:]}
     print(
         f"\nES kill: {len(pages)} pages, kept {len(outcome['kept'])}, dropped {len(outcome['dropped'])}, "
@@ -653,7 +663,7 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
     assert result.stat("neardup/unchecked") == result.stat("neardup/backend_errors") == len(outcome["unchecked"])
     assert result.stat("neardup/backend_retries") > 0
     # Reconnection: every page served after the restart was checked again (kept or dropped).
-    assert served_after and not served_after & outcome["unchecked"]
+    assert served_after and not served_after & outcome["unchecked"], result.log[-6000:]
     assert served_after & set(outcome["dropped"]), "no near-duplicate was caught after the restart"
 
     # The unchecked pages were written to the index once the node answered again; a groups pass covers them.
@@ -786,7 +796,9 @@ def test_429_bursts_during_a_crawl(es_url: str, es_client: Any, es_index: str, c
     finally:
         site.stop()
         proxy.close()
-    assert result.returncode == 0, result.log[-3000:]
+    # The over-long burst passes pages through unchecked: the crawl fails (NEARDUP_MAX_UNCHECKED = 0, the default).
+    assert result.returncode == 1, result.log[-3000:]
+    assert result.data["finish_reason"] == "neardup_unchecked"
     assert result.data["item_errors"] == []
     outcome = account(result, site)
     print(f"\nES 429: {len(site.pages)} pages, {proxy.requests} requests, injected {proxy.injected}, kept "
@@ -1160,3 +1172,171 @@ def test_node_killed_mid_batch_bulk_write(own_node: dict[str, Any], stage: str, 
     ledger.record(f"a batch of {len(batch)} pages whose {stage} bulk write was applied in part when the node was "
                   "SIGKILLed, then a node restarted on the same data", lost=0,
                   unchecked_indexed=backend.unchecked_indexed, recrawl_kept=len(kept))
+
+
+# -- NEARDUP_ON_BACKEND_DOWN: pause until the node is back, or stop --------------------------------------------------
+
+#: Spidermon with the near-duplicate suite (its report is read from the crawl's log).
+SPIDERMON = {
+    "SPIDERMON_ENABLED": True,
+    "EXTENSIONS": {"spidermon.contrib.scrapy.extensions.Spidermon": 500},
+    "SPIDERMON_SPIDER_CLOSE_MONITORS": ["scrapy_neardup.crawl.monitors.NearDupMonitorSuite"],
+}
+
+
+def spidermon_results(log: str) -> dict[str, str]:
+    """Monitor name -> OK / FAIL / ..., from Spidermon's report in a crawl's log."""
+    import re
+
+    return dict(re.findall(r"\[Spidermon\] (Near-duplicate [^.]+)\.\.\. (\w+)", log))
+
+
+def test_node_killed_mid_crawl_pause_waits_for_the_restart(own_node: dict[str, Any], crawl_dir: Path,
+                                                           ledger: Ledger) -> None:
+    """NEARDUP_ON_BACKEND_DOWN='pause': the node is SIGKILLed after 10 pages; the crawl pauses (once the requests
+    in flight are answered, no page is fetched while the node is down) and tries the node every second; a node
+    restarted on
+    the same data answers, the crawl resumes and finishes with status 0: every page decided (kept, or dropped
+    naming a kept page of its group), none unchecked, no document left ``unchecked`` or ``pending`` in the index."""
+    from neardup_devnode.node import start_node
+
+    first = own_node["first"]
+    proxy = FaultProxy(("127.0.0.1", first.http_port))
+    kill_at = 10
+    killed = threading.Event()
+
+    def hook(n: int) -> None:
+        if n == kill_at:
+            os.killpg(first.pid, signal.SIGKILL)
+            killed.set()
+        elif n > kill_at:
+            time.sleep(0.5)  # pages come slower than they are checked: the crawl is not paused by chance
+
+    def served_settles(quiet: float = 5.0) -> int:
+        """Wait until no page has been served for ``quiet`` seconds (the crawl paused); the pages served."""
+        count, since = len(site.served), time.monotonic()
+        deadline = since + 90
+        while time.monotonic() - since < quiet:
+            assert time.monotonic() < deadline, "the crawl did not pause: pages kept being fetched"
+            time.sleep(0.1)
+            if len(site.served) != count:
+                count, since = len(site.served), time.monotonic()
+        return count
+
+    pages = group_pages()
+    site = HookSite(pages, delay=0.05, hook=hook)
+    index = f"neardup-rel-pause-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    try:
+        thread, box = run_in_thread(
+            crawl_dir, settings=es_settings(proxy.url, index, NEARDUP_ON_BACKEND_DOWN="pause",
+                                            NEARDUP_BACKEND_RETRY_INTERVAL=1, NEARDUP_BACKEND_DOWN_MAX_WAIT=300,
+                                            **SPIDERMON),
+            spider={"start_url": site.url + "/"}, name="pause",
+        )
+        wait_for(killed.is_set, 60, "the kill")
+        paused_at = served_settles()
+        restart_began = time.monotonic()
+        second = own_node["second"] = start_node(
+            name=own_node["name"] + "-restarted", die_with_parent=True, version=own_node["version"],
+            engine=own_node["engine"],
+            settings={"path.data": str(first.data_dir), "cluster.name": f"neardup-{own_node['name']}"},
+        )
+        client = second.client()
+        try:
+            client.cluster.health(index=index, wait_for_status="yellow", timeout="60s")
+        finally:
+            client.close()
+        served_while_restarting = len(site.served) - paused_at
+        restart_took = time.monotonic() - restart_began
+        proxy.set(target=("127.0.0.1", second.http_port))
+        thread.join(170)
+        assert not thread.is_alive(), "crawl did not finish"
+    finally:
+        site.stop()
+        proxy.close()
+    assert "error" not in box, box.get("error")
+    result: CrawlResult = box["result"]
+    assert result.returncode == 0, result.log[-3000:]
+    assert result.data["finish_reason"] == "finished"
+    assert result.data["item_errors"] == []
+    outcome = account(result, site)
+    print(f"\nES kill, pause: {len(pages)} pages, kept {len(outcome['kept'])}, dropped {len(outcome['dropped'])}, "
+          f"unchecked {len(outcome['unchecked'])}, lost {len(outcome['lost'])}, paused after {paused_at} pages "
+          f"served, {served_while_restarting} served during the restart ({restart_took:.0f} s), backend_errors "
+          f"{result.stat('neardup/backend_errors')}, paused "
+          f"{result.stat('neardup/backend_paused_seconds')} s, {time.monotonic() - started:.1f}s")
+    assert outcome["lost"] == set() and outcome["bad_drops"] == {}
+    assert outcome["unchecked"] == set() and result.stat("neardup/unchecked") == 0
+    assert len(outcome["kept"]) + len(outcome["dropped"]) == len(pages)
+    assert result.stat("neardup/backend_errors") >= 1 and result.stat("neardup/backend_pauses") == 1
+    # The crawl paused: once the requests in flight were answered, no page was fetched while the node was down
+    # (the restart takes tens of seconds).
+    assert served_while_restarting == 0, served_while_restarting
+    assert result.stat("neardup/backend_paused_seconds") >= restart_took
+    assert "pausing the crawl" in result.log and "answers again after" in result.log
+    # Spidermon: the backend failed (the monitor says so), yet nothing went unchecked.
+    assert spidermon_results(result.log) == {
+        "Near-duplicate backend/Backend errors at most NEARDUP_MONITOR_MAX_BACKEND_ERRORS": "FAIL",
+        "Near-duplicate backend/Crawl not stopped by a backend outage": "OK",
+        "Near-duplicate unchecked pages/Unchecked share at most NEARDUP_MONITOR_MAX_UNCHECKED": "OK",
+        "Near-duplicate drop rate/Drop rate at most NEARDUP_MONITOR_MAX_DROP_RATE": "OK",
+    }, result.log[-5000:]
+    # The index: every page decided once; the pages tried during the outage were forgotten as unchecked.
+    client = own_node["second"].client()
+    try:
+        docs = index_docs(client, index)
+    finally:
+        client.close()
+    assert by_status(docs, "unchecked") == set() and by_status(docs, "pending") == set()
+    assert by_status(docs, "kept") - {site.url + "/"} == outcome["kept"]  # (the start page is an item too)
+    assert result.stat("neardup/unchecked_indexed") == result.stat("neardup/unchecked_unindexed") == 0
+    ledger.record(
+        f"{len(pages)} pages; NEARDUP_ON_BACKEND_DOWN='pause'; the node SIGKILLed after {kill_at} pages and "
+        "restarted on its data", lost=len(outcome["lost"]), kept=len(outcome["kept"]),
+        dropped=len(outcome["dropped"]), unchecked=len(outcome["unchecked"]), paused_after_pages=paused_at,
+        served_while_restarting=served_while_restarting,
+        paused_seconds=result.stat("neardup/backend_paused_seconds"),
+        backend_errors=result.stat("neardup/backend_errors"),
+    )
+
+
+def test_node_unreachable_mid_crawl_stop_closes_the_spider(es_url: str, es_index: str, crawl_dir: Path,
+                                                          ledger: Ledger) -> None:
+    """NEARDUP_ON_BACKEND_DOWN='stop': the node becomes unreachable (the proxy resets every connection) after 10
+    pages; the spider closes with reason ``neardup_backend_down`` and exit status 1, the items in flight pass
+    through unchecked, the rest of the site is not fetched, and Spidermon's suite reports the outage."""
+    proxy = FaultProxy(target_of(es_url))
+    down_at = 10
+
+    def hook(n: int) -> None:
+        if n == down_at:
+            proxy.set(mode="refuse")
+        elif n > down_at:
+            time.sleep(1)  # pages come slower than they are checked: the crawl is not stopped late by chance
+
+    pages = group_pages()
+    site = HookSite(pages, delay=0.05, hook=hook)
+    try:
+        result = run_crawl_process(crawl_dir, settings=es_settings(
+            proxy.url, es_index, NEARDUP_ON_BACKEND_DOWN="stop", **SPIDERMON,
+        ), spider={"start_url": site.url + "/"}, name="stop")
+    finally:
+        site.stop()
+        proxy.close()
+    assert result.returncode == 1, result.log[-3000:]
+    assert result.data["finish_reason"] == "neardup_backend_down"
+    outcome = account(result, site)
+    assert outcome["bad_drops"] == {}
+    unchecked = result.stat("neardup/unchecked")
+    # The pages in the pipeline when the check failed, and the requests in flight then, pass through unchecked.
+    assert 1 <= unchecked == len(outcome["unchecked"]) <= len(site.served) + 1  # (+ the start page)
+    assert len(site.served) <= down_at + 6  # the crawl stopped
+    assert "stopping the crawl (close reason neardup_backend_down)" in result.log
+    results = spidermon_results(result.log)
+    assert results["Near-duplicate backend/Crawl not stopped by a backend outage"] == "FAIL", result.log[-5000:]
+    assert results["Near-duplicate unchecked pages/Unchecked share at most NEARDUP_MONITOR_MAX_UNCHECKED"] == "FAIL"
+    lost = outcome["lost"] & {site.url + path for path in site.served}  # (pages never fetched are not lost)
+    assert lost == set()
+    ledger.record(f"{len(pages)} pages; NEARDUP_ON_BACKEND_DOWN='stop'; the node unreachable after {down_at} pages",
+                  lost=len(lost), served=len(site.served), unchecked=unchecked)

@@ -153,9 +153,10 @@ def run_crawl_process(
     reactor: str = "asyncio",
     stop_after_items: int | None = None,
     name: str = "crawl",
-    timeout: float = CRAWL_TIMEOUT,
+    timeout: float | None = None,
 ) -> CrawlResult:
-    """Run one crawl in a fresh Python process and return what happened."""
+    """Run one crawl in a fresh Python process and return what happened; ``timeout``: seconds, default
+    :data:`CRAWL_TIMEOUT` as it is at the call (tests raise it with ``monkeypatch``)."""
     spec = {"settings": settings or {}, "spider": spider or {}, "reactor": reactor,
             "stop_after_items": stop_after_items}
     spec_path = workdir / f"{name}-spec.json"
@@ -166,7 +167,7 @@ def run_crawl_process(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
     proc = subprocess.run(
         [sys.executable, str(HERE / "crawl_runner.py"), str(spec_path), str(out_path)],
-        capture_output=True, text=True, timeout=timeout, cwd=workdir, env=env,
+        capture_output=True, text=True, timeout=CRAWL_TIMEOUT if timeout is None else timeout, cwd=workdir, env=env,
     )
     data = json.loads(out_path.read_text()) if out_path.exists() else {}
     if not data and proc.returncode == 0:
@@ -496,6 +497,65 @@ class UnlockedSlowBackendPipeline(SlowBackendPipeline):
         assert self.backend is not None
         (decision,) = await self.backend.check_and_add_many([(key, sketch)])
         return decision
+
+
+class OutageBackend(Backend):
+    """An in-process store that goes down after ``NEARDUP_TEST_FAIL_AFTER`` pages checked, for
+    ``NEARDUP_TEST_DOWN_FOR`` seconds (unset: for good): every check (and template load or save) then raises
+    :class:`BackendError`, as a network store that cannot be reached does. Named by dotted path in
+    ``NEARDUP_BACKEND`` (``neardup_testkit.OutageBackend``), so that a crawl subprocess builds it.
+
+    ``outage`` counts the calls that failed; the crawl's stats get it as ``neardup/test_outage_calls``."""
+
+    def __init__(self, num_perm: int, min_shared: int, tag: str, fail_after: int, down_for: float | None) -> None:
+        self.index = SketchIndex(num_perm, min_shared, tag)
+        self.fail_after = fail_after
+        self.down_for = down_for
+        self.pages = 0
+        self.down_at: float | None = None
+        self.outage = 0
+
+    @classmethod
+    def from_settings(cls, settings: Any, params: SketchParams) -> OutageBackend:
+        down_for = settings.get("NEARDUP_TEST_DOWN_FOR")
+        return cls(params.num_perm, params.min_shared, params.tag, int(settings.get("NEARDUP_TEST_FAIL_AFTER", 0)),
+                   None if down_for in (None, "") else float(down_for))
+
+    def _up(self) -> None:
+        import time
+
+        from scrapy_neardup.store.backend import BackendError
+
+        if self.down_at is None and self.pages >= self.fail_after:
+            self.down_at = time.monotonic()
+        if self.down_at is not None and (self.down_for is None or time.monotonic() - self.down_at < self.down_for):
+            self.outage += 1
+            raise BackendError("the test store is down")
+
+    async def open(self) -> None:
+        pass
+
+    async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        raise NotImplementedError  # check_and_add_many decides
+
+    async def check_and_add_many(self, pages: Any) -> list[Decision]:
+        self._up()
+        self.pages += len(pages)
+        return [self.index.check_key(key, sketch) for key, sketch in pages]
+
+    async def load_template(self, host: str) -> Any:
+        self._up()
+        return await super().load_template(host)
+
+    async def save_template(self, host: str, template: Any) -> Any:
+        self._up()
+        return await super().save_template(host, template)
+
+    async def close(self) -> None:
+        pass
+
+    def stats(self) -> dict[str, int]:
+        return {"test_outage_calls": self.outage}
 
 
 # -- checks shared by the crawl tests (embedded and Elasticsearch) ----------------------------------------------

@@ -156,6 +156,86 @@ def test_backend_errors_pass_items_through_and_are_counted(caplog: pytest.LogCap
     assert len(errors) == 1 and "store unreachable" in caplog.text  # the first one, with its traceback
 
 
+class FlakyBackend(Backend):
+    """Fails its first ``failures`` calls, then decides as the embedded store does."""
+
+    def __init__(self, failures: int) -> None:
+        from scrapy_neardup.core.index import SketchIndex
+
+        self.failures = failures
+        self.calls = 0
+        self.index = SketchIndex(128, 107, Sketcher().tag)
+
+    @classmethod
+    def from_settings(cls, settings: Any, params: Any) -> FlakyBackend:
+        return cls(0)
+
+    async def open(self) -> None:
+        pass
+
+    async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise BackendError("store unreachable")
+        return self.index.check_key(key, sketch).match
+
+    async def close(self) -> None:
+        pass
+
+
+def test_pause_tries_the_backend_again_until_it_answers() -> None:
+    """NEARDUP_ON_BACKEND_DOWN='pause' outside a crawl (nothing to pause): the items wait and are checked once
+    the backend answers; none passes unchecked, each page that met the outage is counted once."""
+    pipeline = make_pipeline(NEARDUP_ON_BACKEND_DOWN="pause", NEARDUP_BACKEND_RETRY_INTERVAL=0.02)
+    backend = FlakyBackend(failures=2)
+    pipeline.make_backend = lambda: backend  # type: ignore[method-assign]
+    items = [{"url": "a", "text": ARTICLE}, {"url": "b", "text": ARTICLE + " end"}]
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        out = await asyncio.gather(*(pipeline.process_item(item) for item in items), return_exceptions=True)
+        await pipeline.close_spider()
+        return list(out)
+
+    kept, dropped = run(scenario())
+    assert kept == items[0] and isinstance(dropped, NearDuplicateDropped) and dropped.match.key == "a"
+    counts = stats(pipeline)
+    assert counts["neardup/backend_errors"] == 2 and "neardup/unchecked" not in counts
+    assert counts["neardup/backend_pauses"] == 1 and backend.calls == 4
+    assert not pipeline.too_many_unchecked()
+
+
+def test_pause_gives_up_after_the_longest_wait(caplog: pytest.LogCaptureFixture) -> None:
+    pipeline = make_pipeline(NEARDUP_ON_BACKEND_DOWN="pause", NEARDUP_BACKEND_RETRY_INTERVAL=0.02,
+                             NEARDUP_BACKEND_DOWN_MAX_WAIT=0.1)
+    pipeline.make_backend = lambda: FlakyBackend(failures=10**6)  # type: ignore[method-assign]
+    item = {"url": "a", "text": ARTICLE}
+
+    async def scenario() -> Any:
+        await pipeline.open_spider()
+        return await pipeline.process_item(item)
+
+    with caplog.at_level(logging.WARNING, logger="scrapy_neardup"):
+        assert run(scenario()) == {**item, "neardup": {"unchecked": True}}
+    assert stats(pipeline)["neardup/unchecked"] == 1 and pipeline.too_many_unchecked()
+    assert "it did not answer for 0 s (NEARDUP_BACKEND_DOWN_MAX_WAIT=0.1)" in caplog.text
+
+
+@pytest.mark.parametrize(("policy", "max_unchecked", "too_many"), [("stop", 0, True), ("pass", 0.5, True),
+                                                                   ("pass", 1, False)])
+def test_unchecked_share(policy: str, max_unchecked: float, too_many: bool) -> None:
+    pipeline = make_pipeline(NEARDUP_ON_BACKEND_DOWN=policy, NEARDUP_MAX_UNCHECKED=max_unchecked)
+    pipeline.make_backend = lambda: FlakyBackend(failures=10**6)  # type: ignore[method-assign]
+
+    async def scenario() -> list[Any]:
+        await pipeline.open_spider()
+        return await process_all(pipeline, [{"url": "a", "text": ARTICLE}, {"url": "b", "text": ARTICLE}])
+
+    assert all(out["neardup"] == {"unchecked": True} for out in run(scenario()))
+    assert pipeline.too_many_unchecked() is too_many
+    assert "2 of 2 checked pages (100.0%) passed through unchecked" in pipeline.summary()
+
+
 def test_state_from_other_parameters_is_refused_and_left_untouched(tmp_path: Path) -> None:
     first = make_pipeline(NEARDUP_STATE_DIR=str(tmp_path))
 

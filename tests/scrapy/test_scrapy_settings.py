@@ -65,6 +65,21 @@ def test_content_setting_reaches_the_sketcher() -> None:
     assert NearDupSettings.from_settings(Settings({})).sketcher().content == "auto"
 
 
+def test_outage_settings() -> None:
+    config = parse()
+    assert (config.outage.on_backend_down, config.outage.max_unchecked) == ("pass", 0.0)
+    assert (config.outage.max_wait, config.outage.retry_interval) == (600.0, 5.0)
+    assert (config.monitors.max_backend_errors, config.monitors.max_unchecked, config.monitors.max_drop_rate) == (
+        0, 0.0, 0.9)
+    config = parse(NEARDUP_ON_BACKEND_DOWN="Pause", NEARDUP_MAX_UNCHECKED="0.05", NEARDUP_BACKEND_DOWN_MAX_WAIT="90",
+                   NEARDUP_BACKEND_RETRY_INTERVAL=0.5, NEARDUP_MONITOR_MAX_BACKEND_ERRORS="3")
+    assert (config.outage.on_backend_down, config.outage.max_unchecked) == ("pause", 0.05)
+    assert (config.outage.max_wait, config.outage.retry_interval) == (90.0, 0.5)
+    # The monitors' bound on the unchecked share follows NEARDUP_MAX_UNCHECKED unless set.
+    assert (config.monitors.max_backend_errors, config.monitors.max_unchecked) == (3, 0.05)
+    assert parse(NEARDUP_MAX_UNCHECKED=0.05, NEARDUP_MONITOR_MAX_UNCHECKED=0).monitors.max_unchecked == 0
+
+
 def test_min_shared_overrides_threshold() -> None:
     config = parse(NEARDUP_THRESHOLD=0.5, NEARDUP_MIN_SHARED=100)
     assert (config.min_shared, config.threshold) == (100, None)
@@ -127,6 +142,14 @@ BAD_SETTINGS = [
     ({"NEARDUP_TEXT_FIELD": ""}, ["NEARDUP_TEXT_FIELD", "''"]),
     ({"NEARDUP_URL_FIELD": 3}, ["NEARDUP_URL_FIELD", "3"]),
     ({"NEARDUP_MARK_FIELD": "  "}, ["NEARDUP_MARK_FIELD"]),
+    ({"NEARDUP_MAX_UNCHECKED": 5}, ["NEARDUP_MAX_UNCHECKED", "5", "a share in [0, 1]"]),
+    ({"NEARDUP_MAX_UNCHECKED": "-0.1"}, ["NEARDUP_MAX_UNCHECKED", "'-0.1'"]),
+    ({"NEARDUP_ON_BACKEND_DOWN": "wait"}, ["NEARDUP_ON_BACKEND_DOWN", "'wait'", "'pass'", "'pause'", "'stop'"]),
+    ({"NEARDUP_BACKEND_DOWN_MAX_WAIT": 0}, ["NEARDUP_BACKEND_DOWN_MAX_WAIT", "0", "seconds > 0"]),
+    ({"NEARDUP_BACKEND_RETRY_INTERVAL": "soon"}, ["NEARDUP_BACKEND_RETRY_INTERVAL", "'soon'"]),
+    ({"NEARDUP_MONITOR_MAX_BACKEND_ERRORS": -1}, ["NEARDUP_MONITOR_MAX_BACKEND_ERRORS", "-1"]),
+    ({"NEARDUP_MONITOR_MAX_UNCHECKED": 2}, ["NEARDUP_MONITOR_MAX_UNCHECKED", "2"]),
+    ({"NEARDUP_MONITOR_MAX_DROP_RATE": "high"}, ["NEARDUP_MONITOR_MAX_DROP_RATE", "'high'"]),
     ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_INDEX": "pages"}, ["NEARDUP_ES_URL", "elasticsearch"]),
     ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "", "NEARDUP_ES_INDEX": "pages"}, ["NEARDUP_ES_URL"]),
     ({"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": "http://127.0.0.1:9200"}, ["NEARDUP_ES_INDEX"]),

@@ -1,0 +1,111 @@
+"""Spidermon monitors of near-duplicate detection: backend errors, the unchecked share, the drop rate.
+
+Spidermon (``pip install scrapy-neardup[spidermon]``) runs monitor suites when the spider closes and hands their
+results to its actions (Slack, e-mail, Sentry, a job's tags...). This module is imported only by Spidermon, when
+a project names the suite::
+
+    SPIDERMON_ENABLED = True
+    EXTENSIONS = {"spidermon.contrib.scrapy.extensions.Spidermon": 500}
+    SPIDERMON_SPIDER_CLOSE_MONITORS = ["scrapy_neardup.crawl.monitors.NearDupMonitorSuite"]
+
+The monitors read the crawl's ``neardup/*`` stats (the pipeline writes them before Spidermon's close suites run)
+and their bounds from the settings (:class:`~scrapy_neardup.crawl.settings.MonitorThresholds`):
+
+* :class:`BackendMonitor`: the backend failed on at most ``NEARDUP_MONITOR_MAX_BACKEND_ERRORS`` pages
+  (``neardup/backend_errors``; default 0), and the crawl was not stopped by an outage (close reason
+  ``neardup_backend_down``).
+* :class:`UncheckedMonitor`: at most ``NEARDUP_MONITOR_MAX_UNCHECKED`` (default ``NEARDUP_MAX_UNCHECKED``, itself
+  0 by default) of the checked pages (``neardup/checked``) passed through unchecked (``neardup/unchecked``).
+* :class:`DropRateMonitor`: at most ``NEARDUP_MONITOR_MAX_DROP_RATE`` (default 0.9) of the pages decided
+  (checked, less the unchecked) were near-duplicates (``neardup/dropped``, or ``neardup/marked`` in mark mode): a
+  higher rate usually means that the text field holds what every page shares (a template, a cookie banner), not
+  the pages' own text. Skipped when no page was decided.
+
+:class:`NearDupMonitorSuite` runs all three; subclass it to add Spidermon actions
+(``monitors_failed_actions``) or combine the monitors with others in a suite of your own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spidermon import MonitorSuite, monitors
+from spidermon.contrib.scrapy.monitors import BaseScrapyMonitor
+
+from .outage import BACKEND_DOWN, describe_unchecked, unchecked_share
+from .pipeline import STATS_PREFIX
+from .settings import MonitorThresholds
+
+
+class _NearDupMonitor(BaseScrapyMonitor):
+    """Reads the ``neardup/*`` stats and the thresholds."""
+
+    def count(self, name: str) -> int:
+        return int(self.stats.get(STATS_PREFIX + name, 0) or 0)
+
+    @property
+    def thresholds(self) -> MonitorThresholds:
+        return MonitorThresholds.from_settings(self.crawler.settings)
+
+
+@monitors.name("Near-duplicate backend")
+class BackendMonitor(_NearDupMonitor):
+    """The near-duplicate backend answered the crawl's checks."""
+
+    @monitors.name("Backend errors at most NEARDUP_MONITOR_MAX_BACKEND_ERRORS")
+    def test_backend_errors(self) -> None:
+        errors, allowed = self.count("backend_errors"), self.thresholds.max_backend_errors
+        self.assertLessEqual(errors, allowed, msg=(
+            f"the near-duplicate backend failed to check {errors} pages (neardup/backend_errors); "
+            f"NEARDUP_MONITOR_MAX_BACKEND_ERRORS allows {allowed}"
+        ))
+
+    @monitors.name("Crawl not stopped by a backend outage")
+    def test_not_stopped_by_an_outage(self) -> None:
+        reason: Any = self.stats.get("finish_reason")
+        self.assertNotEqual(reason, BACKEND_DOWN, msg=(
+            f"the crawl was stopped because the near-duplicate backend was down (close reason {BACKEND_DOWN})"
+        ))
+
+
+@monitors.name("Near-duplicate unchecked pages")
+class UncheckedMonitor(_NearDupMonitor):
+    """Few enough pages passed through without a near-duplicate check."""
+
+    @monitors.name("Unchecked share at most NEARDUP_MONITOR_MAX_UNCHECKED")
+    def test_unchecked_share(self) -> None:
+        unchecked, checked = self.count("unchecked"), self.count("checked")
+        allowed = self.thresholds.max_unchecked
+        self.assertLessEqual(unchecked_share(unchecked, checked), allowed, msg=(
+            f"{describe_unchecked(unchecked, checked)} passed through unchecked; NEARDUP_MONITOR_MAX_UNCHECKED "
+            f"allows {allowed:.1%}"
+        ))
+        if allowed == 0:  # a share rounds; "none allowed" means none
+            self.assertEqual(unchecked, 0, msg=f"{unchecked} pages passed through unchecked; none allowed")
+
+
+@monitors.name("Near-duplicate drop rate")
+class DropRateMonitor(_NearDupMonitor):
+    """Not implausibly many of the checked pages were near-duplicates."""
+
+    @monitors.name("Drop rate at most NEARDUP_MONITOR_MAX_DROP_RATE")
+    def test_drop_rate(self) -> None:
+        duplicates = self.count("dropped") + self.count("marked")
+        decided = self.count("checked") - self.count("unchecked")
+        if decided <= 0:
+            self.skipTest("no page was checked")
+        rate, allowed = duplicates / decided, self.thresholds.max_drop_rate
+        self.assertLessEqual(rate, allowed, msg=(
+            f"{duplicates} of {decided} checked pages ({rate:.1%}) were near-duplicates; "
+            f"NEARDUP_MONITOR_MAX_DROP_RATE allows {allowed:.1%} (does NEARDUP_TEXT_FIELD hold each page's own "
+            "text?)"
+        ))
+
+
+class NearDupMonitorSuite(MonitorSuite):
+    """Near-duplicate detection: backend errors, the unchecked share, the drop rate (see the module doc)."""
+
+    monitors = [BackendMonitor, UncheckedMonitor, DropRateMonitor]
+
+
+__all__ = ["BackendMonitor", "DropRateMonitor", "NearDupMonitorSuite", "UncheckedMonitor"]
