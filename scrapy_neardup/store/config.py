@@ -38,6 +38,10 @@ KNOWN_SETTINGS: frozenset[str] = frozenset({
     "NEARDUP_ENABLED", "NEARDUP_TEXT_FIELD", "NEARDUP_URL_FIELD", "NEARDUP_ACTION", "NEARDUP_MARK_FIELD",
     "NEARDUP_REVISIT", "NEARDUP_BACKEND", "NEARDUP_DEBUG", "NEARDUP_WORKER", "NEARDUP_TEMPLATE_SAMPLE",
     *PARAM_SETTINGS.values(),
+    # backend outages and their monitors (scrapy_neardup.crawl.settings)
+    "NEARDUP_MAX_UNCHECKED", "NEARDUP_ON_BACKEND_DOWN", "NEARDUP_BACKEND_DOWN_MAX_WAIT",
+    "NEARDUP_BACKEND_RETRY_INTERVAL", "NEARDUP_MONITOR_MAX_BACKEND_ERRORS", "NEARDUP_MONITOR_MAX_UNCHECKED",
+    "NEARDUP_MONITOR_MAX_DROP_RATE",
     # the embedded store (scrapy_neardup.store.embedded)
     "NEARDUP_STATE_DIR", "NEARDUP_RESET",
     # soft-404 probing and mirror hosts (scrapy_neardup.crawl.host_settings)
