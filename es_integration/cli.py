@@ -11,6 +11,7 @@ Run on its own with ``python -m es_integration.cli start|stop``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -306,6 +307,8 @@ def _bulk_message(exc: Exception) -> str:
 
 
 def _add_index(commands: Any) -> None:
+    from scrapy_neardup.cli.jsonl import ID_FIELD_HELP
+
     p = commands.add_parser(
         "index",
         help="index JSON-lines documents with their near-duplicate sketches",
@@ -314,7 +317,7 @@ def _add_index(commands: Any) -> None:
         "created with the near-duplicate mapping when missing; an existing index gets the mapping added.",
     )
     p.add_argument("input", help="JSON-lines file, or - for stdin")
-    p.add_argument("--id-field", default="id", help="field with the document id (default: id; missing: random)")
+    p.add_argument("--id-field", default=None, help=ID_FIELD_HELP + "; a record without one gets a random id")
     p.add_argument("--text-field", default="text", help="field with the text or HTML (default: text)")
     p.add_argument("--url-field", default="url",
                    help="field with the page URL: --content auto learns each host's template over the input, or "
@@ -333,15 +336,16 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _index_job(args: argparse.Namespace, client: Any) -> int:
-    from es_integration.indexing import index_records
+    from es_integration.indexing import get_field, index_records
     from es_integration.mapping import ensure_index, require_tag
     from es_integration.names import validate_field_name
     from es_integration.templates import resolve_templates
-    from scrapy_neardup.cli.jsonl import open_input, record_pages
+    from scrapy_neardup.cli.jsonl import choose_id_field, open_input, record_pages
     from scrapy_neardup.core.template import learn_hosts
 
     for field in (args.id_field, args.text_field, args.url_field):
-        validate_field_name(field)
+        if field is not None:
+            validate_field_name(field)
     sketcher = _job_sketcher(args)
     require_tag(client, args.index, sketcher.tag)  # one kind of sketch per index: never overwrite silently
     auto = sketcher.content == "auto"
@@ -352,8 +356,13 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
             learner = learn_hosts(record_pages(lines, args.text_field, args.url_field), sketcher.block_hashes)
             templates = resolve_templates(client, args.index, sketcher.tag, learner)
             lines.seek(0)
+        records = _json_records(lines)
+        if args.id_field is None:  # the first record tells (scrapy_neardup.cli.jsonl.choose_id_field)
+            first = next(records, None)
+            args.id_field = choose_id_field(None, first, args.url_field, "neardup es index", get=get_field)
+            records = itertools.chain([] if first is None else [first], records)
         stats = index_records(
-            client, args.index, _json_records(lines), sketcher, id_field=args.id_field,
+            client, args.index, records, sketcher, id_field=args.id_field,
             text_field=args.text_field, chunk_size=args.chunk_size, threads=max(1, args.threads),
             progress=bar.update, templates=templates, url_field=args.url_field,
         )

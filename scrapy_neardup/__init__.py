@@ -7,8 +7,9 @@ Core objects (no Scrapy or Elasticsearch import happens here)::
     a, b = sketcher.sketch_many([page_a, page_b])
     a.resemblance(b)          # share of agreeing positions, an unbiased estimate of Jaccard
 
-The Scrapy item pipeline, ``scrapy_neardup.NearDuplicatePipeline``, and the add-on that enables it,
-``scrapy_neardup.NearDuplicateAddon``, are imported on first access (they import Scrapy).
+The Scrapy item pipeline, ``scrapy_neardup.NearDuplicatePipeline``, the add-on that enables it,
+``scrapy_neardup.NearDuplicateAddon``, and the CSV feed exporter of mark mode, ``scrapy_neardup.CsvItemExporter``,
+are imported on first access (they import Scrapy). ``dir(scrapy_neardup)`` lists the public names only.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from .errors import NearDupError, StateError
 
 if TYPE_CHECKING:
     from .crawl.addon import NearDuplicateAddon
+    from .crawl.exporters import CsvItemExporter
     from .crawl.pipeline import NearDuplicatePipeline
 
 __all__ = [
+    "CsvItemExporter",
     "Decision",
     "Deduper",
     "DedupeStats",
@@ -65,4 +68,13 @@ def __getattr__(name: str) -> Any:
         from .crawl.addon import NearDuplicateAddon
 
         return NearDuplicateAddon
+    if name == "CsvItemExporter":
+        from .crawl.exporters import CsvItemExporter
+
+        return CsvItemExporter
     raise AttributeError(f"module 'scrapy_neardup' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The public names (the lazy ones included), not what the module imports for itself (typing, __future__).
+    return sorted([*__all__, "__version__"])

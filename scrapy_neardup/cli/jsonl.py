@@ -3,7 +3,7 @@
 :func:`open_input` opens a file (or stdin for ``-``); :func:`read_records` yields ``(line number, object)``
 and raises :class:`InputError` naming the line of the first record that is not a JSON object; blank
 lines are skipped; bytes that are not UTF-8 become U+FFFD rather than stopping the run. :func:`json_line`
-writes one record as one line.
+writes one record as one line. :func:`choose_id_field` gives the field that names a record (``--id-field``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,33 @@ from ..core.dedupe import skip_reason
 from ..core.mirrors import host_of
 from ..errors import InputError
 
-__all__ = ["InputError", "json_line", "open_input", "read_records", "record_host", "record_pages"]
+__all__ = [
+    "DEFAULT_ID_FIELD", "ID_FIELD_HELP", "InputError", "choose_id_field", "json_line", "open_input", "read_records",
+    "record_host", "record_pages",
+]
+
+#: The field naming a record unless ``--id-field`` says otherwise (or, see :func:`choose_id_field`, the URL).
+DEFAULT_ID_FIELD = "id"
+#: The help of ``--id-field``, the same in every command.
+ID_FIELD_HELP = ("field holding the record id (default: id; when the first record has no id but a --url-field "
+                 "value, the URL, as the Scrapy pipeline keys pages, said in one line on stderr)")
+
+
+def choose_id_field(
+    given: str | None, first: dict[str, Any] | None, url_field: str, command: str,
+    get: Callable[[dict[str, Any], str], Any] = dict.get,
+) -> str:
+    """The field that names each record: ``given`` (``--id-field``) when set; else ``id``, unless the first record
+    has no ``id`` but has a ``url_field`` value, in which case the URL names the records (the key the Scrapy
+    pipeline gives pages), and one line on stderr says so. ``get`` reads a field (dotted paths: the ``es``
+    commands)."""
+    if given is not None:
+        return given
+    if first is not None and get(first, DEFAULT_ID_FIELD) is None and get(first, url_field) is not None:
+        print(f"{command}: the records have no {DEFAULT_ID_FIELD!r} field; using {url_field!r} as their id "
+              f"(--id-field to choose)", file=sys.stderr)
+        return url_field
+    return DEFAULT_ID_FIELD
 
 
 @contextlib.contextmanager

@@ -30,7 +30,16 @@ from ..core.theory import (
     min_shared_for,
 )
 from ..errors import CommandError
-from .jsonl import InputError, json_line, open_input, read_records, record_host, record_pages
+from .jsonl import (
+    ID_FIELD_HELP,
+    InputError,
+    choose_id_field,
+    json_line,
+    open_input,
+    read_records,
+    record_host,
+    record_pages,
+)
 from .options import add_sketch_options, add_threshold_options, params_from_args
 from .progress import progress_bar
 
@@ -93,8 +102,7 @@ def _add_dedupe(sub: Any) -> None:
     p.add_argument("input", help="JSON-lines file, or - for stdin")
     p.add_argument("-o", "--output", default="-", help="output JSON-lines file, or - for stdout (default)")
     p.add_argument("--text-field", default="text", help="field holding the text or HTML (default: text)")
-    p.add_argument("--id-field", default="id",
-                   help="field holding the record id (default: id; records without one get their line number)")
+    p.add_argument("--id-field", default=None, help=ID_FIELD_HELP + "; records without one get their line number")
     p.add_argument("--url-field", default="url",
                    help="field holding the page URL, whose host's template --content auto learns over the whole "
                         "input (default: url; records without one are sketched without a template)")
@@ -123,6 +131,8 @@ def _run_dedupe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         progress = progress_bar("dedupe", args.progress, total=size, unit="B")
         try:
             for batch in _record_batches(source, progress):
+                if args.id_field is None and batch:
+                    args.id_field = choose_id_field(None, batch[0][1], args.url_field, "neardup dedupe")
                 _dedupe_batch(deduper, batch, args, sink, templates)
         finally:
             progress.close()

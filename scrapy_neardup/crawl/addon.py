@@ -4,13 +4,19 @@
 
     ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
 
-It adds :class:`~scrapy_neardup.crawl.pipeline.NearDuplicatePipeline` to ``ITEM_PIPELINES`` at priority
-:data:`PIPELINE_PRIORITY` (300), the mirror-host middleware (60) and the soft-404 middleware (70) to
-``DOWNLOADER_MIDDLEWARES`` — both before ``RobotsTxtMiddleware`` (100), so that a skipped mirror's robots.txt is
-not fetched, and the soft-404 middleware sees the final response of a page (after redirects). A component the
-project lists already (by class or by any import path of it) keeps its own priority. The ``NEARDUP_*``
-settings work as with ``ITEM_PIPELINES``, which keeps working on its own; switch the middlewares off with
-``NEARDUP_SOFT404_ENABLED`` / ``NEARDUP_MIRRORS_ENABLED`` = False.
+It is more than the pipeline (docs/addon.md). It adds
+:class:`~scrapy_neardup.crawl.pipeline.NearDuplicatePipeline` to ``ITEM_PIPELINES`` at priority
+:data:`PIPELINE_PRIORITY` (300), and two downloader middlewares to ``DOWNLOADER_MIDDLEWARES``: the mirror-host
+middleware (60), which skips the requests to a host found to copy another, and the soft-404 middleware (70), which
+sends a few requests of its own per host (``/neardup-soft404-probe-<random>``, with the crawl's user agent) —
+both before ``RobotsTxtMiddleware`` (100), so that a skipped mirror's robots.txt is not fetched, and the soft-404
+middleware sees the final response of a page (after redirects). A component the project lists already (by class
+or by any import path of it) keeps its own priority. The ``NEARDUP_*`` settings work as with ``ITEM_PIPELINES``,
+which keeps working on its own (the pipeline alone: no probes, no skipped requests); switch the middlewares off
+with ``NEARDUP_SOFT404_ENABLED`` / ``NEARDUP_MIRRORS_ENABLED`` = False.
+
+It registers :class:`~scrapy_neardup.crawl.exporters.CsvItemExporter` for the ``csv`` feed format unless the
+project registers its own (``FEED_EXPORTERS["csv"]``): in mark mode the mark is then JSON text in its CSV cell.
 
 It also raises Scrapy's ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB of responses in processing) to
 :data:`HOLD_ACTIVE_SIZE` unless the project sets it: the first pages of each host wait in the pipeline until the
@@ -20,12 +26,10 @@ processing meanwhile.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from scrapy.settings import BaseSettings
 
+from .exporters import CSV_EXPORTER
 from .templates import HOLD_ACTIVE_SIZE
-
-if TYPE_CHECKING:
-    from scrapy.settings import BaseSettings
 
 #: Where the pipeline runs among the project's item pipelines: after ones that fill the text field (lower
 #: numbers), before ones that store items (export, databases; usually higher).
@@ -49,6 +53,10 @@ class NearDuplicateAddon:
             "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY
         )
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", Soft404Middleware, SOFT404_PRIORITY)
+        # Per key, below the project's priority: a project's own csv exporter stands, its other formats too.
+        exporters = settings["FEED_EXPORTERS"]
+        if isinstance(exporters, BaseSettings) and exporters.get("csv") is None:
+            exporters.set("csv", CSV_EXPORTER, priority="addon")
         if settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") < HOLD_ACTIVE_SIZE:
             settings.set("SCRAPER_SLOT_MAX_ACTIVE_SIZE", HOLD_ACTIVE_SIZE, priority="addon")
 

@@ -179,6 +179,7 @@ class NearDuplicatePipeline:
             report_startup_failure(exc, log_level=self._log_level)
             raise
         self._opened = True
+        self._check_csv_feeds()
         self.pages.open(self.backend)
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
         self._add_backend_stats()
@@ -230,6 +231,32 @@ class NearDuplicatePipeline:
             f"{describe_unchecked(c('unchecked', 0), c('checked', 0))} passed through unchecked "
             f"(NEARDUP_MAX_UNCHECKED={self.config.outage.max_unchecked:g})"
         ))
+
+    def _check_csv_feeds(self) -> None:
+        """Mark mode with a CSV feed whose exporter is Scrapy's own: say once that the mark would be a Python dict
+        repr there, and how to get JSON text (:mod:`scrapy_neardup.crawl.exporters`; the add-on sets it)."""
+        if self.config.action != "mark" or self.crawler is None:
+            return
+        settings = self.crawler.settings
+        feeds = [str(uri) for uri, options in settings.getdict("FEEDS").items()
+                 if isinstance(options, dict) and options.get("format") == "csv"]
+        if not feeds:
+            return
+        from scrapy.utils.misc import load_object
+
+        from .exporters import CSV_EXPORTER, CsvItemExporter
+
+        try:
+            exporter = load_object(settings.getwithbase("FEED_EXPORTERS").get("csv"))
+        except (ImportError, NameError, TypeError, ValueError, AttributeError):
+            return  # Scrapy's feed exporter reports it
+        if isinstance(exporter, type) and issubclass(exporter, CsvItemExporter):
+            return
+        logger.warning(
+            "NEARDUP_ACTION='mark' with a CSV feed (%s): Scrapy's CSV exporter writes the %r mark as a Python dict "
+            "repr; set FEED_EXPORTERS = {'csv': %r} (the add-on does) to get JSON text", ", ".join(feeds),
+            self.config.mark_field, CSV_EXPORTER,
+        )
 
     def _add_backend_stats(self) -> None:
         """Add what the backend's counters (:meth:`Backend.stats`) grew by since the last read: read after

@@ -202,3 +202,40 @@ def test_compare_content_main_ignores_the_site_template(tmp_path: Path, capsys: 
         assert code == 0
         results[content] = json.loads(out)
     assert results["main"]["jaccard"] == 1.0 > results["body"]["jaccard"]
+
+
+def test_dedupe_names_records_by_url_when_they_have_no_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the Scrapy pipeline exports ({url, text}, no id) names its records by URL, as the pipeline keys pages;
+    one line says so. Records with an id, or an explicit --id-field, are named as before."""
+    pages = [{"url": "https://a.test/1", "text": ARTICLE}, {"url": "https://a.test/2", "text": EDITED},
+             {"url": "https://a.test/3", "text": OTHER}]
+    out = tmp_path / "out.jsonl"
+    code, _, err = _run(["dedupe", str(_write_jsonl(tmp_path / "pages.jsonl", pages)), "-o", str(out)], capsys)
+    assert code == 0
+    assert [json.loads(line)["duplicate_of"] for line in out.read_text().splitlines()] == [
+        None, "https://a.test/1", None]
+    line = "neardup dedupe: the records have no 'id' field; using 'url' as their id (--id-field to choose)"
+    assert err.count(line) == 1
+    # --id-field given: as asked (here a field no record has: line numbers), and nothing said.
+    code, _, err = _run(["dedupe", str(tmp_path / "pages.jsonl"), "-o", str(out), "--id-field", "id"], capsys)
+    assert [json.loads(line)["duplicate_of"] for line in out.read_text().splitlines()] == [None, 1, None]
+    assert "--id-field to choose" not in err
+    # Records with an id: named by it, nothing said; the help states the default.
+    with_ids = [{"id": f"p{i}", **page} for i, page in enumerate(pages)]
+    code, _, err = _run(["dedupe", str(_write_jsonl(tmp_path / "ids.jsonl", with_ids)), "-o", str(out)], capsys)
+    assert [json.loads(line)["duplicate_of"] for line in out.read_text().splitlines()] == [None, "p0", None]
+    assert "--id-field to choose" not in err
+    with pytest.raises(SystemExit):
+        main(["dedupe", "--help"])
+    assert "when the first record has no id but a --url-field value, the URL" in " ".join(
+        capsys.readouterr().out.split())
+
+
+def test_the_package_lists_its_public_names_only() -> None:
+    import scrapy_neardup
+
+    names = dir(scrapy_neardup)
+    assert not {"Any", "TYPE_CHECKING", "annotations"} & set(names)
+    assert set(scrapy_neardup.__all__) <= set(names) and "__version__" in names
+    assert {"NearDuplicatePipeline", "NearDuplicateAddon", "CsvItemExporter"} <= set(names)
+    assert all(getattr(scrapy_neardup, name) is not None for name in scrapy_neardup.__all__)

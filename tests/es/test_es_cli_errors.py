@@ -62,3 +62,32 @@ def test_refused_documents_are_summarized_by_kind_not_quoted(
     assert kind.startswith("document_parsing_exception: 4 document(s), first bad0: ") or kind.startswith(
         "mapper_parsing_exception: 4 document(s), first bad0: "), kind
     es_client.indices.delete(index=index)
+
+
+def test_index_names_records_without_an_id_by_their_url(
+    es_client: Elasticsearch, es_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Records as the Scrapy pipeline exports them ({url, text}, no id): their URL is their _id, as the pipeline
+    keys pages, and one line says so; an explicit --id-field, or records with an id, as before."""
+    index = f"nd-ids-{uuid.uuid4().hex[:10]}"
+    pages = [{"url": f"https://a.test/{i}", "text": f"{TEXT} page {i}"} for i in range(3)]
+    source = write_lines(tmp_path / "pages.jsonl", pages)
+    assert main(["es", "index", source, "--es-url", es_url, "--index", index]) == 0
+    err = capsys.readouterr().err
+    assert err.count("neardup es index: the records have no 'id' field; using 'url' as their id "
+                     "(--id-field to choose)") == 1
+    assert es_client.get(index=index, id="https://a.test/1")["_source"]["url"] == "https://a.test/1"
+    assert es_client.count(index=index)["count"] == 3
+    # Again: the same documents, overwritten (not a second, randomly named copy of each).
+    assert main(["es", "index", source, "--es-url", es_url, "--index", index]) == 0
+    assert es_client.count(index=index)["count"] == 3
+    capsys.readouterr()
+    # --id-field id, which these records lack: random ids, as asked, nothing said.
+    assert main(["es", "index", source, "--es-url", es_url, "--index", index, "--id-field", "id"]) == 0
+    assert "--id-field to choose" not in capsys.readouterr().err
+    assert es_client.count(index=index)["count"] == 6
+    with_ids = write_lines(tmp_path / "ids.jsonl", [{"id": f"p{i}", **page} for i, page in enumerate(pages)])
+    assert main(["es", "index", with_ids, "--es-url", es_url, "--index", index]) == 0
+    assert "--id-field to choose" not in capsys.readouterr().err
+    assert es_client.get(index=index, id="p2")["_source"]["url"] == "https://a.test/2"
+    es_client.indices.delete(index=index)

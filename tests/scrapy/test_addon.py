@@ -68,3 +68,19 @@ def test_addon_makes_room_for_the_pages_waiting_for_their_hosts_template() -> No
     own = Settings({"SCRAPER_SLOT_MAX_ACTIVE_SIZE": 2_000_000}, priority="project")
     NearDuplicateAddon().update_settings(own)
     assert own.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") == 2_000_000  # the project's own value stands
+
+
+def test_addon_registers_the_csv_exporter_of_mark_mode_unless_the_project_has_one() -> None:
+    from scrapy_neardup.crawl.exporters import CSV_EXPORTER
+
+    fresh = Settings()
+    NearDuplicateAddon().update_settings(fresh)
+    assert fresh.getwithbase("FEED_EXPORTERS")["csv"] == CSV_EXPORTER == "scrapy_neardup.CsvItemExporter"
+    assert load_object(CSV_EXPORTER) is scrapy_neardup.CsvItemExporter
+    # The project's other formats stay, and its own csv exporter stands.
+    other = Settings({"FEED_EXPORTERS": {"xlsx": "project.XlsxExporter"}}, priority="project")
+    NearDuplicateAddon().update_settings(other)
+    assert other.getdict("FEED_EXPORTERS") == {"xlsx": "project.XlsxExporter", "csv": CSV_EXPORTER}
+    own = Settings({"FEED_EXPORTERS": {"csv": "project.CsvExporter"}}, priority="project")
+    NearDuplicateAddon().update_settings(own)
+    assert own.getwithbase("FEED_EXPORTERS")["csv"] == "project.CsvExporter"
