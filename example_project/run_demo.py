@@ -193,7 +193,7 @@ def render(report: CrawlReport, start_url: str) -> str:
         return url[len(base):] or "/" if url and url.startswith(base) else str(url)
 
     def short_probe(url: str) -> str:  # the probe's random name is long; its section is what matters
-        return re.sub(r"neardup-probe-[0-9a-f]+", "neardup-probe-...", short(url))
+        return re.sub(r"neardup-soft404-probe-[0-9a-f]+", "neardup-soft404-probe-...", short(url))
 
     marked = [item for item in report.kept if item.get("neardup") and "duplicate_of" in item["neardup"]]
     soft404s = [(d["url"], d["soft404"], d["resemblance"]) for d in report.dropped if d.get("soft404")]

@@ -25,8 +25,9 @@ from .normalize import normalize_utf8
 from .shingles import join_texts, tokens, word_hashes
 from .sketch import Sketch
 
-#: Start of the last path segment of every probe URL (easy to spot in server logs).
-PROBE_MARKER = "neardup-probe-"
+#: Start of the last path segment of every probe URL: what a site owner finds in the server's logs (see
+#: docs/addon.md), followed by 32 random hex digits.
+PROBE_MARKER = "neardup-soft404-probe-"
 
 
 def first_segment(url: str) -> str | None:

@@ -6,10 +6,13 @@ Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}
 
 How it works
 ------------
-* **Probes.** When a host (scheme, host, port) is first met, the middleware downloads ``/neardup-probe-<128
-  random bits>`` from it; when a page under a first path segment not probed yet is requested
-  (``/news/...``), it also probes ``/news/neardup-probe-...``, up to ``NEARDUP_SOFT404_PROBES_PER_HOST``
-  probes per host. Probes are downloaded with :meth:`ExecutionEngine.download_async` (as Scrapy's own
+* **Probes.** When a host (scheme, host, port) is first met, the middleware downloads
+  ``/neardup-soft404-probe-<32 random hex digits>`` from it; when a page under a first path segment not probed
+  yet is requested (``/news/...``), it also probes ``/news/neardup-soft404-probe-...``, up to
+  ``NEARDUP_SOFT404_PROBES_PER_HOST`` probes per host. The fixed marker ``neardup-soft404-probe-`` tells a site
+  owner what these requests are (docs/addon.md); they carry the crawl's own user agent (the ``User-Agent`` the
+  page request that started them was given, else ``USER_AGENT`` or the spider's ``user_agent``, as every request
+  of the crawl). Probes are downloaded with :meth:`ExecutionEngine.download_async` (as Scrapy's own
   ``RobotsTxtMiddleware`` fetches robots.txt): they pass through every downloader middleware (robots.txt,
   user agent, retries, stats) and through the host's download slot (``DOWNLOAD_DELAY``, concurrency), but not
   through the scheduler or the spider middlewares: the spider never sees them, so they never become items and
@@ -147,13 +150,17 @@ class Soft404Middleware:
             if segment not in probes.started and len(probes.started) < self.max_probes:
                 probes.started.add(segment)
                 probes.pending += 1
-                self._start_probe(host, request.url, segment, probes)
+                self._start_probe(request, host, segment, probes)
 
-    def _start_probe(self, host: str, page_url: str, segment: str | None, probes: _HostProbes) -> None:
-        parts = urlsplit(page_url)
+    def _start_probe(self, request: Request, host: str, segment: str | None, probes: _HostProbes) -> None:
+        parts = urlsplit(request.url)
         url = urlunsplit((parts.scheme, parts.netloc, probe_path(segment), "", ""))
+        # The crawl's own user agent: the one the page's request was given (else UserAgentMiddleware sets the
+        # crawl's, as on every request), never another one.
+        user_agent = request.headers.get(b"User-Agent")
         probe = Request(
             url, dont_filter=True, priority=1_000,
+            headers={b"User-Agent": user_agent} if user_agent else None,
             meta={PROBE_META: True, "dont_redirect": True, "handle_httpstatus_all": True, "dont_cache": True},
         )
         self._inc("soft404_probes")

@@ -52,7 +52,7 @@ def test_soft_404_template_matches_not_found_pages_and_no_real_page(
     t = min_shared_for(0.9, sketcher.num_perm)
     for name in SITES:
         corpus = corpora[name]
-        probe_url = "http://site.test/neardup-probe-8f3a27c1d04e9b65"
+        probe_url = "http://site.test/neardup-soft404-probe-8f3a27c1d04e9b65"
         probe = sketcher.sketch(not_found_page(corpus, probe_url, variant), leave_out=url_words(probe_url))
         urls = ("http://site.test/old/page.html", "http://site.test/api/missing-thing.html?v=2", "http://site.test/x")
         others = sketcher.sketch_many([not_found_page(corpus, url, variant) for url in urls],

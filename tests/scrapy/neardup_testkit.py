@@ -404,6 +404,9 @@ class NearDupTestSpider(scrapy.Spider):
         extra_starts: more start URLs (other hosts), fetched after ``start_url``.
         start_hosts_only: follow links to the start URLs' hosts only (pages of real sites link to the web; the
             tests' traffic stays on loopback).
+        start_dont_filter: start requests bypass the duplicate filter, as those of Scrapy's ``start_urls`` do
+            (a start URL linked again is then fetched again, and a resumed JOBDIR crawl fetches it again).
+        request_headers: headers every request of the spider is given (``{"User-Agent": ...}``).
     """
 
     name = "neardup_test"
@@ -411,7 +414,8 @@ class NearDupTestSpider(scrapy.Spider):
     def __init__(
         self, start_url: str, item_type: str = "dict", overrides: dict[str, Any] | None = None,
         burst: list[dict[str, Any]] | None = None, rename: dict[str, str] | str | None = None,
-        extra_starts: list[str] | None = None, start_hosts_only: bool = False, **kwargs: Any,
+        extra_starts: list[str] | None = None, start_hosts_only: bool = False, start_dont_filter: bool = False,
+        request_headers: dict[str, str] | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         # From the command line (scrapy crawl -a rename=...) it arrives as JSON.
@@ -421,12 +425,15 @@ class NearDupTestSpider(scrapy.Spider):
         self.overrides = overrides or {}
         self.burst = burst
         self.extra_starts = extra_starts or []
+        self.start_dont_filter = start_dont_filter
+        self.request_headers = request_headers
         self.hosts = {urlsplit(url).netloc for url in [start_url, *self.extra_starts]} if start_hosts_only else None
 
     async def start(self) -> Any:
         # dont_filter=False: a resumed JOBDIR crawl must not re-fetch the start page.
         for url in [self.start_url, *self.extra_starts]:
-            yield scrapy.Request(url, callback=self.parse)
+            yield scrapy.Request(url, callback=self.parse, dont_filter=self.start_dont_filter,
+                                 headers=self.request_headers)
 
     def parse(self, response: Response, **kwargs: Any) -> Any:
         if self.burst is not None:
@@ -448,7 +455,7 @@ class NearDupTestSpider(scrapy.Spider):
                 fields[new] = fields.pop(old)
         yield make_item(self.item_type, fields)
         for href in response.css("a::attr(href)").getall():
-            request = response.follow(href, callback=self.parse)
+            request = response.follow(href, callback=self.parse, headers=self.request_headers)
             if self.hosts is None or urlsplit(request.url).netloc in self.hosts:
                 yield request
 

@@ -126,7 +126,8 @@ def test_demo_drops_every_soft_404(demo_report: str) -> None:
     on_site = {url: probe for url, probe in soft.items() if url.startswith("/")}
     assert set(on_site) == SOFT_404
     for url, probe in on_site.items():  # each matches its section's template
-        assert probe == ("/news/neardup-probe-..." if url.startswith("/news/") else "/neardup-probe-..."), url
+        section = "/news/" if url.startswith("/news/") else "/"
+        assert probe == f"{section}neardup-soft404-probe-...", url
     stats = dict(line.split()[:2] for line in report_section(demo_report, "STATS"))
     assert int(stats["neardup/soft404"]) == len(soft) == int(stats["item_dropped_reasons_count/Soft404Dropped"])
     assert int(stats["neardup/soft404_probes"]) >= 2 and "neardup/soft404_wait_timeouts" not in stats

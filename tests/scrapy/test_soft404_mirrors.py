@@ -25,6 +25,7 @@ from neardup_testkit import (
     SiteServer,
     article_words,
     html_page,
+    kinds_site,
     path_of,
 )
 
@@ -87,8 +88,8 @@ def hosts() -> Iterator[Hosts]:
                       for i in range(DISTINCT_PAGES)}
     distinct_pages["/"] = Page(html_page("Distinct home", article_words(5999, 80), links=list(distinct_pages)))
     # Probes obey robots.txt: this host forbids them (and answers 404 anyway).
-    robots = {"/robots.txt": Page("User-agent: *\nDisallow: /neardup-probe-\nDisallow: /p/neardup-probe-\n",
-                                  content_type="text/plain")}
+    # The one rule docs/addon.md gives site owners: a wildcard covers the probes of every section.
+    robots = {"/robots.txt": Page("User-agent: *\nDisallow: /*neardup-soft404-probe-\n", content_type="text/plain")}
     partial = SiteServer(partial_pages, host="127.0.0.3").start()
     distinct = SiteServer(distinct_pages | robots, host="127.0.0.4").start()
     # The original links to the other hosts' home pages; the crawl starts at the original, seen first. The mirror is
@@ -134,15 +135,15 @@ def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
     drops = result.drops_by_url()
 
     # Probes never become items, and every host was probed (the original under "/", /news/ and /old/).
-    probe_items = [u for u in [*kept, *drops] if "neardup-probe-" in u]
+    probe_items = [u for u in [*kept, *drops] if "neardup-soft404-probe-" in u]
     assert probe_items == []
-    probes = {s.url: [p for p in s.requests if "neardup-probe-" in p] for s in hosts.servers}
+    probes = {s.url: [p for p in s.requests if "neardup-soft404-probe-" in p] for s in hosts.servers}
     # Forbidden by robots.txt: never sent, counted as failed; no page waited for the full timeout.
     assert probes[hosts.distinct.url] == [] and result.stat("neardup/soft404_probes_failed") == 2
     assert result.stat("neardup/soft404_wait_timeouts") == 0
     for server in hosts.servers[:3]:
         # One probe for "/", one per first path segment a page was fetched under, three at most.
-        segments = {p.split("/")[1] for p in server.requests if p.count("/") >= 2 and "neardup-probe-" not in p}
+        segments = {p.split("/")[1] for p in server.requests if p.count("/") >= 2 and "neardup-soft404-probe-" not in p}
         assert len(probes[server.url]) == min(3, 1 + len(segments)), (server.url, probes, segments)
     assert result.stat("neardup/soft404_probes") == sum(len(p) for p in probes.values()) + 2
     with_template = len(probes[hosts.original.url]) + len(probes[hosts.mirror.url])
@@ -169,7 +170,7 @@ def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
 
     # The mirror: recognized, one INFO line, its remaining requests skipped before download.
     skipped = result.stat("neardup/mirror_requests_skipped")
-    fetched = [p for p in hosts.mirror.requests if "neardup-probe-" not in p and p != "/robots.txt"]
+    fetched = [p for p in hosts.mirror.requests if "neardup-soft404-probe-" not in p and p != "/robots.txt"]
     line = re.search(rf"INFO: host {hosts.mirror.url}:?\d* mirrors host {hosts.original.url}:?\d*: (\d+) of (\d+) "
                      r"pages are copies; skipping its requests", result.log)
     assert line is not None, result.log[-3000:]
@@ -195,7 +196,7 @@ def test_each_feature_switches_off(hosts: Hosts, run_crawl: RunCrawl, tmp_path: 
                                                NEARDUP_MIRRORS_ENABLED="false"),
                        spider={"start_url": hosts.original.url + "/"})
     assert result.returncode == 0, result.log[-3000:]
-    assert not [p for s in hosts.servers for p in s.requests if "neardup-probe-" in p]
+    assert not [p for s in hosts.servers for p in s.requests if "neardup-soft404-probe-" in p]
     assert result.stat("neardup/mirror_requests_skipped") == 0 and result.stat("neardup/soft404") == 0
     assert set(hosts.mirror.requests) - {"/robots.txt"} == set(hosts.mirror.pages) | set(hosts.soft_404_paths)
     kept_404 = {path_of(u) for u in result.kept_urls} & set(hosts.soft_404_paths)
@@ -210,7 +211,7 @@ def test_mark_mode_marks_soft_404s(hosts: Hosts, run_crawl: RunCrawl, tmp_path: 
     soft_404_urls = {s.url + p for s in (hosts.original, hosts.mirror) for p in hosts.soft_404_paths}
     assert soft_404_urls <= set(by_url)  # mirrors not skipped here: every soft 404 was fetched and marked
     for url in soft_404_urls:
-        assert "neardup-probe-" in by_url[url]["neardup"]["soft404"]
+        assert "neardup-soft404-probe-" in by_url[url]["neardup"]["soft404"]
     assert result.stat("neardup/soft404") == len(soft_404_urls)
 
 
@@ -228,3 +229,29 @@ def test_wrong_setting_stops_the_crawl_at_start(
     assert result.returncode == 1
     assert message in result.log
     assert hosts.original.requests == []
+
+
+PROBE_PATH = re.compile(r"(/[^/]+)?/neardup-soft404-probe-[0-9a-f]{32}")
+
+
+@pytest.mark.parametrize("own", ["setting", "request"])
+def test_probes_are_recognisable_and_carry_the_crawls_own_user_agent(
+    run_crawl: RunCrawl, serve_kinds_site: Any, own: str
+) -> None:
+    """What a site owner sees of the probes in the server's log: a path with the fixed marker, and the user agent
+    of the crawl's own requests (``USER_AGENT``, or the one the spider gives its requests), never another."""
+    server = serve_kinds_site(kinds_site(articles=2, soft_404s=1))
+    agent = "ExampleBot/2.0 (+https://bot.example/about)"
+    settings: dict[str, Any] = {"ITEM_PIPELINES": {}, "ADDONS": ADDON}
+    spider: dict[str, Any] = {"start_url": server.url + "/"}
+    if own == "setting":
+        settings["USER_AGENT"] = agent
+    else:
+        spider["request_headers"] = {"User-Agent": agent}
+    result = run_crawl(settings=settings, spider=spider)
+    assert result.returncode == 0, result.log[-3000:]
+    probes = [path for path, _ in server.user_agents if "neardup-soft404-probe-" in path]
+    assert len(probes) == 3  # "/", "/news/" and the "/old/" section of the soft 404
+    assert all(PROBE_PATH.fullmatch(path) for path in probes), probes
+    assert {ua for _, ua in server.user_agents} == {agent}  # pages and probes alike
+    assert result.stat("neardup/soft404_probes") == 3
