@@ -10,10 +10,14 @@ per-generator selectors); scores from ``tests/accuracy/evaluate.py``.
 A method is a function from the pages of a corpus variant, ``(key, HTML bytes)`` in crawl order, to a
 :class:`MethodResult`: one decision per page, ``("kept", None)`` or ``("dropped", key of the kept page)``. Built in:
 
-* ``body``: the product's current sketching, ``Sketcher(content="body")`` (the whole visible body), with the
+* ``body``: ``Sketcher(content="body")`` (the whole visible body, the default of earlier versions), with the
   first-seen-is-kept decision of ``Deduper`` (its embedded ``SketchIndex``, default threshold);
 * ``main``: the same with ``Sketcher(content="main")`` (``<main>``, else ``<article>``, else ``<body>``, minus
   nav/header/footer/aside and their ARIA roles).
+* ``auto`` (the default): ``Sketcher()``, each page's own text, its host's template learned as a crawl learns it:
+  from the host's first :data:`~scrapy_neardup.core.template.SAMPLE_PAGES` pages in crawl order;
+* ``auto-batch``: the same, the template learned over all of the host's pages, as ``neardup dedupe`` learns it;
+* ``auto-none`` (by name only): the same without host templates.
 
 Add a method by putting it in :data:`METHODS`, or name one on the command line as ``module:attribute`` (a method,
 or a factory without arguments returning one; ``module`` importable with the repository root on ``sys.path``).
@@ -128,14 +132,15 @@ METHODS: dict[str, Callable[[], Method]] = {
     "main": lambda: product_method("main"),
     "auto": lambda: product_method("auto", "crawl"),
     "auto-batch": lambda: product_method("auto", "batch"),
-    "auto-none": lambda: product_method("auto", None),
 }
+#: Also available by name: ``auto`` without host templates (each page read alone).
+EXTRA_METHODS: dict[str, Callable[[], Method]] = {"auto-none": lambda: product_method("auto", None)}
 
 
 def resolve_method(name: str) -> Method:
     """A method by name (:data:`METHODS`) or ``module:attribute`` (a method, or a factory taking no argument)."""
-    if name in METHODS:
-        return METHODS[name]()
+    if name in METHODS or name in EXTRA_METHODS:
+        return {**METHODS, **EXTRA_METHODS}[name]()
     if ":" not in name:
         raise SystemExit(f"unknown method {name!r}: one of {', '.join(METHODS)} or module:attribute")
     module, attribute = name.split(":", 1)

@@ -351,7 +351,7 @@ class NearDuplicatePipeline:
         templates.add(host, url, first.blocks)
         if first.blocks.size <= 1:  # one block: the same sketch under any template (core.blocks.own_text)
             return first
-        template = await templates.wait(host)
+        template = await templates.wait(host, len(content))
         return first if template.empty else await self._sketch(content, worker, template)
 
     async def _sketch(self, content: Content, worker: SketchWorker | None, template: HostTemplate | None = None,

@@ -14,6 +14,8 @@ is decided before its template is known:
   flight for :data:`IDLE_TICKS` checks :data:`CHECK_INTERVAL` apart: the crawl is ending, or held pages fill
   Scrapy's scraper memory), or when more than ``MAX_HELD`` pages are held, the hosts still learning are learned
   from what they have (a sample of fewer than 4 pages gives an empty template: link lists are still removed).
+  Likewise when the pages held come to more than ``MAX_HELD_SIZE`` characters of content: a few very large pages
+  must not keep each other in memory.
 
 Holding a page holds its response in Scrapy's scraper too: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB by default; the
 add-on raises it to 100 MB) bounds what Scrapy processes at once, and the idle check above releases the held pages
@@ -50,6 +52,9 @@ CHECK_INTERVAL = 0.5
 IDLE_TICKS = 2
 #: Pages held at most over all hosts; beyond, the host holding most is learned from what it has.
 MAX_HELD = 2048
+#: Characters of content held at most over all hosts; beyond, the host holding most is learned from what it has.
+#: Scrapy keeps each held page's response (and its decoded text) alive, so this bounds what holding costs.
+MAX_HELD_SIZE = 100_000_000
 #: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` the add-on sets: room for a host's first 100 pages of up to 1 MB, or for
 #: several hosts learning their templates at once.
 HOLD_ACTIVE_SIZE = 100_000_000
@@ -61,6 +66,7 @@ class _Sample:
 
     pages: dict[str, np.ndarray] = field(default_factory=dict)
     waiters: list[Deferred[HostTemplate]] = field(default_factory=list)
+    held_size: int = 0
     learning: bool = False
 
 
@@ -73,20 +79,23 @@ class HostTemplates:
         count: ``count(stat, n)``: adds to the crawl's ``neardup/*`` stats.
         downloads_idle: whether no download is in flight (``None``: not in a crawl; pages are never held).
         max_held: pages held at most.
+        max_held_size: characters of content held at most.
     """
 
     def __init__(
         self, backend: Backend, sample_pages: int, count: Callable[[str, int], Any],
-        downloads_idle: Callable[[], bool] | None, max_held: int = MAX_HELD,
+        downloads_idle: Callable[[], bool] | None, max_held: int = MAX_HELD, max_held_size: int = MAX_HELD_SIZE,
     ) -> None:
         self.backend = backend
         self.sample_pages = sample_pages
         self.max_held = max_held
+        self.max_held_size = max_held_size
         self._count = count
         self._downloads_idle = downloads_idle
         self._known: dict[str, HostTemplate] = {}
         self._samples: dict[str, _Sample] = {}
         self._held = 0
+        self._held_size = 0
         self._idle_ticks = 0
         self._watch: LoopingCall | None = None
 
@@ -124,8 +133,8 @@ class HostTemplates:
             if len(sample.pages) >= self.sample_pages:
                 self._learn(host)
 
-    async def wait(self, host: str) -> HostTemplate:
-        """``host``'s template, once it is learned (call :meth:`add` first).
+    async def wait(self, host: str, size: int) -> HostTemplate:
+        """``host``'s template, once it is learned (call :meth:`add` first); ``size``: the waiting page's length.
 
         Raises:
             BackendError: the template could not be saved (the pages waiting for it get this error; the host's
@@ -134,13 +143,19 @@ class HostTemplates:
         known = self._known.get(host)
         if known is not None:
             return known
-        sample = self._samples[host]
+        sample = self._samples.get(host)
+        if sample is None:  # the save that this page's sample started failed at once
+            raise BackendError(f"the template of {host} could not be saved")
         waiter: Deferred[HostTemplate] = Deferred()
         sample.waiters.append(waiter)
+        sample.held_size += size
         self._held += 1
+        self._held_size += size
         self._count("template_pages_held", 1)
         if self._held > self.max_held:
             self._learn(max(self._samples, key=lambda h: len(self._samples[h].waiters)))
+        elif self._held_size > self.max_held_size:
+            self._learn(max(self._samples, key=lambda h: self._samples[h].held_size))
         self._start_watching()
         return await maybe_deferred_to_future(waiter)
 
@@ -182,6 +197,7 @@ class HostTemplates:
     def _release(self, host: str, sample: _Sample, result: HostTemplate | BackendError) -> None:
         del self._samples[host]
         self._held -= len(sample.waiters)
+        self._held_size -= sample.held_size
         for waiter in sample.waiters:
             if isinstance(result, BackendError):
                 waiter.errback(result)
@@ -215,4 +231,4 @@ class HostTemplates:
             self.learn_all()
 
 
-__all__ = ["CHECK_INTERVAL", "HOLD_ACTIVE_SIZE", "IDLE_TICKS", "MAX_HELD", "HostTemplates"]
+__all__ = ["CHECK_INTERVAL", "HOLD_ACTIVE_SIZE", "IDLE_TICKS", "MAX_HELD", "MAX_HELD_SIZE", "HostTemplates"]

@@ -34,12 +34,12 @@ def test_other_sketch_parameters_are_refused_naming_both_tags(
     assert main([*base, "--num-perm", "64"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err  # one line
-    assert "mh3-k128" in err and "mh3-k64" in err and before in err
+    assert before in err and before.replace("-k128-", "-k64-") in err
     assert es_client.get(index=index, id="p0")["_source"]["neardup"]["tag"] == before  # nothing overwritten
 
     assert main(["es", "groups", "--es-url", es_url, "--index", index, "--num-perm", "64"]) == 1
     err = capsys.readouterr().err
-    assert "mh3-k128" in err and "mh3-k64" in err
+    assert before in err and before.replace("-k128-", "-k64-") in err
     assert main(["es", "groups", "--es-url", es_url, "--index", index]) == 0  # its own parameters still work
     es_client.indices.delete(index=index)
 

@@ -38,6 +38,7 @@ def test_index_learns_the_hosts_templates_and_backfill_reuses_them(
     records.write_text("".join(json.dumps({"id": path, "url": host + path, "text": page.body}) + "\n"
                                for path, page in site.pages.items()))
     assert main(["es", "index", "--es-url", es_url, "--index", index, str(records), "--no-progress"]) == 0
+    es_client.indices.refresh(index=f"{index}-templates")  # searches see what a refresh made visible
     saved = es_client.search(index=f"{index}-templates", query={"match_all": {}})["hits"]["hits"]
     assert [hit["_source"]["host"] for hit in saved] == [host + ":80"]  # scheme, host and port
     assert saved[0]["_source"]["pages"] == len(site.pages)

@@ -643,9 +643,9 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
     )
     assert outcome["lost"] == set()
     assert outcome["bad_drops"] == {}
-    # The stall: requests timed out (NEARDUP_ES_TIMEOUT=0.5), were retried, the item passed through unchecked.
+    # The stall: requests (the host's template lookups, or checks) timed out (NEARDUP_ES_TIMEOUT=0.5) and were
+    # retried (asserted below with the kill's retries).
     assert proxy.stalled >= 4
-    assert "timed out" in result.log
     # The kill landed mid-crawl: some items could not be checked, and say so.
     assert outcome["unchecked"], "no item met the dead node"
     assert result.stat("neardup/unchecked") == result.stat("neardup/backend_errors") == len(outcome["unchecked"])

@@ -138,6 +138,7 @@ def test_template_heavy_site_on_elasticsearch_shares_the_hosts_template(
     drops = {path_of(url): path_of(drop["duplicate_of"]) for url, drop in first.drops_by_url().items()}
     assert len(drops) == len(pairs) and all(frozenset(drop) in pairs for drop in drops.items())
     assert first.stat("neardup/templates_learned") == 1
+    es_client.indices.refresh(index=f"{es_index}-templates")  # searches see what a refresh made visible
     saved = es_client.search(index=f"{es_index}-templates", query={"match_all": {}})["hits"]["hits"]
     assert [hit["_source"]["host"] for hit in saved] == [server.url]
     second = run_crawl(settings=es_settings(es_url, es_index), spider={"start_url": server.url + "/"}, name="second")

@@ -101,11 +101,11 @@ def test_worker_tells_binary_content_from_text() -> None:
 class _FailsOnMarker(Sketcher):
     """Sketches like its parent but raises on one content, as a sketching bug would."""
 
-    def sketch_many(self, contents: Any, is_html: bool | None = None, templates: Any = None) -> list[Sketch]:
+    def sketch_many(self, contents: Any, is_html: bool | None = None, **options: Any) -> list[Sketch]:
         contents = list(contents)
         if any(c == "boom" for c in contents):
             raise RuntimeError("cannot sketch this")
-        return super().sketch_many(contents, is_html, templates)
+        return super().sketch_many(contents, is_html, **options)
 
 
 def test_one_failing_page_does_not_fail_its_batch() -> None:
