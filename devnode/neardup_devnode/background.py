@@ -123,7 +123,7 @@ def start_background(
                 f"the data of the recorded {_describe(record)} node is gone ({record.data_dir}): starting a new, "
                 "empty node"
             )
-            shutil.rmtree(record.node_dir, ignore_errors=True)
+            _remove_node_dir(base_path, record)
             remove_record(base_path, name)
         node = start_node(
             base=base_path,
@@ -138,6 +138,12 @@ def start_background(
         )
         write_record(base_path, node)
         return Started(node, "started", notes)
+
+
+def _remove_node_dir(base: Path, node: RunningNode) -> None:
+    """Delete the directory of a recorded node, if it is one of the base dir's (``<base>/nodes/<name>``)."""
+    if node.node_dir.parent.resolve() == (base / "nodes").resolve() and node.node_dir.is_dir():
+        shutil.rmtree(node.node_dir, ignore_errors=True)
 
 
 def _name_flag(name: str) -> str:
@@ -193,8 +199,7 @@ def stop_background(
         was_running = node.is_running()
         node.stop(keep_data=True, timeout=timeout)
         if purge:
-            if node.node_dir.name and node.node_dir.is_dir():
-                shutil.rmtree(node.node_dir, ignore_errors=True)
+            _remove_node_dir(base_path, node)
             remove_record(base_path, name)
         else:
             node.stopped_on_purpose = True
@@ -224,7 +229,7 @@ class Status:
         return self.node.data_dir.is_dir()
 
 
-def status(name: str | None = None, base: Path | str | None = None, *, timeout: float = 5.0) -> list[Status]:
+def status(name: str | None = None, base: Path | str | None = None, *, timeout: float = 15.0) -> list[Status]:
     """The recorded background nodes (or the one named *name*; an empty list when nothing is recorded), each with
     its state, and, when running, the cluster's health and indices (plain HTTP requests: nothing is logged when
     the node does not answer)."""

