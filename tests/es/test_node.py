@@ -1,9 +1,8 @@
-"""The local Elasticsearch launcher (neardup_devnode.node) and `neardup es start/stop`, against real nodes."""
+"""The local node launcher (neardup_devnode.node) against real nodes: the session fixtures' plain and secured
+nodes. Background nodes (`neardup es start|stop|status`) are tested in tests/devnode."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import socket
@@ -13,8 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-from es_integration import cli
 from neardup_devnode.node import (
     ClusterHandle,
     NodeStartError,
@@ -234,73 +231,3 @@ def test_api_key(secure_es_node: RunningNode) -> None:
         pytest.raises(AuthenticationException),
     ):
         es.security.authenticate()
-
-
-# ------------------------------------------------------------------------------------- background via the CLI
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="neardup")
-    cli.register(parser.add_subparsers(dest="command"))
-    return parser
-
-
-def _run(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    return int(args.func(args))
-
-
-def test_cli_background_start_stop_leaves_nothing(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from neardup_devnode.node import stop_background
-
-    # A private base dir (reachable by the unprivileged user) so a developer's own background node is untouched.
-    base = Path(tempfile.mkdtemp(prefix="neardup-es-cli-", dir=tempfile.gettempdir()))
-    monkeypatch.setenv("NEARDUP_ES_BASE", str(base))
-    try:
-        assert _run(["es", "stop"]) == 0
-        assert "no Elasticsearch node" in capsys.readouterr().out
-
-        assert _run(["es", "start", "--heap", "384m"]) == 0
-        out = capsys.readouterr().out.strip().splitlines()
-        url = out[-1]
-        assert url.startswith("http://127.0.0.1:"), out
-        assert any(line.startswith("data: ") for line in out) and any(line.startswith("logs: ") for line in out)
-
-        state = base / "state"
-        recorded = json.loads((state / "default.json").read_text())
-        assert recorded["url"] == url and recorded["name"] == "default"
-        assert (state / "default.pid").read_text().split() == [str(recorded["pid"])]
-        node = ClusterHandle.from_url(url)
-        status, body = node.request("GET", "/_nodes/_local/jvm")
-        assert status == 200, body
-        (info,) = body["nodes"].values()
-        assert info["jvm"]["mem"]["heap_max_in_bytes"] == 384 * 1024 * 1024
-        pid, port, node_dir = recorded["pid"], recorded["http_port"], recorded["node_dir"]
-        assert group_members(pid) and _processes_mentioning(node_dir)
-
-        # A second start finds the running node: same URL as the last line, exit 0, nothing new started.
-        assert _run(["es", "start"]) == 0
-        again = capsys.readouterr().out.strip().splitlines()
-        assert again[-1] == url and "already running" in again[0], again
-        assert json.loads((state / "default.json").read_text())["pid"] == pid
-
-        # Another name sees no node, and cannot stop this one.
-        assert _run(["es", "stop", "--name", "other-project"]) == 0
-        assert "no Elasticsearch node named 'other-project'" in capsys.readouterr().out
-        assert node.request("GET", "/_cluster/health")[0] == 200
-
-        assert _run(["es", "stop"]) == 0
-        assert f"stopped Elasticsearch at {url}" in capsys.readouterr().out
-        assert group_members(pid) == []
-        assert _processes_mentioning(node_dir) == []
-        assert not _port_open(port)
-        assert not Path(node_dir).exists()
-        assert not (state / "default.json").exists() and not (state / "default.pid").exists()
-
-        assert _run(["es", "stop"]) == 0
-        assert "no Elasticsearch node" in capsys.readouterr().out
-    finally:
-        stop_background(base=base, timeout=10)
-        shutil.rmtree(base, ignore_errors=True)

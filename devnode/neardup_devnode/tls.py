@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import missing_extra
+from .errors import missing_package
 
 
 def write_tls_material(cert_dir: Path) -> tuple[Path, Path, Path]:
@@ -16,7 +16,7 @@ def write_tls_material(cert_dir: Path) -> tuple[Path, Path, Path]:
     try:
         import trustme
     except ImportError:
-        raise missing_extra("trustme", "a secured local node (--secure)") from None
+        raise missing_package("trustme", "a secured local node (--secure)") from None
 
     ca = trustme.CA(organization_name="scrapy-neardup test CA", key_type=trustme.KeyType.RSA)
     leaf = ca.issue_cert("localhost", "127.0.0.1", "::1", key_type=trustme.KeyType.RSA)

@@ -28,9 +28,10 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import NodeError
-from .java import JavaRuntime, required_java
+from .java import JavaRuntime
 from .locations import file_lock
 from .maven import Artifact, fetch
+from .versions import required_java
 
 logger = logging.getLogger(__name__)
 

@@ -101,6 +101,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int) -> bool:
+    """Whether *port* on 127.0.0.1 can be bound now (a node restarted on its data takes its old ports if so)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM binds: TIME_WAIT does not block it
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def tail(path: Path | None, lines: int = 60) -> str:
     if path is None or not path.is_file():
         return "<no log>"

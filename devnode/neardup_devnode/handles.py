@@ -204,6 +204,8 @@ class ClusterHandle:
 @dataclass
 class RunningNode(ClusterHandle):
     """A node started by :func:`neardup_devnode.node.start_node`; stop it with :meth:`stop` or a ``with`` block.
+    (A background node's handle rebuilt from its record also describes it after it stopped: see
+    :attr:`stopped_on_purpose`.)
 
     Besides the connection details of :class:`ClusterHandle`: ``pid`` is the launcher's pid, which is also the
     process group of the node's processes; ``node_dir`` holds ``config/``, ``data/`` (= ``data_dir``), ``logs/``
@@ -222,6 +224,11 @@ class RunningNode(ClusterHandle):
     keep_data: bool = False
     background: bool = False
     start_time: int | None = None
+    #: JVM heap (``-Xms`` = ``-Xmx``) it was started with.
+    heap: str = ""
+    #: Set in the state of a background node stopped by ``neardup es stop`` (a recorded node whose processes are
+    #: gone without it died).
+    stopped_on_purpose: bool = False
     _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
     _stopped: bool = field(default=False, repr=False, compare=False)
 
@@ -250,7 +257,8 @@ class RunningNode(ClusterHandle):
         if self._stopped:
             return
         if self.pid and self.is_running():
-            logger.info("stopping Elasticsearch node pid %d", self.pid)
+            logger.info("stopping %s node pid %d", "OpenSearch" if self.engine == "opensearch" else "Elasticsearch",
+                        self.pid)
             terminate_group(self.pid, timeout, self._popen)
         elif self._popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -280,6 +288,8 @@ class RunningNode(ClusterHandle):
             "http_port": self.http_port,
             "transport_port": self.transport_port,
             "keep_data": self.keep_data,
+            "heap": self.heap,
+            "stopped_on_purpose": self.stopped_on_purpose,
         }
 
     @classmethod
@@ -303,6 +313,8 @@ class RunningNode(ClusterHandle):
             transport_port=int(state.get("transport_port", 0)),
             keep_data=bool(state.get("keep_data", False)),
             background=True,
+            heap=str(state.get("heap", "")),
+            stopped_on_purpose=bool(state.get("stopped_on_purpose", False)),
         )
 
     def __enter__(self) -> RunningNode:

@@ -1,13 +1,15 @@
-"""Start and stop local Elasticsearch nodes (8.x or 9.x) and small clusters on 127.0.0.1.
+"""Start and stop local Elasticsearch (8.x, 9.x) and OpenSearch (2.x, 3.x) nodes and small clusters on 127.0.0.1.
 
 Used by the test suite, the benchmarks, the example project and ``neardup es start``. This is development
-tooling, not part of the product's import path: nothing in ``scrapy_neardup`` or ``es_integration`` imports it
-except the ``neardup es start``/``stop`` commands, lazily.
+tooling, a distribution of its own (``devnode/``): nothing in ``scrapy_neardup`` or ``es_integration`` imports it;
+it adds ``neardup es start|stop|status`` through the ``neardup.commands`` entry point (:mod:`.cli`).
 
-The pieces live next door: :mod:`.distribution` (versions, download cache), :mod:`.java` (which Java runs which
-version), :mod:`.compat` (the compat modules built from the ``.java`` files), :mod:`.tls` (certificates from
-``trustme``), :mod:`.process` (the unprivileged user, process groups), :mod:`.handles` (``ClusterHandle``,
-``RunningNode``, ``RunningCluster``), :mod:`.state` (background nodes per user and per name).
+The pieces live next door: :mod:`.versions` (which versions, what each needs of Java), :mod:`.distribution`
+(download cache), :mod:`.java` (which Java runs which version), :mod:`.compat` (the compat modules built from the
+``.java`` files), :mod:`.tls` (certificates from ``trustme``), :mod:`.process` (the unprivileged user, process
+groups), :mod:`.probe` (plain HTTP requests for the readiness wait), :mod:`.handles` (``ClusterHandle``,
+``RunningNode``, ``RunningCluster``). Background nodes (kept per user and per name, restarted on their data) are
+:mod:`.background`'s, on top of this module and :mod:`.state`.
 
 Nodes: one fresh directory per node under ``<base>/nodes/<name>/`` (``config/``, ``data/``, ``logs/``, ``tmp/``);
 ``<base>`` is :func:`~neardup_devnode.locations.base_dir` (per user). Elasticsearch refuses to run as root: when
@@ -42,21 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from .compat import has_module
-from .distribution import (
-    ES8_VERSION,
-    ES_VERSION,
-    OPENSEARCH_VERSION,
-    check_version,
-    default_version,
-    engine_of,
-    ensure_distribution,
-    runtime_distribution,
-    runtime_java,
-)
+from .distribution import engine_of, ensure_distribution, runtime_distribution, runtime_java
 from .errors import NodeError, NodeStartError
 from .handles import _FOREGROUND, ClusterHandle, RunningCluster, RunningNode
-from .java import JavaRuntime, find_java, find_java_home
+from .java import JavaRuntime, default_version, find_java
 from .locations import base_dir, cache_dir
+from .probe import ProbeError, probe
 from .process import (
     ES_USER,
     RunAs,
@@ -67,12 +60,13 @@ from .process import (
     group_members,
     parent_death_signal,
     popen_kwargs,
+    port_free,
     start_time,
     tail,
     terminate_group,
     yaml_scalar,
 )
-from .state import background_nodes, start_background, stop_background
+from .versions import ES8_VERSION, ES_VERSION, OPENSEARCH_VERSION, check_version, product
 
 __all__ = [
     "ES_VERSION",
@@ -87,11 +81,8 @@ __all__ = [
     "NodeStartError",
     "start_node",
     "start_cluster",
-    "start_background",
-    "stop_background",
-    "background_nodes",
+    "restart_node",
     "ensure_distribution",
-    "find_java_home",
     "cache_dir",
     "base_dir",
     "group_members",
@@ -129,10 +120,9 @@ def _wait_ready(
     there unless the root compat module is built). With *security_index* it also means the ``.security``
     system index exists and is allocated: while its shard initialises even correct ``elastic`` logins get 401.
     So we create it ourselves (put and delete a throw-away role), wait for it to be green, and require a few
-    consecutive successful logins.
+    consecutive successful logins. The requests are plain HTTP (:mod:`.probe`): the clients would log a warning
+    for every refused connection while the node boots.
     """
-    from elastic_transport import TransportError
-
     role = "/_security/role/neardup-ready-probe"
     steps: list[tuple[str, str, Any, tuple[int, ...]]] = [
         ("GET", f"/_cluster/health?wait_for_status=yellow&wait_for_nodes={nodes}&timeout=1s", None, (200,)),
@@ -151,6 +141,7 @@ def _wait_ready(
             ("GET", "/_security/_authenticate", None, (200,)),
             ("GET", "/_security/_authenticate", None, (200,)),
         ]
+    auth = (node.username, node.password or "") if node.username else None
     deadline = time.monotonic() + timeout
     last = "no answer yet"
     done = 0
@@ -158,12 +149,12 @@ def _wait_ready(
         rc = proc.poll()
         if rc is not None:
             raise NodeStartError(
-                f"Elasticsearch exited with code {rc} before becoming ready; node dir {node.node_dir}\n"
+                f"{product(node.engine)} exited with code {rc} before becoming ready; node dir {node.node_dir}\n"
                 f"--- tail of {node.log_path} ---\n{tail(node.log_path)}"
             )
         method, path, body, ok = steps[done]
         try:
-            status, answer = node.request(method, path, body, timeout=5)
+            status, answer = probe(node.url, method, path, body, auth=auth, ca_certs=node.ca_certs, timeout=5)
             if status in ok:
                 done += 1
                 if done == len(steps):
@@ -174,12 +165,12 @@ def _wait_ready(
             last = f"{method} {path}: HTTP {status}: {str(answer)[:300]}"
             if path == "/_security/_authenticate":
                 done = steps.index((method, path, body, ok))  # start the run of good logins again
-        except TransportError as exc:
+        except ProbeError as exc:
             last = f"{method} {path}: {exc!r}"[:400]
         if time.monotonic() > deadline:
             raise NodeStartError(
-                f"Elasticsearch did not become ready within {timeout:.0f}s ({last}); node dir {node.node_dir}\n"
-                f"--- tail of {node.log_path} ---\n{tail(node.log_path)}"
+                f"{product(node.engine)} did not become ready within {timeout:.0f}s ({last}); node dir "
+                f"{node.node_dir}\n--- tail of {node.log_path} ---\n{tail(node.log_path)}"
             )
         time.sleep(0.25)
 
@@ -391,6 +382,7 @@ class _Setup:
             transport_port=transport_port,
             keep_data=keep_data,
             background=background,
+            heap=heap,
         )
         logger.info("starting %s %s at %s (node dir %s)", self.engine, self.version, node.url, node_dir)
         with open(log_path, "ab") as log:
@@ -470,9 +462,46 @@ def start_node(
     name = name or f"node-{secrets.token_hex(4)}"
     node_dir = setup.node_dir(name)
     password = (password or secrets.token_urlsafe(18)) if secure else None
+    node = _start_on(
+        setup,
+        name=name,
+        node_dir=node_dir,
+        ports=None,
+        secure=secure,
+        password=password,
+        heap=heap,
+        settings=settings,
+        jvm_options=jvm_options,
+        keep_data=keep_data,
+        background=background,
+        die_with_parent=die_with_parent,
+        timeout=timeout,
+    )
+    logger.info("%s ready at %s after %.1fs", engine, node.url, time.monotonic() - started)
+    return node
+
+
+def _start_on(
+    setup: _Setup,
+    *,
+    name: str,
+    node_dir: Path,
+    ports: tuple[int, int] | None,
+    secure: bool,
+    password: str | None,
+    heap: str,
+    settings: Mapping[str, Any] | None,
+    jvm_options: Sequence[str],
+    keep_data: bool,
+    background: bool,
+    die_with_parent: bool,
+    timeout: float,
+) -> RunningNode:
+    """Launch a single node on *node_dir* and wait for it; *ports* ``(http, transport)`` first if given, other free
+    ones after a port clash. A node that fails to start is stopped, and its directory removed unless *keep_data*."""
     attempts = 3
     for attempt in range(1, attempts + 1):
-        http_port, transport_port = _ports(2)
+        http_port, transport_port = ports if ports is not None and attempt == 1 else _ports(2)
         s = _node_settings(
             name=name,
             node_dir=node_dir,
@@ -515,7 +544,50 @@ def start_node(
         node._popen = None  # do not reap/kill it from this process
     else:
         _FOREGROUND.append(node)
-    logger.info("%s ready at %s after %.1fs", engine, node.url, time.monotonic() - started)
+    return node
+
+
+def restart_node(
+    old: RunningNode,
+    *,
+    base: Path | str | None = None,
+    heap: str | None = None,
+    timeout: float = 180.0,
+    background: bool = True,
+) -> RunningNode:
+    """Start a single node that no longer runs (stopped with its data kept, or dead) again on its directory: the
+    same version, engine, security and ``elastic`` password, on its old ports when both are free, else on new ones
+    (compare the result's :attr:`~RunningNode.http_port`). The data dir is kept if the restart fails.
+
+    :param heap: JVM heap (default: the one it ran with).
+    :raises NodeError: it still runs, or its data dir is gone; :class:`NodeStartError` as :func:`start_node`.
+    """
+    if old.is_running():
+        raise NodeError(f"{product(old.engine)} node {old.name} still runs (pid {old.pid})")
+    if not old.data_dir.is_dir():
+        raise NodeError(f"the data dir of node {old.name} is gone ({old.data_dir})")
+    started = time.monotonic()
+    setup = _Setup(base, old.version, old.engine)
+    ports = (old.http_port, old.transport_port)
+    same = all(port_free(p) for p in ports)
+    node = _start_on(
+        setup,
+        name=old.name,
+        node_dir=old.node_dir,
+        ports=ports if same else None,
+        secure=old.secure,
+        password=old.password,
+        heap=heap or old.heap or DEFAULT_HEAP,
+        settings=None,
+        jvm_options=(),
+        keep_data=True,
+        background=background,
+        die_with_parent=False,
+        timeout=timeout,
+    )
+    logger.info(
+        "%s restarted on its data at %s after %.1fs", old.engine, node.url, time.monotonic() - started
+    )
     return node
 
 
