@@ -121,7 +121,9 @@ def _wait_ready(
     system index exists and is allocated: while its shard initialises even correct ``elastic`` logins get 401.
     So we create it ourselves (put and delete a throw-away role), wait for it to be green, and require a few
     consecutive successful logins. The requests are plain HTTP (:mod:`.probe`): the clients would log a warning
-    for every refused connection while the node boots.
+    for every refused connection while the node boots. Last, the answering server must be one of *proc*'s
+    process group (``GET /_nodes/_local/process``): a port found free may be taken by another program before the
+    node binds it, and that program's answers are not this node's readiness.
     """
     role = "/_security/role/neardup-ready-probe"
     steps: list[tuple[str, str, Any, tuple[int, ...]]] = [
@@ -158,7 +160,15 @@ def _wait_ready(
             if status in ok:
                 done += 1
                 if done == len(steps):
-                    return
+                    answering = _answering_pid(node, auth)
+                    if answering in group_members(proc.pid):
+                        return
+                    # Another process took the port between our check that it was free and our node's bind
+                    # (ours then exits on the clash): not ours, whatever it answers.
+                    last = f"port {node.http_port} is answered by another process (pid {answering})"
+                    done = 0
+                    time.sleep(0.25)
+                    continue
                 if path.startswith("/_security/_authenticate"):
                     time.sleep(0.2)
                 continue
@@ -173,6 +183,18 @@ def _wait_ready(
                 f"{node.node_dir}\n--- tail of {node.log_path} ---\n{tail(node.log_path)}"
             )
         time.sleep(0.25)
+
+
+def _answering_pid(node: RunningNode, auth: tuple[str, str] | None) -> int | None:
+    """The pid of the server process that answers at *node*'s URL (``GET /_nodes/_local/process``)."""
+    status, answer = probe(node.url, "GET", "/_nodes/_local/process", auth=auth, ca_certs=node.ca_certs, timeout=5)
+    if status != 200 or not isinstance(answer, dict):
+        return None
+    for info in (answer.get("nodes") or {}).values():
+        pid = (info.get("process") or {}).get("id")
+        if isinstance(pid, int):
+            return pid
+    return None
 
 
 def _port_clash(log: Path) -> bool:

@@ -7,7 +7,7 @@ be left out. Any of them can be overridden per run on the command line, e.g.
 
 Pointing the same project at Elasticsearch (several crawler processes sharing one store of kept pages):
 
-    URL=$(neardup es start | tail -n1)           # a throw-away local node, or use your own cluster
+    URL=$(neardup es start | tail -n1)           # a local node (pip install -e ./devnode), or your own cluster
     NEARDUP_BACKEND=elasticsearch NEARDUP_ES_URL=$URL python run_demo.py
     # or: scrapy crawl demo -a start_url=... -s NEARDUP_BACKEND=elasticsearch -s NEARDUP_ES_URL=$URL
 """
