@@ -162,7 +162,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
     def host_store(self) -> HostStore:
         """The mirror-host counts of every crawler on this index, in its sibling index ``<index>-hosts``
         (:mod:`es_integration.hosts`); with its own connection, so it works before :meth:`open`."""
-        from .hosts import ElasticsearchHostStore, hosts_index
+        from ..hosts import ElasticsearchHostStore, hosts_index
 
         return ElasticsearchHostStore(self.settings, hosts_index(self.index))
 

@@ -12,7 +12,6 @@ exact}]), ``item_errors``, ``stats``, ``crawl_error``, ``peak_rss_mb`` (of this 
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,19 @@ from scrapy import signals  # noqa: E402
 from scrapy.crawler import CrawlerProcess  # noqa: E402
 
 WITNESS = "reliability_kit.WitnessPipeline"
+
+
+def peak_rss_mb() -> float:
+    """This program's peak resident memory in MB: ``VmHWM``, the high-water mark of its own address space.
+
+    Not ``getrusage(RUSAGE_SELF).ru_maxrss``: Linux carries the parent's resident size at ``fork`` into it across
+    ``exec``, so a crawl started by a large test process (one that has loaded the accuracy corpora) would report
+    that process's size, not its own.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def main(spec_path: str, out_path: str) -> int:
@@ -66,7 +78,7 @@ def main(spec_path: str, out_path: str) -> int:
     result["crawl_seconds"] = time.monotonic() - started
     stats = getattr(crawler, "_stats", None)
     result["stats"] = stats.get_stats() if stats is not None else {}
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     Path(out_path).write_text(json.dumps(result, default=str, indent=1))
     return 1 if process.bootstrap_failed else 0
 

@@ -63,6 +63,8 @@ class SiteServer:
         self.section_fallbacks = section_fallbacks or {}
         self.host = host
         self.requests: list[str] = []
+        #: ``(path with query, User-Agent header)`` of every request, in order.
+        self.user_agents: list[tuple[str, str]] = []
         self._server = _Server((host, 0), self._handler_class())
         # A short poll interval: shutdown() waits for it, once per test.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
@@ -93,6 +95,7 @@ class SiteServer:
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 path = urlsplit(self.path).path
                 site.requests.append(path)
+                site.user_agents.append((self.path, self.headers.get("User-Agent", "")))
                 page = site.pages.get(path) or site.fallback_for(path)
                 data = page.body.encode("utf-8")
                 self.send_response(page.status)
