@@ -749,6 +749,22 @@ def _buckets(band_keys: np.ndarray, entries: np.ndarray, comp: np.ndarray) -> tu
     return order, start
 
 
+def _targets_before(
+    band_keys: np.ndarray, entries: np.ndarray, comp: np.ndarray, sources: np.ndarray, targets: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One band's buckets (cluster, band key) of the ``entries`` marked as sources or targets, in rank order:
+    ``(taking, target_at, source_at, lo, hi)``, where ``taking`` are the marked entries in bucket order, and the
+    targets before the source at ``taking[source_at[i]]`` within its bucket are ``taking[target_at[lo[i] ..
+    hi[i]]]`` (none when ``hi[i] < lo[i]``)."""
+    taking = np.flatnonzero(sources | targets)
+    order, start = _buckets(band_keys, entries[taking], comp)
+    taking = taking[order]
+    target_at, source_at = np.flatnonzero(targets[taking]), np.flatnonzero(sources[taking])
+    hi = np.searchsorted(target_at, source_at) - 1
+    lo = np.searchsorted(target_at, start[source_at])
+    return taking, target_at, source_at, lo, hi
+
+
 def _earlier_hits(
     values: np.ndarray, rows: np.ndarray, comp: np.ndarray, keys: np.ndarray, entries: np.ndarray,
     sources: np.ndarray, targets: np.ndarray, min_shared: int, chunk: int, stats: ClusterStats,
@@ -761,13 +777,7 @@ def _earlier_hits(
     for band in range(keys.shape[0]):
         if not open_.any():
             break
-        taking = np.flatnonzero(open_ | targets)
-        order, start = _buckets(keys[band], entries[taking], comp)
-        taking = taking[order]
-        target_at, source_at = np.flatnonzero(targets[taking]), np.flatnonzero(open_[taking])
-        # The targets before each source within its bucket: target_at[lo .. hi].
-        hi = np.searchsorted(target_at, source_at) - 1
-        lo = np.searchsorted(target_at, start[source_at])
+        taking, target_at, source_at, lo, hi = _targets_before(keys[band], entries, comp, open_, targets)
         live = np.flatnonzero(hi >= lo)
         found = np.zeros(source_at.size, dtype=bool)
         while live.size:
@@ -797,13 +807,7 @@ def _earlier_pairs(
     only the pairs sharing ``>= t`` are kept (9 bytes each)."""
     found: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])
     for band in range(keys.shape[0]):
-        taking = np.flatnonzero(sources | targets)
-        order, start = _buckets(keys[band], entries[taking], comp)
-        taking = taking[order]
-        target_at, source_at = np.flatnonzero(targets[taking]), np.flatnonzero(sources[taking])
-        # The targets before each source within its bucket: target_at[lo .. hi].
-        hi = np.searchsorted(target_at, source_at) - 1
-        lo = np.searchsorted(target_at, start[source_at])
+        taking, target_at, source_at, lo, hi = _targets_before(keys[band], entries, comp, sources, targets)
         counts = np.maximum(hi - lo + 1, 0)
         has = np.flatnonzero(counts)
         for part in _spans(counts[has], _EXPAND):
