@@ -547,6 +547,25 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 # -- tests ---------------------------------------------------------------------------------------------------
 
 
+def restart_on_data(own_node: dict[str, Any], index: str, *, die_with_parent: bool = True) -> Any:
+    """Start :func:`own_node`'s successor on the first node's data directory (same cluster name; a new port) and
+    wait until ``index`` is yellow there; the successor is stopped by the fixture."""
+    from neardup_devnode.node import start_node
+
+    first = own_node["first"]
+    second = own_node["second"] = start_node(
+        name=own_node["name"] + "-restarted", die_with_parent=die_with_parent, version=own_node["version"],
+        engine=own_node["engine"],
+        settings={"path.data": str(first.data_dir), "cluster.name": f"neardup-{own_node['name']}"},
+    )
+    client = second.client()
+    try:
+        client.cluster.health(index=index, wait_for_status="yellow", timeout="60s")
+    finally:
+        client.close()
+    return second
+
+
 @pytest.fixture
 def own_node() -> Iterator[dict[str, Any]]:
     """A node of this test's own (it gets killed), plus room for its successor; both removed afterwards."""
@@ -571,7 +590,6 @@ def own_node() -> Iterator[dict[str, Any]]:
 
 
 def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir: Path, ledger: Ledger) -> None:
-    from neardup_devnode.node import start_node
 
     first = own_node["first"]
     proxy = FaultProxy(("127.0.0.1", first.http_port))
@@ -613,16 +631,7 @@ def test_node_killed_mid_crawl_and_restarted(own_node: dict[str, Any], crawl_dir
         wait_for(killed.is_set, 60, "the kill")
         wait_for(lambda: len(site.served) >= gate_at, 60, "the pages served while the node is down")
         # Restart: a new node on the first one's data directory (same cluster name); new port, so re-target.
-        second = own_node["second"] = start_node(
-            name=own_node["name"] + "-restarted", die_with_parent=True, version=own_node["version"],
-            engine=own_node["engine"],
-            settings={"path.data": str(first.data_dir), "cluster.name": f"neardup-{own_node['name']}"},
-        )
-        client = second.client()
-        try:
-            client.cluster.health(index=index, wait_for_status="yellow", timeout="60s")
-        finally:
-            client.close()
+        second = restart_on_data(own_node, index)
         proxy.set(target=("127.0.0.1", second.http_port))
         resume.set()
         thread.join(170)
@@ -1085,8 +1094,6 @@ def test_node_killed_mid_batch_bulk_write(own_node: dict[str, Any], stage: str, 
     left overwritten), nothing stays pending, nothing is lost; a recrawl of the batch then decides every page."""
     import asyncio
 
-    from neardup_devnode.node import start_node
-
     from es_integration.backend import ElasticsearchBackend, doc_id_of
     from es_integration.client import EsError
     from scrapy_neardup.core.sketch import Sketcher
@@ -1132,13 +1139,8 @@ def test_node_killed_mid_batch_bulk_write(own_node: dict[str, Any], stage: str, 
     def restart() -> Any:
         # Started from a worker thread: die_with_parent would tie the node to that thread's life (the fixture
         # stops it).
-        second = own_node["second"] = start_node(
-            name=own_node["name"] + "-restarted", die_with_parent=False, version=own_node["version"],
-            engine=own_node["engine"],
-            settings={"path.data": str(first.data_dir), "cluster.name": f"neardup-{own_node['name']}"},
-        )
+        second = restart_on_data(own_node, index, die_with_parent=False)
         client = second.client()
-        client.cluster.health(index=index, wait_for_status="yellow", timeout="60s")
         proxy.set(mode="forward", target=("127.0.0.1", second.http_port))
         return client
 
@@ -1197,7 +1199,6 @@ def test_node_killed_mid_crawl_pause_waits_for_the_restart(own_node: dict[str, A
     restarted on
     the same data answers, the crawl resumes and finishes with status 0: every page decided (kept, or dropped
     naming a kept page of its group), none unchecked, no document left ``unchecked`` or ``pending`` in the index."""
-    from neardup_devnode.node import start_node
 
     first = own_node["first"]
     proxy = FaultProxy(("127.0.0.1", first.http_port))
@@ -1236,16 +1237,7 @@ def test_node_killed_mid_crawl_pause_waits_for_the_restart(own_node: dict[str, A
         wait_for(killed.is_set, 60, "the kill")
         paused_at = served_settles()
         restart_began = time.monotonic()
-        second = own_node["second"] = start_node(
-            name=own_node["name"] + "-restarted", die_with_parent=True, version=own_node["version"],
-            engine=own_node["engine"],
-            settings={"path.data": str(first.data_dir), "cluster.name": f"neardup-{own_node['name']}"},
-        )
-        client = second.client()
-        try:
-            client.cluster.health(index=index, wait_for_status="yellow", timeout="60s")
-        finally:
-            client.close()
+        second = restart_on_data(own_node, index)
         served_while_restarting = len(site.served) - paused_at
         restart_took = time.monotonic() - restart_began
         proxy.set(target=("127.0.0.1", second.http_port))
