@@ -27,9 +27,13 @@ NEARDUP_SEED          hash seed (default 1).
 NEARDUP_CONTENT       ``"auto"`` (default: the page's own text), ``"main"`` (marked main content) or ``"body"``.
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
 NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode
-                      (``{"revisit": True, "changed": bool}`` for a revisit, ``None`` for a kept page).
+                      (``{"revisit": True, "changed": bool}`` for a revisit, ``{"repeat": True}`` for a
+                      repeat, ``None`` for a kept page).
 NEARDUP_REVISIT       ``"emit"`` (default) or ``"drop_unchanged"``: what becomes of a page seen again under
-                      its key (a recurring crawl) whose content did not change.
+                      its key by a later crawl (a recurring crawl) whose content did not change. Met again
+                      unchanged within one crawl, a page is a repeat: dropped (or marked), never emitted twice.
+NEARDUP_CRAWL_ID      the crawl's identity, which tells repeats from revisits (default: saved in JOBDIR, so a
+                      resumed crawl is the same crawl; without JOBDIR, new for each run).
 NEARDUP_BACKEND       ``"embedded"`` (default), ``"elasticsearch"``, or the dotted path of a
                       :class:`~scrapy_neardup.store.backend.Backend` subclass.
 NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT of the Elasticsearch backend.
