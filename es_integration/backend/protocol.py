@@ -12,9 +12,9 @@ a. One search for the candidates of every page (one band query on the union of t
    ones written by other crawlers are re-read (multi-get) until they settle. Then, in batch order: a page
    whose key is stored ``kept`` with the same fingerprint is an **unchanged revisit** (this crawl is noted on
    its document: see "Repeats within one crawl"), or a **repeat** when its document names this crawl already
-   (nothing written); a page with no stored version and a ``kept`` candidate is a **duplicate** of the best one (nothing written),
-   unless it near-duplicates an earlier page of the batch that is being written; every other page (new, or a
-   stored key whose content changed) is written.
+   (nothing written); a page with no stored version and a ``kept`` candidate is a **duplicate** of the best
+   one (nothing written), unless it near-duplicates an earlier page of the batch that is being written; every
+   other page (new, or a stored key whose content changed) is written.
 b. One bulk request writes those pages as ``pending`` (``create``, or ``index`` conditional on the
    ``_seq_no`` read in (a)); the bulk's items keep their order on the one shard, so ``_seq_no`` follows the
    batch order. A page whose key another crawler wrote meanwhile (a conflict) is decided again in a next round.
