@@ -7,9 +7,10 @@ string), so numbers and booleans are accepted in both forms (the readers are in
 ``from_crawler``, which makes Scrapy abort the crawl before any request is sent (the error is logged at
 CRITICAL level and ``scrapy crawl`` exits with status 1). Each backend parses its own settings in its
 ``from_settings`` (``NEARDUP_STATE_DIR``/``NEARDUP_RESET``: the embedded store; ``NEARDUP_ES_*``:
-``es_integration.backend``), called from the same ``from_crawler``. A ``NEARDUP_*`` name that is none of these
-(:data:`scrapy_neardup.store.config.KNOWN_SETTINGS`, the one list of them) is a typo to the crawl: one WARNING
-names it and the closest known one (:mod:`scrapy_neardup.crawl.startup`).
+``es_integration.backend``; ``NEARDUP_CRAWL_ID``: both, through
+:func:`~scrapy_neardup.store.config.crawl_identity`), called from the same ``from_crawler``. A ``NEARDUP_*``
+name that is none of these (:data:`scrapy_neardup.store.config.KNOWN_SETTINGS`, the one list of them) is a typo
+to the crawl: one WARNING names it and the closest known one (:mod:`scrapy_neardup.crawl.startup`).
 
 ====================  ========================================================================================
 Setting               Meaning

@@ -57,7 +57,8 @@ Guarantees:
   away with the process, ``kill -9`` included.
 
 Settings (read by :meth:`EmbeddedBackend.from_settings`): ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``;
-none without ``JOBDIR``) and ``NEARDUP_RESET``.
+none without ``JOBDIR``), ``NEARDUP_RESET``, and the crawl's identity (``NEARDUP_CRAWL_ID``, else saved in
+``JOBDIR``: :func:`~scrapy_neardup.store.config.crawl_identity`).
 """
 
 from __future__ import annotations
