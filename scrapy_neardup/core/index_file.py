@@ -60,8 +60,7 @@ def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, i
 class SavedIndex:
     """What :func:`read` found in a file, checked: ``size`` pages, their arrays (by member name; the run
     arrays only when ``runs`` is not ``None``; an optional array, :data:`_OPTIONAL_ARRAYS`, only when the file
-    has it), the header's ``runs`` as saved (not yet checked against the
-    pages) and the store's ``meta``."""
+    has it), the header's ``runs`` as saved (not yet checked against the pages) and the store's ``meta``."""
 
     size: int
     arrays: dict[str, np.ndarray]
