@@ -37,6 +37,9 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
     neardup.writer        keyword     which crawler process (and which of its batches) wrote a ``pending`` page
                                       (stored only): a crawler never waits for its own abandoned writes, and
                                       tells its own write that landed on an earlier attempt from another's.
+    neardup.crawl         keyword     the crawls (latest first, a few) that kept or revisited the page's current
+                                      content (crawler backend; stored only): met again unchanged by one of
+                                      them, the page is a repeat.
 
 ``neardup`` is mapped ``dynamic: strict``: a misspelt field is refused instead of silently mapped.
 
@@ -92,6 +95,7 @@ __all__ = [
     "F_STATUS",
     "F_TAG",
     "F_WRITER",
+    "F_CRAWL",
     "ensure_index",
     "ensure_index_async",
     "error_type",
@@ -123,6 +127,7 @@ F_DUPLICATE_OF = f"{ROOT}.duplicate_of"
 F_SHARED = f"{ROOT}.shared"
 F_KEY = f"{ROOT}.key"
 F_WRITER = f"{ROOT}.writer"
+F_CRAWL = f"{ROOT}.crawl"
 
 KEPT, DUPLICATE, PENDING, UNCHECKED = "kept", "duplicate", "pending", "unchecked"
 
@@ -153,6 +158,7 @@ def sketch_properties() -> dict[str, Any]:
             "shared": {"type": "integer"},
             "key": {"type": "keyword", "ignore_above": _KEY_IGNORE_ABOVE},
             "writer": {"type": "keyword", "index": False, "doc_values": False},
+            "crawl": {"type": "keyword", "index": False, "doc_values": False},
         },
     }
 

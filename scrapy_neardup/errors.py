@@ -14,8 +14,8 @@ Three families matter to callers:
   :class:`EsError`): the Scrapy pipeline catches this family, and only it, to pass an item through unchecked.
 
 The items the Scrapy pipeline drops are reported through Scrapy's ``DropItem``; those classes
-(``NearDuplicateDropped``, ``RevisitDropped``, ``Soft404Dropped``) live with the pipeline, as they need Scrapy, and
-derive from :class:`NearDupError` too.
+(``NearDuplicateDropped``, ``RevisitDropped``, ``RepeatDropped``, ``Soft404Dropped``) live with the pipeline, as
+they need Scrapy, and derive from :class:`NearDupError` too.
 
 This module imports nothing of the package: every layer may import it.
 """

@@ -13,8 +13,9 @@ One document per key (``_id``: :func:`doc_id_of`, a 128-bit hash of the key), ho
 object: ``key`` (the page key, returned as ``Match.key``), ``positions``, ``sig``, ``bands``, ``fingerprint``,
 ``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``; or ``unchecked``: :mod:`.unchecked`), ``seq`` (the write
 order), ``group`` and ``duplicate_of``/``shared`` for duplicates, ``writer`` (which process, and which of its
-batches, wrote a pending page). The index has **one primary shard** (created so when missing; refused
-otherwise), so ``_seq_no`` totally orders the writes.
+batches, wrote a pending page), ``crawl`` (the crawls that kept or revisited its current content: a page met
+again unchanged by one of them is a repeat, see :mod:`.protocol`). The index has **one primary shard** (created
+so when missing; refused otherwise), so ``_seq_no`` totally orders the writes.
 
 Modules
 -------
@@ -35,8 +36,8 @@ uses, and :class:`ElasticsearchBackend` sets them.
   :func:`doc_id_of`;
 * :mod:`.requests`: the client, bounded retries (:meth:`~ElasticsearchBackend._call`), bulk and multi-get.
 
-Cost (see :mod:`.protocol`): about seven requests per batch, two for a batch answered in (a) alone (duplicates and
-unchanged revisits), whatever its size; one refresh per batch that writes.
+Cost (see :mod:`.protocol`): about seven requests per batch, two for a batch answered in (a) alone (duplicates,
+repeats; three with unchanged revisits), whatever its size; one refresh per batch that writes.
 """
 
 from .facade import ElasticsearchBackend

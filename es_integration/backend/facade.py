@@ -22,6 +22,7 @@ from scrapy_neardup.core.params import check_min_shared
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 from scrapy_neardup.core.stored import band_layout
 from scrapy_neardup.store.backend import Backend, BackendError, Decision
+from scrapy_neardup.store.config import crawl_identity
 
 from ..client import ConnectionSettings, EsError, connect_async, transport_logs_at_debug
 from ..mapping import (
@@ -78,6 +79,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         password: basic-auth password.
         ca_certs: CA certificate of the cluster's TLS.
         request_timeout: seconds per request.
+        crawl_id: the identity of this crawl (repeats: see :mod:`.protocol`); ``None``: a new random one.
     """
 
     #: attempts after the first for a retryable failure
@@ -106,8 +108,10 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         password: str | None = None,
         ca_certs: str | None = None,
         request_timeout: float = 10.0,
+        crawl_id: str | None = None,
     ) -> None:
         check_min_shared(min_shared, num_perm)
+        self.crawl_id = crawl_id or uuid.uuid4().hex
         self.index = validate_index_name(index)
         self.num_perm = num_perm
         self.min_shared = min_shared
@@ -139,16 +143,19 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
 
     @classmethod
     def from_settings(cls, settings: SettingsLike, params: SketchParams) -> ElasticsearchBackend:
-        """The backend the ``NEARDUP_ES_*`` settings describe (see :mod:`es_integration.settings`).
+        """The backend the ``NEARDUP_ES_*`` settings describe (see :mod:`es_integration.settings`), in the crawl
+        :func:`~scrapy_neardup.store.config.crawl_identity` names (``NEARDUP_CRAWL_ID``, else saved in ``JOBDIR``).
 
         Raises:
-            NearDupSettingsError: a ``NEARDUP_ES_*`` setting is missing or wrong (the message names it).
+            NearDupSettingsError: a ``NEARDUP_ES_*`` setting (or ``NEARDUP_CRAWL_ID``) is missing or wrong (the
+                message names it).
+            StateError: the crawl's identity file in ``JOBDIR`` cannot be read or written.
         """
         es = ElasticsearchSettings.from_settings(settings)
         backend = cls(
             url=es.url, index=es.index, num_perm=params.num_perm, min_shared=params.min_shared, tag=params.tag,
             api_key=es.api_key, username=es.username, password=es.password, ca_certs=es.ca_certs,
-            request_timeout=es.request_timeout,
+            request_timeout=es.request_timeout, crawl_id=crawl_identity(settings),
         )
         backend.open_hint = " (check NEARDUP_ES_URL and that the node is up)"
         backend.max_batch = es.batch_size

@@ -38,6 +38,7 @@ class _Version:
     values: np.ndarray  # uint16[k]
     fingerprint: str
     order: int
+    crawls: tuple[str, ...] = ()  # the crawls that kept or revisited this content (repeats: see .protocol)
 
 
 @dataclass(eq=False, slots=True)
@@ -78,7 +79,9 @@ class _Page:
         values, valid = decode_many([source.get("sig")], num_perm)
         if valid[0]:
             order = int(source.get("seq", doc["_seq_no"]))
-            self.own = _Version(values[0], str(source.get("fingerprint", "")), order)
+            crawls = source.get("crawl")
+            crawls = tuple(crawls) if isinstance(crawls, list) else (crawls,) if isinstance(crawls, str) else ()
+            self.own = _Version(values[0], str(source.get("fingerprint", "")), order, crawls)
 
     def landed(self, answer: Any) -> None:
         self.seq = int(answer["_seq_no"])

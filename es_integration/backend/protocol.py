@@ -10,10 +10,11 @@ a. One search for the candidates of every page (one band query on the union of t
    verified against each page; ``_search`` for one page) among documents with
    status ``kept`` or ``pending``, and one real-time multi-get of the pages' own documents (by key). Pending
    ones written by other crawlers are re-read (multi-get) until they settle. Then, in batch order: a page
-   whose key is stored ``kept`` with the same fingerprint is an **unchanged revisit** (nothing written); a
-   page with no stored version and a ``kept`` candidate is a **duplicate** of the best one (nothing written),
-   unless it near-duplicates an earlier page of the batch that is being written; every other page (new, or a
-   stored key whose content changed) is written.
+   whose key is stored ``kept`` with the same fingerprint is an **unchanged revisit** (this crawl is noted on
+   its document: see "Repeats within one crawl"), or a **repeat** when its document names this crawl already
+   (nothing written); a page with no stored version and a ``kept`` candidate is a **duplicate** of the best
+   one (nothing written), unless it near-duplicates an earlier page of the batch that is being written; every
+   other page (new, or a stored key whose content changed) is written.
 b. One bulk request writes those pages as ``pending`` (``create``, or ``index`` conditional on the
    ``_seq_no`` read in (a)); the bulk's items keep their order on the one shard, so ``_seq_no`` follows the
    batch order. A page whose key another crawler wrote meanwhile (a conflict) is decided again in a next round.
@@ -37,7 +38,8 @@ which waits for ``a1``, written with ``a2``; both gave up after ``pending_timeou
 Uncontended batches pay nothing for this; a batch that waits pays one more bulk request per wait.
 
 A batch costs about seven requests whatever its size: search, multi-get, bulk, index
-stats (polled until the checkpoint is reached), refresh, search, bulk; a batch answered in (a) alone costs two.
+stats (polled until the checkpoint is reached), refresh, search, bulk; a batch answered in (a) alone costs two
+(three with unchanged revisits this crawl had not met yet: see "Repeats within one crawl").
 
 Guarantees
 ----------
@@ -64,6 +66,18 @@ Guarantees
   ``monitor`` privilege on the index (no checkpoint wait; a warning is logged once): a write that is still in
   flight when a later page refreshes may be missed, in a window of microseconds.
 
+Repeats within one crawl
+------------------------
+Each document also holds ``crawl``: the identities of the crawls that kept or revisited its current content
+(:func:`~scrapy_neardup.store.config.crawl_identity`: ``NEARDUP_CRAWL_ID``, else saved in ``JOBDIR``, so a resumed
+crawl is the same crawl), latest first, at most ``_CRAWLS_KEPT`` (8; crawls running at the same time on one
+index each keep their own). In step (a) an unchanged page whose document names this crawl is a **repeat**
+(nothing written); otherwise it is an unchanged revisit, and one bulk request notes this crawl on those documents
+(an update conditional on the ``_seq_no`` read, with this round's ``writer`` token, so that a retried update that
+had landed is recognized; a conflict decides the page again in a next round). A batch holding first-time
+unchanged revisits thus costs one request more. Kept pages and changed revisits name this crawl alone in their
+pending write.
+
 The writes of steps b and d and the wait of step c (with replicas and failover) are in :mod:`.writes`; the
 candidate searches and the reading of their hits in :mod:`.hits`.
 """
@@ -86,6 +100,7 @@ from scrapy_neardup.store.backend import Decision
 from ..client import EsError
 from ..mapping import (
     DUPLICATE,
+    F_CRAWL,
     F_FINGERPRINT,
     F_KEY,
     F_SEQ,
@@ -110,7 +125,7 @@ _MAX_BATCH = 256
 #: Rounds of a batch whose keys other crawlers keep writing at the same time.
 _MAX_ROUNDS = 5
 #: What a real-time read of a page's own document (or of a pending candidate) returns.
-_OWN_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_SIG, F_WRITER]
+_OWN_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_SIG, F_WRITER, F_CRAWL]
 
 
 def _batches(pages: Sequence[tuple[str, Sketch]], size: int) -> Iterator[list[tuple[str, Sketch]]]:
@@ -132,6 +147,7 @@ class _Rounds(_Writes, _Searches):
     """The rounds (a base of :class:`~es_integration.backend.ElasticsearchBackend`)."""
 
     _round_no: int
+    crawl_id: str
 
     async def _decide(self, batch: Sequence[tuple[str, Sketch]]) -> list[Decision]:
         """Decide a batch of distinct keys; pages whose conditional write met another crawler's write of the
@@ -168,9 +184,15 @@ class _Rounds(_Writes, _Searches):
             page.take_own(settled.get(own["_id"], own), self.num_perm)
         # (a) in batch order; pages needing a write join `written`.
         written: list[_Page] = []
+        revisited: list[_Page] = []
         for page, page_hits in zip(pages, hits, strict=True):
             if page.own is not None and page.own.fingerprint == page.fingerprint:
-                page.decision = Decision.revisit(False)  # unchanged: the stored version is this content
+                # Unchanged: the stored version is this content (module doc: repeats).
+                if self.crawl_id in page.own.crawls:
+                    page.decision = Decision.repeat()
+                else:
+                    page.decision = Decision.revisit(False)
+                    revisited.append(page)
                 continue
             if page.own is None:
                 rewritten = {w.doc_id for w in written}
@@ -180,11 +202,13 @@ class _Rounds(_Writes, _Searches):
                     continue
             page.fields = self._pending_fields(page, token)
             written.append(page)
+        noted = await self._call("noting revisits", self._note_revisits, revisited, token) if revisited else []
         if not written:
-            return []
+            return noted
         # (b) pending writes; pages whose key another crawler wrote meanwhile go to the next round.
         again = await self._call("writing pending pages", self._write_pending, written, token)
         written = [page for page in written if page not in again]
+        again += noted
         if not written:
             return again
         # (c) every earlier write applied on every copy, refreshed; candidates written before each page.
@@ -251,7 +275,7 @@ class _Rounds(_Writes, _Searches):
     def _pending_fields(self, page: _Page, token: str) -> dict[str, Any]:
         return {
             "key": page.key, "tag": self.tag, **stored_fields(page.stored), "fingerprint": page.fingerprint,
-            "empty": False, "status": PENDING, "group": page.doc_id, "writer": token,
+            "empty": False, "status": PENDING, "group": page.doc_id, "writer": token, "crawl": [self.crawl_id],
         }
 
     def _match(self, candidate: _Candidate) -> Match:

@@ -28,11 +28,16 @@ from .requests import _POLL_FIRST, _POLL_MAX, _Requests
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")
 
+#: Crawls named on a document at most (see "Repeats within one crawl" in :mod:`.protocol`): concurrent crawls on
+#: one index beyond this many may meet a page again as a revisit instead of a repeat.
+_CRAWLS_KEPT = 8
+
 
 class _Writes(_Requests):
     """The writes of a round (a base of :class:`~es_integration.backend.ElasticsearchBackend`)."""
 
     pending_timeout: float
+    crawl_id: str
     _checkpoints: bool
 
     async def _write_pending(self, pages: list[_Page], token: str) -> list[_Page]:
@@ -85,6 +90,41 @@ class _Writes(_Requests):
                 await self._claim(conflicts, token)
             if refused:
                 raise ShardsUnavailable(f"the bulk request refused {refused} pending write(s)")
+        return [page for page in pages if page.conflict]
+
+    async def _note_revisits(self, pages: list[_Page], token: str) -> list[_Page]:
+        """Note this crawl on the documents of unchanged revisits (one bulk of updates, each conditional on the
+        ``_seq_no`` read in (a), carrying ``token``); returns the pages whose document changed meanwhile, to be
+        decided again (a retried update that had landed is recognized by its token, as in :meth:`_claim`).
+        See "Repeats within one crawl" in :mod:`.protocol`."""
+        todo = [page for page in pages if page.seq < 0 and not page.conflict]
+        if not todo:
+            return [page for page in pages if page.conflict]
+        operations: list[dict[str, Any]] = []
+        for page in todo:
+            assert page.prior is not None and page.own is not None
+            crawls = [self.crawl_id, *(c for c in page.own.crawls if c != self.crawl_id)][:_CRAWLS_KEPT]
+            operations += [
+                {"update": {"_index": self.index, "_id": page.doc_id, "if_seq_no": page.prior[0],
+                            "if_primary_term": page.prior[1]}},
+                # seq: the order the document had, which a document without one took from its _seq_no
+                {"doc": {ROOT: {"crawl": crawls, "writer": token, "seq": page.own.order}}},
+            ]
+        response = await self._bulk(operations)
+        conflicts, refused = [], 0
+        for page, item in zip(todo, response["items"], strict=True):
+            (result,) = item.values()
+            status = int(result.get("status", 500))
+            if 200 <= status < 300:
+                page.landed(result)
+            elif status == 409:
+                conflicts.append(page)
+            else:
+                refused += 1
+        if conflicts:
+            await self._claim(conflicts, token)
+        if refused:
+            raise ShardsUnavailable(f"the bulk request refused {refused} revisit note(s)")
         return [page for page in pages if page.conflict]
 
     async def _claim(self, pages: list[_Page], token: str) -> None:

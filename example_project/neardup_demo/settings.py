@@ -76,6 +76,10 @@ NEARDUP_MARK_FIELD = "neardup"
 NEARDUP_BACKEND = os.environ.get("NEARDUP_BACKEND", "embedded")
 # NEARDUP_STATE_DIR = "neardup-state"
 NEARDUP_RESET = False
+# One crawl emits a page once: met again unchanged (a start URL linked again, a page fetched again after a resume)
+# it is a repeat, dropped as RepeatDropped; a later crawl emits it again (a revisit). One crawl is one JOBDIR,
+# paused or killed and resumed; without JOBDIR, one run. NEARDUP_CRAWL_ID names the crawl explicitly.
+# NEARDUP_CRAWL_ID = "news-2026-11-24"
 NEARDUP_ES_URL = os.environ.get("NEARDUP_ES_URL")                    # e.g. "http://127.0.0.1:9200"
 NEARDUP_ES_INDEX = os.environ.get("NEARDUP_ES_INDEX", "neardup-demo")
 NEARDUP_ES_API_KEY = os.environ.get("NEARDUP_ES_API_KEY")
@@ -83,9 +87,10 @@ NEARDUP_ES_USERNAME = os.environ.get("NEARDUP_ES_USERNAME")
 NEARDUP_ES_PASSWORD = os.environ.get("NEARDUP_ES_PASSWORD")
 NEARDUP_ES_CA_CERTS = os.environ.get("NEARDUP_ES_CA_CERTS")          # path of the cluster's CA certificate
 
-# Soft 404s: each host is asked once for a URL that cannot exist (and once per first path segment, /news/...,
-# up to NEARDUP_SOFT404_PROBES_PER_HOST probes); a page that near-duplicates what it answered with status 200 is
-# dropped as Soft404Dropped, none of them kept. A page waits at most NEARDUP_SOFT404_TIMEOUT seconds for them.
+# Soft 404s: each host is asked once for a URL that cannot exist, /neardup-soft404-probe-<random>, with the
+# crawl's user agent (and once per first path segment, /news/..., up to NEARDUP_SOFT404_PROBES_PER_HOST probes);
+# a page that near-duplicates what it answered with status 200 is dropped as Soft404Dropped, none of them kept.
+# A page waits at most NEARDUP_SOFT404_TIMEOUT seconds for them.
 NEARDUP_SOFT404_ENABLED = True
 NEARDUP_SOFT404_PROBES_PER_HOST = 3
 NEARDUP_SOFT404_TIMEOUT = 30

@@ -21,6 +21,12 @@ bucket directory per band entry and the recent tier.
   replacements and removals);
 * :mod:`~scrapy_neardup.core.index_file`: the file written by :meth:`SketchIndex.save` (persistence).
 
+**Repeats within one crawl.** One flag a page (a byte) says whether its key was already kept or revisited in
+the current crawl (:meth:`SketchIndex.check_key` sets it; :meth:`SketchIndex.see` sets it for a key, as a
+journal's replay does; :meth:`SketchIndex.forget_seen` clears every flag when another crawl starts on the
+store). An unchanged page met again under a flagged key is a *repeat*, not a revisit: the same page twice in
+one crawl. The flags are saved with the index (array ``seen``), so a crawl stopped and resumed keeps them.
+
 Pages come as a :class:`~scrapy_neardup.core.sketch.Sketch` or, read back from a journal or an index, as a
 :class:`~scrapy_neardup.core.stored.StoredSketch`: every method adding or looking up a page takes either.
 
@@ -79,6 +85,8 @@ class SketchIndex:
         # Removed pages (tombstones, see page_keys).
         self._dead = np.zeros(1024, dtype=bool)
         self._dead_count = 0
+        # Pages whose key was kept or revisited in the current crawl (see the module doc: repeats).
+        self._seen = np.zeros(1024, dtype=bool)
         self._runs = BandRuns(self._band_starts)
 
     def __len__(self) -> int:
@@ -167,7 +175,8 @@ class SketchIndex:
         * ``key`` not stored: as :meth:`check_and_add` (a duplicate of its best match, else kept).
         * ``key`` stored, and its best match (exact duplicates first, then most positions shared; a tie goes
           to its own version) is its own stored version: a revisit, ``changed`` unless the fingerprints (the
-          normalized texts) are equal; a changed page replaces the stored version.
+          normalized texts) are equal; a changed page replaces the stored version. An unchanged page whose key
+          was already kept or revisited in this crawl (:meth:`seen`) is a *repeat* instead (nothing changes).
         * ``key`` stored, no match at all (the content changed completely): a changed revisit (replaced).
         * ``key`` stored, but another kept page matches better: a duplicate naming that page; the key's stale
           entry is removed, so that pages once dropped as its copies are judged afresh later.
@@ -182,15 +191,45 @@ class SketchIndex:
             if best is not None:
                 return Decision.duplicate(self._match(best[0], best[1], fingerprint))
             self._insert(key, values, keys, band_keys, fingerprint)
+            self._seen[self._size - 1] = True
             return Decision.kept()
         if best is not None and best[0] != own:
             self.remove(own)
             return Decision.duplicate(self._match(best[0], best[1], fingerprint), removed=True)
         if int(self._fingerprints[own]) == fingerprint:
+            if self._seen[own]:
+                return Decision.repeat()
+            self._seen[own] = True
             return Decision.revisit(False)
         self.remove(own)
         self._insert(key, values, keys, band_keys, fingerprint)
+        self._seen[self._size - 1] = True
         return Decision.revisit(True)
+
+    # -- repeats within one crawl (see the module doc) -------------------------------------------------------
+
+    def seen(self, key: str) -> bool:
+        """Whether ``key`` is stored and was kept or revisited in the current crawl (see the module doc)."""
+        doc = self.find(key)
+        return doc is not None and bool(self._seen[doc])
+
+    def see(self, key: str) -> bool:
+        """Flag ``key`` as kept or revisited in the current crawl (a journal's replay); whether it is stored."""
+        doc = self.find(key)
+        if doc is None:
+            return False
+        self._seen[doc] = True
+        return True
+
+    def forget_seen(self) -> None:
+        """Clear every flag: another crawl starts on this store (its pages are revisits again, once)."""
+        self._seen[:] = False
+
+    @property
+    def seen_count(self) -> int:
+        """Live pages flagged as kept or revisited in the current crawl."""
+        n = self._size
+        return int(np.count_nonzero(self._seen[:n] & ~self._dead[:n]))
 
     def compact(self) -> None:
         """Drop the removed pages, renumbering the live ones in order (rebuilds the band runs: one sort)."""
@@ -204,6 +243,7 @@ class SketchIndex:
         self._page_keys.compact(live)
         self._values = self._values[:n][live]
         self._fingerprints = self._fingerprints[:n][live]
+        self._seen = self._seen[:n][live]
         self._size = int(self._values.shape[0])
         self._dead = np.zeros(self._size, dtype=bool)
         self._dead_count = 0
@@ -213,7 +253,8 @@ class SketchIndex:
         """Bytes the index uses: its arrays as far as written (room reserved for growth and not yet written is
         not resident and not counted), plus the set of recent band keys at about 60 bytes a key."""
         n = self._size
-        per_page = self._values[:n].nbytes + self._fingerprints[:n].nbytes + self._dead[:n].nbytes
+        per_page = self._values[:n].nbytes + self._fingerprints[:n].nbytes
+        per_page += self._dead[:n].nbytes + self._seen[:n].nbytes
         return per_page + self._page_keys.memory_bytes() + self._runs.memory_bytes()
 
     # -- lookups ---------------------------------------------------------------------------------------------
@@ -300,6 +341,7 @@ class SketchIndex:
         self._fingerprints[doc] = fingerprint
         self._page_keys.add(doc, key)
         self._dead[doc] = False
+        self._seen[doc] = False
         self._size = doc + 1
         self._runs.insert(doc, keys, band_keys)
 
@@ -310,6 +352,8 @@ class SketchIndex:
         self._page_keys.grow(capacity)
         if self._dead.shape[0] < capacity:
             self._dead = resized(self._dead, capacity)
+        if self._seen.shape[0] < capacity:
+            self._seen = resized(self._seen, capacity)
 
     # -- persistence (see index_file) ------------------------------------------------------------------------
 
@@ -334,6 +378,8 @@ class SketchIndex:
             "fingerprints": self._fingerprints[:n],
             "key_ends": key_ends,
             "key_blob": key_blob,
+            # Which pages the current crawl kept or revisited (repeats; older versions ignore the array).
+            "seen": self._seen[:n],
             **run_arrays,
         }
         index_file.write(Path(path), (self.tag, self.num_perm, self.min_shared), n, arrays, runs, self.meta)
@@ -355,6 +401,9 @@ class SketchIndex:
         index._page_keys.restore(arrays["key_ends"], arrays["key_blob"], size)
         index._size = size
         index._dead = np.zeros(max(size, 1024), dtype=bool)
+        index._seen = np.zeros(max(size, 1024), dtype=bool)
+        if "seen" in arrays:  # saved by this version (checked by index_file.read); earlier ones: none flagged
+            index._seen[:size] = arrays["seen"]
         index.meta = saved.meta
         if saved.runs is None or not index._runs.restore(saved.runs, arrays, index._values, size):
             index._runs.rebuild(index._values, size)

@@ -8,7 +8,9 @@ store's metadata and a SHA-256 of every array, checked on load. The per-page arr
 Band entries are derived from the stored values, but rebuilding them on load is one sort of all band keys:
 from format 2 on, the file also holds the sorted runs and their directory (``band_low``, ``band_pages``,
 ``directory``, about 130 bytes a page) and where they end (the header's ``runs``), which a load only checks
-(:meth:`~scrapy_neardup.core.band_runs.BandRuns.restore`).
+(:meth:`~scrapy_neardup.core.band_runs.BandRuns.restore`). Optional arrays, which a file written by an earlier
+version lacks, load as absent: ``seen`` (``bool[n]``, the pages the current crawl kept or revisited: see
+:mod:`~scrapy_neardup.core.index`, repeats; a missing one means none).
 
 The file is written atomically (temporary file, fsync, rename): a crash while saving leaves the previous file
 intact.
@@ -39,6 +41,8 @@ _READABLE_FORMATS = (1, 2, 3)
 _MAGIC = "scrapy-neardup-index"
 _ARRAYS = ("values", "fingerprints", "key_ends", "key_blob")
 _RUN_ARRAYS = ("band_low", "band_pages", "directory")
+# Saved since format 3 by later versions (a missing one is left out of what read() gives: see the module doc).
+_OPTIONAL_ARRAYS = ("seen",)
 
 
 def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, int, int]) -> str:
@@ -55,8 +59,8 @@ def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, i
 @dataclass(frozen=True)
 class SavedIndex:
     """What :func:`read` found in a file, checked: ``size`` pages, their arrays (by member name; the run
-    arrays only when ``runs`` is not ``None``), the header's ``runs`` as saved (not yet checked against the
-    pages) and the store's ``meta``."""
+    arrays only when ``runs`` is not ``None``; an optional array, :data:`_OPTIONAL_ARRAYS`, only when the file
+    has it), the header's ``runs`` as saved (not yet checked against the pages) and the store's ``meta``."""
 
     size: int
     arrays: dict[str, np.ndarray]
@@ -72,8 +76,8 @@ def write(
     runs: dict[str, int],
     meta: dict[str, Any],
 ) -> None:
-    """Write the ``arrays`` (in this order: :data:`_ARRAYS`, then :data:`_RUN_ARRAYS`) of ``size`` pages made
-    with ``params`` (tag, k, t) to ``path`` atomically, with ``runs`` and ``meta`` in the header."""
+    """Write the ``arrays`` (:data:`_ARRAYS`, :data:`_RUN_ARRAYS`, :data:`_OPTIONAL_ARRAYS`) of ``size`` pages
+    made with ``params`` (tag, k, t) to ``path`` atomically, with ``runs`` and ``meta`` in the header."""
     tag, num_perm, min_shared = params
     header = {
         "magic": _MAGIC,
@@ -107,6 +111,7 @@ def read(path: Path, num_perm: int, min_shared: int, tag: str) -> SavedIndex:
         with zipfile.ZipFile(path) as zf:
             header = json.loads(zf.read("header.json"))
             names = _ARRAYS + (_RUN_ARRAYS if isinstance(header, dict) and "runs" in header else ())
+            names += tuple(name for name in _OPTIONAL_ARRAYS if name + ".npy" in zf.namelist())
             arrays: dict[str, np.ndarray] = {}
             for name in names:
                 with zf.open(name + ".npy") as member:
@@ -136,6 +141,7 @@ def read(path: Path, num_perm: int, min_shared: int, tag: str) -> SavedIndex:
         or key_ends.dtype.kind not in "iu"
         or arrays["fingerprints"].shape != (size,)
         or (size and int(key_ends[-1]) != arrays["key_blob"].size)
+        or ("seen" in arrays and (arrays["seen"].shape != (size,) or arrays["seen"].dtype != np.bool_))
     ):
         raise StateError(f"near-duplicate state file {path} is damaged: array shapes disagree with header")
     meta = header.get("meta")

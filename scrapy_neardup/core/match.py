@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-Outcome = Literal["kept", "duplicate", "revisit"]
+Outcome = Literal["kept", "duplicate", "revisit", "repeat"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +54,10 @@ class Decision:
 
     Attributes:
         outcome: ``"kept"`` (stored under its key; later near-duplicates name it), ``"duplicate"`` (shares
-            ``>= t`` of ``k`` positions with ``match``, a kept page; nothing stored) or ``"revisit"`` (its key
-            was stored before: a refetch of a kept page, never a copy of itself).
+            ``>= t`` of ``k`` positions with ``match``, a kept page; nothing stored), ``"revisit"`` (its key
+            was stored before: a refetch of a kept page, never a copy of itself; unchanged, only the first time
+            a crawl meets it) or ``"repeat"`` (unchanged, and its key was already kept or revisited in this
+            very crawl: the same page met twice in one crawl, never emitted twice; nothing stored).
         match: the kept page a duplicate names (``None`` otherwise).
         changed: for a revisit, whether the content differs from the stored version (which was replaced).
         removed: for a duplicate whose key was stored: its stale entry was removed.
@@ -79,6 +81,10 @@ class Decision:
         return cls("revisit", None, changed)
 
     @classmethod
+    def repeat(cls) -> Decision:
+        return _REPEAT
+
+    @classmethod
     def of(cls, match: Match | None) -> Decision:
         """The decision a ``check_and_add`` answer stands for: kept when ``None``."""
         return _KEPT if match is None else cls("duplicate", match)
@@ -89,5 +95,6 @@ class Decision:
 
 
 _KEPT = Decision("kept")
+_REPEAT = Decision("repeat")
 
 __all__ = ["Decision", "Match", "Outcome", "best_first"]

@@ -41,10 +41,26 @@ class RevisitDropped(DropItem, NearDupError):
         self.url = url
 
 
+class RepeatDropped(DropItem, NearDupError):
+    """An item dropped because its page was already emitted by this very crawl under the same key, with the same
+    content: a *repeat* (a start URL linked again, a page re-fetched after a resume), never emitted twice.
+
+    A page met again by a *later* crawl is a revisit instead (``NEARDUP_REVISIT``). Raised with
+    ``log_level="DEBUG"``; Scrapy counts it as ``item_dropped_reasons_count/RepeatDropped``.
+
+    Attributes:
+        url: the page's key, which is also the page it repeats.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"repeat of {url}: met again in this crawl, unchanged (emitted once)", log_level="DEBUG")
+        self.url = url
+
+
 def describe(match: Match) -> str:
     """``resemblance 0.953, 122 positions shared[, exact duplicate]``: how a log line or a drop names a match."""
     exact = ", exact duplicate" if match.exact else ""
     return f"resemblance {match.resemblance:.3f}, {match.shared} positions shared{exact}"
 
 
-__all__ = ["NearDuplicateDropped", "RevisitDropped", "describe"]
+__all__ = ["NearDuplicateDropped", "RepeatDropped", "RevisitDropped", "describe"]

@@ -52,7 +52,7 @@ from ..core.theory import describe_rule
 from ..errors import BinaryContent, MarkFieldError
 from ..store.backend import Backend, BackendError, Decision
 from .batcher import CheckBatcher
-from .drops import NearDuplicateDropped, RevisitDropped, describe
+from .drops import NearDuplicateDropped, RepeatDropped, RevisitDropped, describe
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
 from .outage import UNCHECKED, BackendOutage, close_crawl, describe_unchecked, too_many_unchecked
@@ -283,6 +283,9 @@ class NearDuplicatePipeline:
             line += f", revisited {c('revisited', 0)} unchanged and {c('changed', 0)} changed pages"
             if c("revisits_dropped", 0):
                 line += f" ({c('revisits_dropped')} unchanged dropped)"
+        if c("repeats", 0):
+            line += (f", {c('repeats')} repeats {'marked' if self.config.action == 'mark' else 'dropped'} (pages "
+                     "met again in this crawl, unchanged)")
         if c("soft404", 0):
             line += f", {c('soft404')} soft 404s {'marked' if self.config.action == 'mark' else 'dropped'}"
         if c("backend_errors", 0):
@@ -360,9 +363,11 @@ class NearDuplicatePipeline:
                 return self._unchecked(item, adapter)
             break
         self.outage.answered()
+        if decision.outcome == "repeat" and not key.startswith(NO_URL_PREFIX):
+            return self._repeat(item, adapter, key)  # counted once already, also by the mirror table
         if self.hooks is not None:
             self.hooks.page_checked(key, None if decision.match is None else decision.match.key)
-        if decision.outcome == "revisit":
+        if decision.outcome in ("revisit", "repeat"):
             return self._revisit(item, adapter, key, decision.changed)
         if decision.match is None:
             self._inc("kept")
@@ -418,6 +423,20 @@ class NearDuplicatePipeline:
         if self.config.action == "mark":
             adapter[self.config.mark_field] = {"revisit": True, "changed": changed}
         return item
+
+    def _repeat(self, item: Any, adapter: ItemAdapter, key: str) -> Any:
+        """A page this crawl already kept or revisited under its key, met again unchanged (a start URL linked
+        again, a page fetched again after a resume): counted in ``neardup/repeats`` and dropped
+        (:class:`RepeatDropped`, naming the page), or marked ``{"repeat": True}``; never emitted twice as a page.
+        """
+        self._inc("repeats")
+        level = logging.INFO if self.config.debug else logging.DEBUG
+        logger.log(level, "%s repeat of %s (met again in this crawl, unchanged)",
+                   "Marked" if self.config.action == "mark" else "Dropped", key)
+        if self.config.action == "mark":
+            adapter[self.config.mark_field] = {"repeat": True}
+            return item
+        raise RepeatDropped(key)
 
     def _soft404(self, item: Any, adapter: ItemAdapter, soft404: Soft404Match) -> Any:
         """A page that near-duplicates its host's soft-404 template: dropped or marked, never kept."""
@@ -564,4 +583,7 @@ class NearDuplicatePipeline:
             self.stats.inc_value(STATS_PREFIX + name, count)
 
 
-__all__ = ["MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError", "RevisitDropped"]
+__all__ = [
+    "MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError", "RepeatDropped",
+    "RevisitDropped",
+]

@@ -7,9 +7,10 @@ string), so numbers and booleans are accepted in both forms (the readers are in
 ``from_crawler``, which makes Scrapy abort the crawl before any request is sent (the error is logged at
 CRITICAL level and ``scrapy crawl`` exits with status 1). Each backend parses its own settings in its
 ``from_settings`` (``NEARDUP_STATE_DIR``/``NEARDUP_RESET``: the embedded store; ``NEARDUP_ES_*``:
-``es_integration.backend``), called from the same ``from_crawler``. A ``NEARDUP_*`` name that is none of these
-(:data:`scrapy_neardup.store.config.KNOWN_SETTINGS`, the one list of them) is a typo to the crawl: one WARNING
-names it and the closest known one (:mod:`scrapy_neardup.crawl.startup`).
+``es_integration.backend``; ``NEARDUP_CRAWL_ID``: both, through
+:func:`~scrapy_neardup.store.config.crawl_identity`), called from the same ``from_crawler``. A ``NEARDUP_*``
+name that is none of these (:data:`scrapy_neardup.store.config.KNOWN_SETTINGS`, the one list of them) is a typo
+to the crawl: one WARNING names it and the closest known one (:mod:`scrapy_neardup.crawl.startup`).
 
 ====================  ========================================================================================
 Setting               Meaning
@@ -27,9 +28,13 @@ NEARDUP_SEED          hash seed (default 1).
 NEARDUP_CONTENT       ``"auto"`` (default: the page's own text), ``"main"`` (marked main content) or ``"body"``.
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
 NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode
-                      (``{"revisit": True, "changed": bool}`` for a revisit, ``None`` for a kept page).
+                      (``{"revisit": True, "changed": bool}`` for a revisit, ``{"repeat": True}`` for a
+                      repeat, ``None`` for a kept page).
 NEARDUP_REVISIT       ``"emit"`` (default) or ``"drop_unchanged"``: what becomes of a page seen again under
-                      its key (a recurring crawl) whose content did not change.
+                      its key by a later crawl (a recurring crawl) whose content did not change. Met again
+                      unchanged within one crawl, a page is a repeat: dropped (or marked), never emitted twice.
+NEARDUP_CRAWL_ID      the crawl's identity, which tells repeats from revisits (default: saved in JOBDIR, so a
+                      resumed crawl is the same crawl; without JOBDIR, new for each run).
 NEARDUP_BACKEND       ``"embedded"`` (default), ``"elasticsearch"``, or the dotted path of a
                       :class:`~scrapy_neardup.store.backend.Backend` subclass.
 NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT of the Elasticsearch backend.

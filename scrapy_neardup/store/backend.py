@@ -23,6 +23,10 @@ Extension points, so that later features need no ``getattr`` past this class:
   its own stored version is a ``duplicate`` naming that page, and the backend removes the key's stale entry.
   The embedded backend answers revisits (the rule: :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`);
   a backend that never does inherits the default :meth:`Backend.check_and_add_many`.
+* **Repeats.** A ``repeat`` is an unchanged page whose key this very crawl already kept or revisited (the crawl's
+  identity: :func:`~scrapy_neardup.store.config.crawl_identity`, read in :meth:`Backend.from_settings`); the
+  pipeline never emits it twice. The embedded and Elasticsearch backends keep which keys the crawl met with their
+  data, so that a crawl resumed after a kill still knows; a backend that answers no repeat leaves them revisits.
 * **Mirror hosts.** :meth:`Backend.host_store` gives the store through which the crawler processes sharing
   this backend's data also share their mirror-host counts (:mod:`scrapy_neardup.core.mirrors`); ``None`` (the
   default): each process counts alone.

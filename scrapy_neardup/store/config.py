@@ -11,14 +11,17 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..core.params import FIELDS, ParameterError, SketchParams
 from ..core.shingles import SHINGLE_KINDS
+from ..core.storage import write_atomically
 from ..core.text import CONTENT_MODES, DEFAULT_CONTENT
-from ..errors import NearDupSettingsError
+from ..errors import NearDupSettingsError, StateError
 
 
 class SettingsLike(Protocol):
@@ -42,6 +45,8 @@ KNOWN_SETTINGS: frozenset[str] = frozenset({
     "NEARDUP_MAX_UNCHECKED", "NEARDUP_ON_BACKEND_DOWN", "NEARDUP_BACKEND_DOWN_MAX_WAIT",
     "NEARDUP_BACKEND_RETRY_INTERVAL", "NEARDUP_MONITOR_MAX_BACKEND_ERRORS", "NEARDUP_MONITOR_MAX_UNCHECKED",
     "NEARDUP_MONITOR_MAX_DROP_RATE",
+    # what makes one crawl: repeats within it, revisits across crawls (crawl_identity below)
+    "NEARDUP_CRAWL_ID",
     # the embedded store (scrapy_neardup.store.embedded)
     "NEARDUP_STATE_DIR", "NEARDUP_RESET",
     # soft-404 probing and mirror hosts (scrapy_neardup.crawl.host_settings)
@@ -180,6 +185,44 @@ def unknown_settings(names: Iterable[str]) -> list[tuple[str, str | None]]:
     return found
 
 
+#: File under JOBDIR holding the identity of the crawl (see :func:`crawl_identity`).
+CRAWL_ID_FILE = "neardup-crawl-id"
+_CRAWL_ID = re.compile(r"[A-Za-z0-9._:@/+-]{1,200}")
+
+
+def crawl_identity(settings: SettingsLike) -> str:
+    """The identity of this crawl, which tells a page met twice in one crawl (a *repeat*, never emitted twice)
+    from a page met again by a later crawl (a *revisit*, emitted again): ``NEARDUP_CRAWL_ID`` when set (crawler
+    processes that make up one crawl share it); else, with ``JOBDIR``, a random identity saved in
+    ``<JOBDIR>/neardup-crawl-id`` the first time, so that a crawl paused or killed and resumed with the same
+    ``JOBDIR`` stays one crawl; else a random identity for this process.
+
+    Raises:
+        NearDupSettingsError: ``NEARDUP_CRAWL_ID`` is not 1-200 letters, digits or ``._:@/+-``.
+        StateError: the identity file cannot be read or written.
+    """
+    given = read_str(settings, "NEARDUP_CRAWL_ID")
+    if given is not None:
+        if not _CRAWL_ID.fullmatch(given):
+            raise settings_error("NEARDUP_CRAWL_ID", settings.get("NEARDUP_CRAWL_ID"),
+                                 "1-200 letters, digits or ._:@/+-")
+        return given
+    jobdir = read_str(settings, "JOBDIR")
+    if jobdir is None:
+        return uuid.uuid4().hex
+    path = Path(jobdir) / CRAWL_ID_FILE
+    try:
+        saved = path.read_text(encoding="ascii").strip() if path.exists() else ""
+        if _CRAWL_ID.fullmatch(saved):
+            return saved
+        identity = uuid.uuid4().hex
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, (identity + "\n").encode("ascii"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StateError(f"cannot read or write the crawl identity {path}: {exc}") from exc
+    return identity
+
+
 def job_state_dir(settings: SettingsLike, subdir: str) -> str | None:
     """``<JOBDIR>/<subdir>`` when ``JOBDIR`` is set (creating ``JOBDIR`` as Scrapy's own components do)."""
     jobdir = read_str(settings, "JOBDIR")
@@ -190,10 +233,12 @@ def job_state_dir(settings: SettingsLike, subdir: str) -> str | None:
 
 
 __all__ = [
+    "CRAWL_ID_FILE",
     "KNOWN_SETTINGS",
     "PARAM_SETTINGS",
     "NearDupSettingsError",
     "SettingsLike",
+    "crawl_identity",
     "job_state_dir",
     "read_bool",
     "read_choice",

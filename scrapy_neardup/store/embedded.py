@@ -17,6 +17,14 @@ version (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key` for the ru
 latest content of each kept key only (removed and replaced versions are compacted away when it is written),
 so its size is bounded by the number of distinct kept keys, however many crawls refreshed them.
 
+Repeats: within one crawl (:func:`~scrapy_neardup.store.config.crawl_identity`: the same ``JOBDIR``, paused or
+killed and resumed, is one crawl) an unchanged page met again under a key the crawl already kept or revisited is
+a :meth:`~scrapy_neardup.store.backend.Decision.repeat`, never emitted twice. Which keys the crawl met is a flag
+per page of the index; the snapshot saves the flags with the crawl's identity (``meta["crawl"]``), the journal
+names its crawl in its header and records each unchanged revisit (a *seen* record; kept pages and changed
+revisits are its *puts*). Opened by another crawl, the flags are cleared and a journal of another crawl flags
+nothing.
+
 Guarantees:
 
 * *kill -9.* A record is handed to the kernel (an unbuffered ``write(2)``) before ``check_and_add`` returns,
@@ -49,7 +57,8 @@ Guarantees:
   away with the process, ``kill -9`` included.
 
 Settings (read by :meth:`EmbeddedBackend.from_settings`): ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``;
-none without ``JOBDIR``) and ``NEARDUP_RESET``.
+none without ``JOBDIR``), ``NEARDUP_RESET``, and the crawl's identity (``NEARDUP_CRAWL_ID``, else saved in
+``JOBDIR``: :func:`~scrapy_neardup.store.config.crawl_identity`).
 """
 
 from __future__ import annotations
@@ -66,7 +75,7 @@ from ..core.match import Match
 from ..core.storage import DirectoryLocked, lock_directory
 from ..errors import StateError
 from .backend import Backend, Decision
-from .config import job_state_dir, read_bool, read_str
+from .config import crawl_identity, job_state_dir, read_bool, read_str
 from .journal import Journal
 from .template_log import TemplateLog
 
@@ -105,6 +114,7 @@ class EmbeddedBackend(Backend):
         state_dir: directory for ``neardup-index.bin`` and ``neardup-journal.bin``; ``None`` keeps nothing
             after the crawl.
         reset: discard saved state instead of loading it.
+        crawl_id: the identity of this crawl (see the module doc, repeats); ``None``: a new random one.
 
     Attributes:
         open_stats: what opening found, for the crawl's stats: ``state_loaded`` (pages in the snapshot),
@@ -117,8 +127,9 @@ class EmbeddedBackend(Backend):
 
     def __init__(
         self, num_perm: int, min_shared: int, tag: str, state_dir: str | os.PathLike[str] | None = None,
-        reset: bool = False,
+        reset: bool = False, crawl_id: str | None = None,
     ) -> None:
+        self.crawl_id = crawl_id or uuid.uuid4().hex
         self.num_perm = num_perm
         self.min_shared = min_shared
         self.tag = tag
@@ -131,7 +142,8 @@ class EmbeddedBackend(Backend):
         self.journal: Journal | None = None
         self.template_log: TemplateLog | None = None
         if self.state_dir is not None and self.state_path is not None and self.journal_path is not None:
-            self.journal = Journal(self.journal_path, num_perm, min_shared, tag, snapshot=self.state_path)
+            self.journal = Journal(self.journal_path, num_perm, min_shared, tag, snapshot=self.state_path,
+                                   crawl=self.crawl_id)
             self.template_log = TemplateLog(self.state_dir / TEMPLATES_FILE, tag)
         self.templates: dict[str, HostTemplate] = {}
         self._lock_fd: int | None = None
@@ -139,9 +151,10 @@ class EmbeddedBackend(Backend):
     @classmethod
     def from_settings(cls, settings: SettingsLike, params: SketchParams) -> EmbeddedBackend:
         """``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``, creating ``JOBDIR`` as Scrapy does; none
-        without ``JOBDIR``) and ``NEARDUP_RESET``."""
+        without ``JOBDIR``), ``NEARDUP_RESET``, and the crawl's identity (:func:`crawl_identity`)."""
         state_dir, reset = state_settings(settings)
-        return cls(params.num_perm, params.min_shared, params.tag, state_dir=state_dir, reset=reset)
+        return cls(params.num_perm, params.min_shared, params.tag, state_dir=state_dir, reset=reset,
+                   crawl_id=crawl_identity(settings))
 
     def stats(self) -> Mapping[str, int]:
         return dict(self.open_stats)
@@ -182,7 +195,8 @@ class EmbeddedBackend(Backend):
 
     def decide(self, key: str, sketch: Sketch) -> Decision:
         """Apply the recrawl rule (:meth:`SketchIndex.check_key`) and journal what changed the store: a kept
-        page or a changed revisit (a *put*), a stored key that now duplicates another page (a *delete*).
+        page or a changed revisit (a *put*), a stored key that now duplicates another page (a *delete*), an
+        unchanged revisit (a *seen*: the crawl met the key, so that after a resume the page is a repeat).
 
         Raises:
             JournalWriteError: the change holds for this run but could not be journaled.
@@ -194,6 +208,8 @@ class EmbeddedBackend(Backend):
                 journal.append_delete(key)
             elif decision.outcome == "kept" or decision.changed:
                 journal.append(key, sketch)
+            elif decision.outcome == "revisit":
+                journal.append_seen(key)
         return decision
 
     async def load_template(self, host: str) -> HostTemplate | None:
@@ -261,6 +277,8 @@ class EmbeddedBackend(Backend):
                 raise StateError(f"{exc}; use another state directory or reset it (NEARDUP_RESET=True)") from exc
             logger.info("loaded %d kept sketches from %s", len(index), self.state_path)
             self._count("state_loaded", len(index))
+            if index.meta.get("crawl") != self.crawl_id:
+                index.forget_seen()  # the flags of another crawl: this one has met none of its pages yet
         legacy_snapshot = self.state_path.exists() and "id" not in index.meta
         if not self.journal_path.exists():
             self.index = index
@@ -280,13 +298,16 @@ class EmbeddedBackend(Backend):
         if replay.replayed:
             self._count("journal_replayed", replay.replayed)
             logger.info("replayed %d changes from %s", replay.replayed, self.journal_path)
-        if replay.replayed or replay.legacy or legacy_snapshot:
+        if replay.seen:
+            logger.info("resumed crawl: %d pages it kept or revisited before are repeats when met again", replay.seen)
+        if replay.replayed or replay.seen or replay.legacy or legacy_snapshot:
             # Compact now, so that a crash later in this run replays only this run's changes (and a store of
             # an older version is rewritten in the current formats).
             self._checkpoint()
-        elif replay.torn or replay.absorbed:
-            # A new journal continuing the current snapshot: new records must follow intact ones only, and
-            # a journal already in the snapshot must not be continued.
+        elif replay.torn or replay.absorbed or replay.crawl != self.crawl_id:
+            # A new journal continuing the current snapshot: new records must follow intact ones only, a
+            # journal already in the snapshot must not be continued, and the journal names this crawl (it
+            # holds no change then: every put and delete is replayed, and a checkpoint follows).
             self.journal.write_new(len(self.index), self.index.meta.get("id"))
 
     def _open_journal(self) -> None:
@@ -320,7 +341,7 @@ class EmbeddedBackend(Backend):
         """The first half of a checkpoint: a compacted snapshot with a new identity naming the previous one."""
         assert self.state_path is not None
         previous = self.index.meta.get("id")
-        self.index.save(self.state_path, meta={"id": uuid.uuid4().hex, "previous": previous})
+        self.index.save(self.state_path, meta={"id": uuid.uuid4().hex, "previous": previous, "crawl": self.crawl_id})
 
     # -- the lock --------------------------------------------------------------------------------------------
 

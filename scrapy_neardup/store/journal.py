@@ -4,24 +4,31 @@ The embedded store (:mod:`scrapy_neardup.store.embedded`) appends a record the m
 (a page kept, a kept page's content replaced on a recrawl, a stale page removed), so that a crawl killed with
 ``kill -9`` (or an out-of-memory kill, or a crash) still knows, when resumed, every change it made.
 
-Journal format 2 (all integers little-endian)::
+Journal format 3 (all integers little-endian)::
 
-    header   b"NDUPJRNL" | u32 format (2) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON
-             {"tag": ..., "num_perm": k, "min_shared": t, "base": B, "snapshot": S}
+    header   b"NDUPJRNL" | u32 format (3) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON
+             {"tag": ..., "num_perm": k, "min_shared": t, "base": B, "snapshot": S, "crawl": C}
     record   u32 size | u32 crc32(size) | u32 crc32(payload) | payload: size bytes (scrapy_neardup.store.records)
              payload = u8 1 (put) | u64 fingerprint | k x u32 signature | key (UTF-8, lone surrogates kept)
                      | u8 2 (delete) | key
+                     | u8 3 (seen) | key
 
 ``snapshot`` is the identity of the snapshot the journal continues (``None``: no snapshot yet) and ``base`` its
-number of pages (for messages). Records are idempotent: *put* makes a sketch the stored content of its key
-(adding the key, or replacing its stored version), *delete* removes a key. Replaying them in order onto the
-snapshot they continue gives the store as it was; replaying them onto a snapshot that already holds them (a
-crash between writing the snapshot and starting a new journal) changes nothing, which is why such a journal
-is recognized (the snapshot names its predecessor, ``previous``) and skipped. A put costs one ``write(2)``
-of ``12 + 1 + 8 + 4k + len(key)`` bytes (about 600 bytes for k = 128), a delete ``13 + len(key)``.
+number of pages (for messages). ``crawl`` is the identity of the crawl whose records follow (see
+:func:`scrapy_neardup.store.config.crawl_identity`). Records are idempotent: *put* makes a sketch the stored
+content of its key (adding the key, or replacing its stored version), *delete* removes a key, *seen* says that
+the crawl met the key's page unchanged (an unchanged revisit). Replaying them in order onto the snapshot they
+continue gives the store as it was; replaying them onto a snapshot that already holds them (a crash between
+writing the snapshot and starting a new journal) changes nothing, which is why such a journal is recognized (the
+snapshot names its predecessor, ``previous``) and skipped. Replayed by the crawl that wrote them (a resume), puts
+and seens also flag their keys as met in this crawl (:meth:`~scrapy_neardup.core.index.SketchIndex.see`), so that
+the page met once more is a repeat, not a second revisit; replayed by another crawl, seens are skipped. A put
+costs one ``write(2)`` of ``12 + 1 + 8 + 4k + len(key)`` bytes (about 600 bytes for k = 128), a delete or a seen
+``13 + len(key)``.
 
-Format 1 (read, never written: a store written by an older version) has only puts, without the kind byte,
-and no snapshot identity: record ``i`` is the snapshot's page ``base + i``.
+Format 2 (read, never written) is format 3 without ``crawl`` and without seen records. Format 1 (read, never
+written: a store written by an older version) has only puts, without the kind byte, and no snapshot identity:
+record ``i`` is the snapshot's page ``base + i``.
 
 A record is handed to the kernel (an unbuffered ``write(2)``) before :meth:`Journal.append` returns; it is not
 fsynced (see :mod:`scrapy_neardup.store.embedded` for why). A new journal's header is written atomically and
@@ -55,11 +62,12 @@ from . import records
 logger = logging.getLogger(__name__)
 
 JOURNAL_MAGIC = b"NDUPJRNL"
-JOURNAL_FORMAT = 2
-_READABLE = (1, 2)
-#: Record kinds (format 2).
+JOURNAL_FORMAT = 3
+_READABLE = (1, 2, 3)
+#: Record kinds (formats 2 and 3; SEEN: format 3).
 PUT = 1
 DELETE = 2
+SEEN = 3
 
 _HEADER = struct.Struct("<8sIII")  # magic, format, params length, crc32(params)
 _FINGERPRINT = struct.Struct("<Q")
@@ -68,8 +76,10 @@ _FINGERPRINT = struct.Struct("<Q")
 @dataclass(frozen=True, slots=True)
 class Replay:
     """What :meth:`Journal.replay` found: the ``base`` in the header, the intact ``records`` read, how many
-    were ``replayed`` (applied to the index), the bytes of a ``torn`` tail (0: none), whether the journal was
-    ``absorbed`` (already in the snapshot: skipped) and whether it is of the ``legacy`` format 1."""
+    were ``replayed`` (changes applied to the index: puts and deletes), the bytes of a ``torn`` tail (0: none),
+    whether the journal was ``absorbed`` (already in the snapshot: skipped), whether it is of the ``legacy``
+    format 1, the ``crawl`` its header names (``None``: none, format 1 or 2) and how many keys it flagged
+    ``seen`` in the index (its records replayed by that same crawl)."""
 
     base: int
     records: int
@@ -77,9 +87,11 @@ class Replay:
     torn: int
     absorbed: bool = False
     legacy: bool = False
+    crawl: str | None = None
+    seen: int = 0
 
 
-#: A parsed record: ``(kind, key, the stored sketch or None for a delete)``.
+#: A parsed record: ``(kind, key, the stored sketch or None for a delete or a seen)``.
 Record = tuple[int, str, StoredSketch | None]
 
 
@@ -90,14 +102,18 @@ class Journal:
         path: the journal file.
         num_perm, min_shared, tag: the store's parameters; a journal made with others is refused.
         snapshot: the snapshot file the journal continues, for error messages.
+        crawl: the identity of the crawl writing it (named in the header of a new journal; ``None``: none).
     """
 
-    def __init__(self, path: Path, num_perm: int, min_shared: int, tag: str, snapshot: Path) -> None:
+    def __init__(
+        self, path: Path, num_perm: int, min_shared: int, tag: str, snapshot: Path, crawl: str | None = None,
+    ) -> None:
         self.path = path
         self.num_perm = num_perm
         self.min_shared = min_shared
         self.tag = tag
         self.snapshot = snapshot
+        self.crawl = crawl
         self._file: IO[bytes] | None = None
         self._end = 0
 
@@ -112,8 +128,10 @@ class Journal:
         ``previous``) the journal's records it lacks.
 
         A journal continuing this snapshot is replayed; one continuing its predecessor is already in it
-        (skipped, ``absorbed``). A format-1 journal: records ``base + i`` at or beyond the snapshot's size are
-        added, earlier ones must already be in the snapshot and are checked there.
+        (skipped, ``absorbed``). When the journal's header names this journal's crawl (:attr:`crawl`: a resumed
+        crawl), the keys of its puts and seens are flagged as met in this crawl. A format-1 journal: records
+        ``base + i`` at or beyond the snapshot's size are added, earlier ones must already be in the snapshot and
+        are checked there.
 
         Raises:
             StateError: the journal is damaged before its end, made with other parameters, or continues
@@ -132,22 +150,28 @@ class Journal:
                     if version == 1:
                         return self._replay_legacy(index, data, params["base"], offset)
                     absorbed = self._continues(index, params)
-                    records = replayed = 0
+                    crawl = params.get("crawl") if isinstance(params.get("crawl"), str) else None
+                    same_crawl = crawl is not None and crawl == self.crawl
+                    records = replayed = seen = torn = 0
                     while offset < size:
                         record, length = self._parse_record(data, offset, records, version)
                         if record is None:
-                            return Replay(params["base"], records, replayed, size - offset, absorbed)
+                            torn = size - offset
+                            break
                         if not absorbed:
                             kind, key, content = record
                             if kind == PUT:
                                 assert content is not None
                                 index.put(key, content)
-                            else:
+                                replayed += 1
+                            elif kind == DELETE:
                                 index.delete(key)
-                            replayed += 1
+                                replayed += 1
+                            if kind != DELETE and same_crawl and index.see(key):
+                                seen += 1
                         records += 1
                         offset += length
-                    return Replay(params["base"], records, replayed, 0, absorbed)
+                    return Replay(params["base"], records, replayed, torn, absorbed, crawl=crawl, seen=seen)
         except OSError as exc:
             raise StateError(f"near-duplicate journal {path} is unreadable: {exc}") from exc
 
@@ -218,7 +242,7 @@ class Journal:
         if magic != JOURNAL_MAGIC:
             raise StateError(f"{path} is not a scrapy-neardup journal (or its header is damaged)")
         if version not in _READABLE:
-            raise StateError(f"{path} is a journal of format {version}; this version reads formats 1 and 2")
+            raise StateError(f"{path} is a journal of format {version}; this version reads formats 1 to 3")
         raw = data[_HEADER.size : _HEADER.size + length]
         if len(raw) != length or zlib.crc32(raw) != crc:
             raise StateError(f"near-duplicate journal {path} is damaged: header checksum mismatch")
@@ -247,8 +271,8 @@ class Journal:
         size = len(payload)
         kind, at = (payload[0], 1) if version >= 2 else (PUT, 0)
         sketch_end = at + _FINGERPRINT.size + 4 * self.num_perm
-        if kind == DELETE:
-            return (DELETE, payload[at:].decode("utf-8", errors="surrogatepass"), None), length
+        if kind == DELETE or kind == SEEN and version >= 3:
+            return (kind, payload[at:].decode("utf-8", errors="surrogatepass"), None), length
         if kind != PUT or size < sketch_end:  # intact (checksums agree) but not a record this version wrote
             raise self._damaged(offset, number, f"unknown record kind {kind} of {size} bytes")
         (fingerprint,) = _FINGERPRINT.unpack_from(payload, at)
@@ -275,7 +299,7 @@ class Journal:
         ``None``: none) of ``base`` pages."""
         params = json.dumps({
             "tag": self.tag, "num_perm": self.num_perm, "min_shared": self.min_shared, "base": base,
-            "snapshot": snapshot,
+            "snapshot": snapshot, "crawl": self.crawl,
         }).encode()
         header = _HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT, len(params), zlib.crc32(params)) + params
         write_atomically(self.path, header)
@@ -299,6 +323,11 @@ class Journal:
         """A *delete* record: ``key`` is no longer stored. As :meth:`append` otherwise."""
         self._write(key, bytes((DELETE,)) + key.encode("utf-8", errors="surrogatepass"))
 
+    def append_seen(self, key: str) -> None:
+        """A *seen* record: this crawl met ``key``'s stored page unchanged (a revisit, after which the page met
+        again is a repeat). As :meth:`append` otherwise."""
+        self._write(key, bytes((SEEN,)) + key.encode("utf-8", errors="surrogatepass"))
+
     def _write(self, key: str, payload: bytes) -> None:
         journal = self._file
         assert journal is not None
@@ -316,4 +345,4 @@ class Journal:
             self._file = None
 
 
-__all__ = ["DELETE", "JOURNAL_FORMAT", "JOURNAL_MAGIC", "PUT", "Journal", "JournalWriteError", "Replay"]
+__all__ = ["DELETE", "JOURNAL_FORMAT", "JOURNAL_MAGIC", "PUT", "SEEN", "Journal", "JournalWriteError", "Replay"]

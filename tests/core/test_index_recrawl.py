@@ -52,9 +52,16 @@ def test_the_recrawl_rule() -> None:
     assert index.check_key("b", sketch(2)).outcome == "kept"
     copy = index.check_key("c", sketch(1, edits=1))
     assert copy.outcome == "duplicate" and copy.match is not None and copy.match.key == "a" and not copy.removed
-    # Seen again, unchanged: a revisit, never a duplicate of itself; nothing stored twice.
+    # Met again in the same crawl, unchanged: a repeat, never a duplicate of itself; nothing stored twice.
+    assert index.seen("a") and index.seen_count == 2
+    again = index.check_key("a", sketch(1))
+    assert (again.outcome, again.changed, len(index)) == ("repeat", False, 2)
+    # The next crawl meets it unchanged: a revisit, once; then a repeat in that crawl too.
+    index.forget_seen()
+    assert not index.seen("a") and index.seen_count == 0
     again = index.check_key("a", sketch(1))
     assert (again.outcome, again.changed, len(index)) == ("revisit", False, 2)
+    assert index.check_key("a", sketch(1)).outcome == "repeat"
     # Lightly edited: its own version is its best match; replaced.
     edited = index.check_key("a", sketch(1, edits=2))
     assert (edited.outcome, edited.changed, len(index)) == ("revisit", True, 2)
@@ -80,7 +87,45 @@ def test_same_key_with_own_version_and_another_page_matching_equally_is_a_revisi
     # The same content under another key is a duplicate; the key's own version wins a tie.
     dup = index.check_key("b", SKETCHER.sketch(" ".join(base)))
     assert dup.outcome == "duplicate"
+    assert index.check_key("a", SKETCHER.sketch(" ".join(base))).outcome == "repeat"
+    index.forget_seen()
     assert index.check_key("a", SKETCHER.sketch(" ".join(base))).outcome == "revisit"
+
+
+def test_a_changed_page_met_again_in_the_same_crawl_is_a_changed_revisit_then_a_repeat() -> None:
+    index = new_index()
+    assert index.check_key("a", sketch(1)).outcome == "kept"
+    changed = index.check_key("a", sketch(1, edits=2))
+    assert (changed.outcome, changed.changed) == ("revisit", True)  # new content: emitted again, replaced
+    assert index.check_key("a", sketch(1, edits=2)).outcome == "repeat"
+    # The flags follow compaction and a save/load round trip.
+    index.check_key("b", sketch(2))
+    index.forget_seen()
+    assert index.check_key("b", sketch(2)).outcome == "revisit"
+    index.compact()
+    assert index.seen("b") and not index.seen("a")
+
+
+def test_the_flags_of_the_crawl_are_saved_with_the_index(tmp_path: Path) -> None:
+    index = new_index()
+    for i in range(30):
+        index.check_key(f"k{i}", sketch(300 + i))
+    index.forget_seen()
+    for i in range(0, 30, 3):
+        assert index.check_key(f"k{i}", sketch(300 + i)).outcome == "revisit"
+    index.save(tmp_path / "x.bin")
+    loaded = SketchIndex.load(tmp_path / "x.bin", K, T, SKETCHER.tag)
+    assert [loaded.seen(f"k{i}") for i in range(30)] == [i % 3 == 0 for i in range(30)]
+    assert loaded.check_key("k3", sketch(303)).outcome == "repeat"
+    assert loaded.check_key("k4", sketch(304)).outcome == "revisit"
+    # An index saved without the flags (an earlier version) loads with none.
+    with zipfile.ZipFile(tmp_path / "x.bin") as zf:
+        members = {name: zf.read(name) for name in zf.namelist() if name != "seen.npy"}
+    with zipfile.ZipFile(tmp_path / "old.bin", "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    old = SketchIndex.load(tmp_path / "old.bin", K, T, SKETCHER.tag)
+    assert old.seen_count == 0 and len(old) == 30
 
 
 def test_replacements_and_removals_are_compacted_on_save(tmp_path: Path) -> None:
@@ -150,9 +195,9 @@ def test_a_store_of_the_previous_formats_loads_and_is_rewritten(tmp_path: Path) 
     asyncio.run(store.open())
     assert store.open_stats == {"state_loaded": 3, "journal_replayed": 2}
     assert len(store.index) == 5 and all(store.index.find(key) is not None for key, _ in pages)
-    # Rewritten in the current formats: a snapshot with an identity, a format-2 journal continuing it.
+    # Rewritten in the current formats: a snapshot with an identity, a format-3 journal continuing it.
     assert store.index.meta.get("id")
-    assert int.from_bytes((tmp_path / JOURNAL_FILE).read_bytes()[8:12], "little") == 2
+    assert int.from_bytes((tmp_path / JOURNAL_FILE).read_bytes()[8:12], "little") == 3
     decision = asyncio.run(store.check_and_add_many([(pages[0][0], pages[0][1])]))  # type: ignore[list-item]
     assert decision[0].outcome == "revisit"
     asyncio.run(store.close())

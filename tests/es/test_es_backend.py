@@ -81,9 +81,10 @@ def stream(seed: int, n: int) -> list[tuple[str, str]]:
 def test_constructor_signature_and_protocol() -> None:
     params = inspect.signature(ElasticsearchBackend).parameters
     assert list(params) == ["url", "index", "num_perm", "min_shared", "tag", "api_key", "username", "password",
-                            "ca_certs", "request_timeout"]
+                            "ca_certs", "request_timeout", "crawl_id"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
     assert params["request_timeout"].default == 10.0 and params["api_key"].default is None
+    assert params["crawl_id"].default is None  # a crawl of its own (a new random identity)
     backend = make_backend("http://127.0.0.1:9200", "pages")
     assert isinstance(backend, Backend)
     assert "secret" not in repr(make_backend("http://127.0.0.1:9200", "pages", username="u", password="secret"))

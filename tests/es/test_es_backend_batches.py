@@ -282,3 +282,45 @@ def test_interleaved_batches_of_two_crawlers_do_not_wait_for_each_other(
     assert {k for k, d in docs.items() if d["status"] == "kept"} == {a_pages[0][0], b_pages[0][0]}
     assert docs[a_pages[1][0]]["duplicate_of"] == b_pages[0][0]
     assert docs[b_pages[1][0]]["duplicate_of"] == a_pages[0][0]
+
+
+def test_a_page_met_again_by_the_same_crawl_is_a_repeat(es_url: str, es_client: Elasticsearch, index_name: str) -> None:
+    """Within one crawl (one crawl identity, in one process or in several, before and after a resume) an unchanged
+    page met again is a repeat; another crawl meets it as a revisit, once. Crawls running at the same time on one
+    index keep their own."""
+    raw = stream(seed=8, n=48)
+    pages = crawl(seed=8, n=48)
+
+    async def run(crawl_id: str, batches: list[list[tuple[str, Sketch]]]) -> list[list[Decision]]:
+        backend = ElasticsearchBackend(url=es_url, index=index_name, num_perm=K, min_shared=T, tag=SKETCHER.tag,
+                                       crawl_id=crawl_id)
+        await backend.open()
+        try:
+            return [await backend.check_and_add_many(batch) for batch in batches]
+        finally:
+            await backend.close()
+
+    (first, again) = asyncio.run(run("crawl-1", [pages, pages[:16] + pages[:16]]))
+    kept = {i for i, d in enumerate(first) if d.outcome == "kept"}
+    assert kept and len(kept) < len(pages)
+    for i, decision in enumerate(again):  # the same pages twice more, the same key twice in one call too
+        assert decision == (Decision.repeat() if i % 16 in kept else first[i % 16]), i
+    # The same crawl resumed (another backend, as another process): still repeats.
+    (resumed,) = asyncio.run(run("crawl-1", [pages]))
+    assert [d.outcome == "repeat" for d in resumed] == [i in kept for i in range(len(pages))]
+    # Two other crawls at once: each meets every kept page as a revisit once, then as a repeat.
+    async def both() -> list[list[list[Decision]]]:
+        return list(await asyncio.gather(run("crawl-2", [pages, pages]), run("crawl-3", [pages, pages])))
+
+    for revisits, repeats in asyncio.run(both()):
+        assert [d == Decision.revisit(False) for d in revisits] == [i in kept for i in range(len(pages))]
+        assert [d == Decision.repeat() for d in repeats] == [i in kept for i in range(len(pages))]
+    (still,) = asyncio.run(run("crawl-1", [pages]))  # the first crawl is still named on the documents
+    assert [d.outcome == "repeat" for d in still] == [i in kept for i in range(len(pages))]
+    # A page changed within a crawl is a changed revisit (emitted with its new content), then a repeat.
+    i = min(kept)
+    changed = (raw[i][0], SKETCHER.sketch(_edited(raw[i][1], 2, seed=3)))
+    (first_time, second_time) = asyncio.run(run("crawl-1", [[changed], [changed]]))
+    assert first_time == [Decision.revisit(True)] and second_time == [Decision.repeat()]
+    docs = index_docs(es_client, index_name)
+    assert "pending" not in {d["status"] for d in docs.values()}

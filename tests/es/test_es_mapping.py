@@ -29,6 +29,7 @@ EXPECTED_TYPES = {
     "empty": "boolean",
     "seq": "long",
     "writer": "keyword",
+    "crawl": "keyword",
     "group": "keyword",
     "status": "keyword",
     "duplicate_of": "keyword",

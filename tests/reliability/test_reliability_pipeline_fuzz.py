@@ -1,7 +1,8 @@
 """Hostile items through ``NearDuplicatePipeline.process_item``, driven directly (no crawl): dicts, scrapy.Items
 and dataclasses with arbitrary values in the text and URL fields, or without them.
 
-For every generated sequence of items: nothing raises but :class:`NearDuplicateDropped`; every item comes back
+For every generated sequence of items: nothing raises but :class:`NearDuplicateDropped` (and
+:class:`RepeatDropped`, a URL met again unchanged in this one crawl, naming itself); every item comes back
 unchanged or is dropped; every drop (and every mark) names a key kept earlier; items without usable text are
 never dropped; and the counters add up: ``checked + skipped == seen`` and ``kept + dropped == checked``.
 """
@@ -28,7 +29,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_neardup import NearDuplicatePipeline
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.core.text import looks_binary
-from scrapy_neardup.crawl.pipeline import NearDuplicateDropped
+from scrapy_neardup.crawl.pipeline import NearDuplicateDropped, RepeatDropped
 from scrapy_neardup.crawl.settings import NearDupSettings
 from scrapy_neardup.store.backend import Backend, Decision
 from scrapy_neardup.store.embedded import EmbeddedBackend
@@ -154,6 +155,10 @@ async def feed(pipeline: RecordingPipeline, batch: list[tuple[Any, Any]]) -> dic
             assert drop.match.key in kept_so_far or drop.match.key.startswith("no-url:")
             assert drop.match.shared >= pipeline.config.min_shared
             continue
+        except RepeatDropped as repeat:  # a URL this crawl passed on already, unchanged: never out twice
+            _TALLY["dropped"] += 1
+            assert reason is None and repeat.url in kept_so_far, repeat.url
+            continue
         assert out is item
         mark = getattr(out, "get", lambda *_: None)("neardup") if not isinstance(out, PageRecord) else out.neardup
         if pipeline.config.action == "mark" and isinstance(mark, dict) and "duplicate_of" in mark:
@@ -184,8 +189,10 @@ def test_fuzz_pipeline_never_raises_never_drops_wrongly_and_counts_everything(
     skipped = c("skipped_no_text", 0) + c("skipped_bad_text", 0) + c("skipped_empty", 0)
     assert c("checked", 0) + skipped == len(batch), counts
     verdicts = c("marked", 0) if action == "mark" else c("dropped", 0)
-    # A URL seen twice is a revisit (unchanged or changed), neither kept again nor a duplicate of itself.
-    assert c("kept", 0) + verdicts + c("revisited", 0) + c("changed", 0) == c("checked", 0), counts
+    # A URL seen twice in this one crawl is a repeat (unchanged) or a changed revisit, neither kept again nor a
+    # duplicate of itself (an unchanged revisit needs a later crawl).
+    assert c("revisited", 0) == 0, counts
+    assert c("kept", 0) + verdicts + c("repeats", 0) + c("changed", 0) == c("checked", 0), counts
     assert c("backend_errors", 0) == 0
     assert c("kept", 0) == len(pipeline.kept_keys)
     for name in ("skipped_no_text", "skipped_bad_text"):

@@ -28,7 +28,8 @@ from neardup_testkit import (  # noqa: E402
 
 @pytest.fixture
 def run_crawl(tmp_path: Path) -> Callable[..., CrawlResult]:
-    """``run_crawl(settings=..., spider=..., reactor=..., stop_after_items=..., name=...) -> CrawlResult``."""
+    """``run_crawl(settings=..., spider=..., reactor=..., stop_after_items=..., kill_after_items=..., name=...)
+    -> CrawlResult``."""
 
     def run(**kwargs: Any) -> CrawlResult:
         return run_crawl_process(tmp_path, **kwargs)

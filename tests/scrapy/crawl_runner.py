@@ -7,7 +7,8 @@ real start-up path (settings errors, state loading) and the real Ctrl-C path (``
 process SIGINT, exactly what a user pressing Ctrl-C does, so Scrapy stops gracefully and JOBDIR can resume).
 
 SPEC keys: ``settings`` (dict), ``spider`` (NearDupTestSpider kwargs), ``reactor`` (``asyncio`` - Scrapy's
-default -, ``select`` - a non-asyncio reactor - or ``none`` - no reactor at all), ``stop_after_items`` (int).
+default -, ``select`` - a non-asyncio reactor - or ``none`` - no reactor at all), ``stop_after_items`` (int),
+``witness`` (a file to which the URL of each item passed on is appended at once: what a killed crawl emitted).
 OUT keys: ``scraped`` (items), ``dropped`` ([{item, reason, message, duplicate_of, resemblance, exact}]),
 ``item_errors``, ``stats``, ``finish_reason``, ``crawl_error``. Exit status 1 when the crawl could not start.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from itemadapter import ItemAdapter  # noqa: E402
 from neardup_testkit import NearDupTestSpider, item_to_dict  # noqa: E402
 from scrapy import signals  # noqa: E402
 
@@ -58,7 +60,7 @@ def main(spec_path: str, out_path: str) -> int:
 
     result: dict[str, Any] = {"scraped": [], "dropped": [], "item_errors": [], "crawl_error": None}
     crawler = process.create_crawler(NearDupTestSpider)
-    _record_items(crawler, result, spec.get("stop_after_items"))
+    _record_items(crawler, result, spec.get("stop_after_items"), spec.get("witness"))
     done = process.crawl(crawler, **spec.get("spider", {}))
     _record_failure(done, result)
     process.start()
@@ -72,9 +74,15 @@ def main(spec_path: str, out_path: str) -> int:
     return 1 if process.bootstrap_failed else 0
 
 
-def _record_items(crawler: Any, result: dict[str, Any], stop_after_items: int | None) -> None:
+def _record_items(crawler: Any, result: dict[str, Any], stop_after_items: int | None,
+                  witness_path: str | None = None) -> None:
+    # Unbuffered: each line is in the file (the kernel's) before the next item, whatever kills the process.
+    witness = open(witness_path, "ab", buffering=0) if witness_path else None  # noqa: SIM115 - lives with the process
+
     def scraped(item: Any, **kwargs: Any) -> None:
         result["scraped"].append(item_to_dict(item))
+        if witness is not None:
+            witness.write(f"{ItemAdapter(item).get('url')}\n".encode("utf-8", "backslashreplace"))
         if stop_after_items is not None and len(result["scraped"]) == stop_after_items:
             # What Ctrl-C does: Scrapy's handler starts a graceful stop (in-flight pages finish, the spider
             # closes, the pipeline saves its state, pending requests stay in JOBDIR).

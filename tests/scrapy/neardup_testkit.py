@@ -14,9 +14,11 @@ import itertools
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -124,6 +126,9 @@ class CrawlResult:
     returncode: int
     log: str
     data: dict[str, Any]
+    #: URLs of the items passed on (``item_scraped``) as they went, written at once: what a crawl killed with
+    #: ``kill_after_items`` had emitted (a killed crawl writes no ``data``).
+    passed_on: list[str] = field(default_factory=list, kw_only=True)
 
     @property
     def scraped(self) -> list[dict[str, Any]]:
@@ -157,25 +162,54 @@ def run_crawl_process(
     stop_after_items: int | None = None,
     name: str = "crawl",
     timeout: float | None = None,
+    kill_after_items: int | None = None,
 ) -> CrawlResult:
     """Run one crawl in a fresh Python process and return what happened; ``timeout``: seconds, default
-    :data:`CRAWL_TIMEOUT` as it is at the call (tests raise it with ``monkeypatch``)."""
+    :data:`CRAWL_TIMEOUT` as it is at the call (tests raise it with ``monkeypatch``). With ``kill_after_items``,
+    the process gets ``SIGKILL`` (``kill -9``: nothing is closed or saved) once that many items were passed on."""
+    timeout = CRAWL_TIMEOUT if timeout is None else timeout
+    witness = workdir / f"{name}-passed-on.txt"
+    witness.unlink(missing_ok=True)
     spec = {"settings": settings or {}, "spider": spider or {}, "reactor": reactor,
-            "stop_after_items": stop_after_items}
+            "stop_after_items": stop_after_items, "witness": str(witness)}
     spec_path = workdir / f"{name}-spec.json"
     out_path = workdir / f"{name}-out.json"
+    log_path = workdir / f"{name}.log"
     spec_path.write_text(json.dumps(spec))
     out_path.unlink(missing_ok=True)
     pythonpath = [str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "crawl_runner.py"), str(spec_path), str(out_path)],
-        capture_output=True, text=True, timeout=CRAWL_TIMEOUT if timeout is None else timeout, cwd=workdir, env=env,
-    )
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "crawl_runner.py"), str(spec_path), str(out_path)],
+            stdout=subprocess.DEVNULL, stderr=log, cwd=workdir, env=env,
+        )
+        try:
+            while kill_after_items is not None and proc.poll() is None and _lines(witness) < kill_after_items:
+                if time.monotonic() - started > timeout:
+                    raise AssertionError(f"{name}: {kill_after_items} items were never passed on")
+                time.sleep(0.002)
+            if kill_after_items is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=max(1.0, timeout - (time.monotonic() - started)))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    stderr = log_path.read_text(errors="replace")
     data = json.loads(out_path.read_text()) if out_path.exists() else {}
     if not data and proc.returncode == 0:
-        raise AssertionError(f"crawl runner wrote nothing:\n{proc.stderr[-4000:]}")
-    return CrawlResult(proc.returncode, proc.stderr, data)
+        raise AssertionError(f"crawl runner wrote nothing:\n{stderr[-4000:]}")
+    passed_on = witness.read_text().split() if witness.exists() else []
+    return CrawlResult(proc.returncode, stderr, data, passed_on=passed_on)
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
 
 
 def run_scrapy_command(
@@ -433,7 +467,7 @@ class NearDupTestSpider(scrapy.Spider):
         self.hosts = {urlsplit(url).netloc for url in [start_url, *self.extra_starts]} if start_hosts_only else None
 
     async def start(self) -> Any:
-        # dont_filter=False: a resumed JOBDIR crawl must not re-fetch the start page.
+        # dont_filter=False (unless asked): a resumed JOBDIR crawl must not re-fetch the start page.
         for url in [self.start_url, *self.extra_starts]:
             yield scrapy.Request(url, callback=self.parse, dont_filter=self.start_dont_filter,
                                  headers=self.request_headers)

@@ -6,6 +6,7 @@ Needs ``es_integration.backend.ElasticsearchBackend`` and the session fixture ``
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -160,3 +161,31 @@ def test_an_index_of_whole_body_sketches_is_refused_at_start(
     message = new.data["crawl_error"]["message"]
     assert "whole body (mh3-k128-word5-s1, the default of earlier versions)" in message
     assert "neardup es backfill --force" in message and "NEARDUP_CONTENT='body'" in message
+
+
+def test_the_same_page_twice_in_one_crawl_is_emitted_once(
+    es_url: str, es_index: str, run_crawl: Any, serve_site: Any, tmp_path: Any
+) -> None:
+    """A start URL linked again, and fetched again after a kill -9 and a resume of the same JOBDIR: one crawl,
+    so a repeat (dropped); a later crawl emits every page again as a revisit, once."""
+    from test_scrapy_repeats import SLOW, START, emitted, loop_site
+
+    site = loop_site(16)
+    server = serve_site(site)
+    spider = {"start_url": server.url + "/", **START}
+    settings = es_settings(es_url, es_index, **SLOW, JOBDIR=str(tmp_path / "job"))
+    killed = run_crawl(settings=settings, spider=spider, kill_after_items=4, name="killed")
+    assert killed.returncode == -9 and 4 <= len(killed.passed_on) < len(site), killed.log[-3000:]
+    resumed = run_crawl(settings=settings, spider=spider, name="resumed")
+    assert resumed.returncode == 0, resumed.log[-3000:]
+    passed_on = Counter(path_of(url) for url in killed.passed_on) + emitted(resumed)
+    assert max(passed_on.values()) == 1, passed_on
+    repeats = {path_of(d["item"]["url"]) for d in resumed.dropped if d["reason"] == "RepeatDropped"}
+    assert "/" in repeats
+    # A page missing was inside the pipeline at the kill: decided (with the pages ready with it, in one batch) and
+    # written to the index, not yet passed on. The resumed crawl knows the killed run met it: a repeat.
+    assert set(site) - set(passed_on) <= repeats
+    later = run_crawl(settings={**settings, "JOBDIR": str(tmp_path / "job-2")}, spider=spider, name="later")
+    assert later.returncode == 0, later.log[-3000:]
+    assert emitted(later) == Counter(list(site)) and later.stat("neardup/revisited") == len(site)
+    assert later.stat("neardup/repeats") >= 1
