@@ -7,15 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scrapy_neardup.core import clustering
 from scrapy_neardup.core.clustering import (
     FIXED_MEMBER,
     FIXED_REPRESENTATIVE,
     FREE,
+    band_pairs,
     broder_clusters,
     cluster_labels,
     leader_clusters,
     leader_labels,
+    leaders,
 )
 
 K, T = 32, 24  # 9 bands; a pair sharing >= 24 of 32 agrees on one of them
@@ -147,8 +148,8 @@ def test_leader_labels_equal_the_literal_rule(seed: int, path: str, monkeypatch:
     """On planted and noisy signatures, in random rank orders, through either path of step 2 (with the clusters
     taken a few at a time)."""
     for threshold in ("_SEQUENTIAL_PAIRS_PER_ROW", "_FEW_PAIRS_PER_ROW"):
-        monkeypatch.setattr(clustering, threshold, -1 if path == "rounds" else 10**9)
-    monkeypatch.setattr(clustering, "_BATCH_ROWS", 7)  # several batches of clusters, and clusters above it
+        monkeypatch.setattr(leaders, threshold, -1 if path == "rounds" else 10**9)
+    monkeypatch.setattr(band_pairs, "BATCH_ROWS", 7)  # several batches of clusters, and clusters above it
     rng = np.random.default_rng(100 + seed)
     for values in (planted(seed), noisy(seed)):
         rank = rng.permutation(len(values))

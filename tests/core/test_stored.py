@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scrapy_neardup.core.clustering import broder_clusters, cluster_labels
+from scrapy_neardup.core.clustering import broder_clusters, cluster_labels, components, union_find
 from scrapy_neardup.core.index import best_first
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketcher, parse_tag
 from scrapy_neardup.core.stored import (
@@ -110,25 +110,23 @@ def test_cluster_labels_walk_little_of_a_run_of_near_identical_rows(monkeypatch:
     Joined at distance 1, a band's run of them is one cluster: it is dropped then, not walked to distance 3,000
     (4.5 million position pairs a band, over a minute), and the path its joins make is climbed by pointer
     doubling (every row found points at its root afterwards)."""
-    from scrapy_neardup.core import clustering
-
     rng = np.random.default_rng(5)
     values = np.tile(rng.integers(0, 1 << 16, size=128, dtype=np.uint16), (3000, 1))
     for row in values:
         row[rng.choice(128, size=4, replace=False)] = rng.integers(0, 1 << 16, size=4)
     calls = 0
-    join_verified = clustering._join_verified
+    join_verified = components._join_verified
 
     def counting(*args: object, **kwargs: object) -> int:
         nonlocal calls
         calls += 1
         return join_verified(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(clustering, "_join_verified", counting)
+    monkeypatch.setattr(components, "_join_verified", counting)
     labels, _ = cluster_labels(values, 107)
     assert set(labels.tolist()) == {0}
     assert calls < 200  # one per distance walked, per band: was ~3,000 per band
     parent = np.concatenate(([0], np.arange(9_999)))  # the path 9999 -> 9998 -> ... -> 0
     items = np.arange(10_000)
-    assert np.array_equal(clustering._find(parent, items), np.zeros(10_000, dtype=np.int64))
+    assert np.array_equal(union_find.find_roots(parent, items), np.zeros(10_000, dtype=np.int64))
     assert np.array_equal(parent, np.zeros(10_000, dtype=np.int64))
