@@ -20,6 +20,8 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from .cli_jobs import connection_options, job_params, run_job
+
 __all__ = ["register", "add_command", "main", "cmd_index", "cmd_backfill", "cmd_groups", "cmd_search"]
 
 
@@ -116,124 +118,26 @@ def _add_job_subcommands(commands: Any) -> None:
     _add_search(commands)
 
 
-def _env(name: str) -> str | None:
-    import os
-
-    return os.environ.get(name) or None
-
-
-def _connection_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("connection")
-    g.add_argument("--es-url", default=_env("NEARDUP_ES_URL"), metavar="URL",
-                   help="cluster URL, e.g. http://127.0.0.1:9200 (default: $NEARDUP_ES_URL)")
-    g.add_argument("--index", required=True, metavar="NAME", help="index name")
-    g.add_argument("--api-key", default=_env("NEARDUP_ES_API_KEY"), metavar="KEY",
-                   help="encoded API key (default: $NEARDUP_ES_API_KEY; prefer the variable: command lines are "
-                   "visible to other users)")
-    g.add_argument("--username", default=_env("NEARDUP_ES_USERNAME"), help="basic-auth user (default: "
-                   "$NEARDUP_ES_USERNAME)")
-    g.add_argument("--password", default=_env("NEARDUP_ES_PASSWORD"),
-                   help="basic-auth password (default: $NEARDUP_ES_PASSWORD; prefer the variable)")
-    g.add_argument("--ca-certs", default=_env("NEARDUP_ES_CA_CERTS"), metavar="PEM",
-                   help="CA certificate for https (default: $NEARDUP_ES_CA_CERTS)")
-    g.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
-
-
 def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
     from scrapy_neardup.cli.options import add_sketch_options
 
     add_sketch_options(p, with_threshold=threshold, title="sketch parameters (as when the index was sketched)")
 
 
-def _job_params(args: argparse.Namespace) -> Any:
-    """The validated sketch parameters of the options (one rule with every other entry point)."""
-    from es_integration.client import EsError
-    from scrapy_neardup.cli.options import params_from_args
-
-    try:
-        return params_from_args(args)
-    except ValueError as exc:
-        raise EsError(str(exc)) from None
-
-
 def _job_sketcher(args: argparse.Namespace) -> Any:
     from scrapy_neardup.core.sketch import Sketcher
 
-    return Sketcher.from_params(_job_params(args))
+    return Sketcher.from_params(job_params(args))
 
 
 def _job_min_shared(args: argparse.Namespace) -> int:
-    return int(_job_params(args).min_shared)
-
-
-def _job_client(args: argparse.Namespace) -> Any:
-    from es_integration.client import ConnectionSettings, EsError, make_client
-    from es_integration.names import validate_index_name
-
-    if not args.es_url:
-        raise EsError("no cluster URL: give --es-url or set NEARDUP_ES_URL")
-    validate_index_name(args.index)
-    settings = ConnectionSettings.create(
-        args.es_url, api_key=args.api_key, username=args.username, password=args.password,
-        ca_certs=args.ca_certs, request_timeout=args.timeout,
-    )
-    hint = "check --es-url and that the node is up"
-    return settings, make_client(settings, unreachable_hint=hint, max_retries=3, retry_on_timeout=True)
+    return int(job_params(args).min_shared)
 
 
 def _progress(args: argparse.Namespace, desc: str, total: int | None = None) -> Any:
     from scrapy_neardup.cli.progress import progress_bar
 
     return progress_bar(desc, args.progress, total=total)
-
-
-def _run_job(name: str, job: Any, args: argparse.Namespace) -> int:
-    """Run ``job(args, client)`` with the client built from ``args``; print errors as one line (the transport's
-    per-attempt warnings and their tracebacks only with ``neardup -v``)."""
-    from es_integration.client import transport_logs_at_debug
-
-    with transport_logs_at_debug():
-        return _run_job_reporting(name, job, args)
-
-
-def _run_job_reporting(name: str, job: Any, args: argparse.Namespace) -> int:
-    from es_integration.client import EsError, translate_errors
-    from es_integration.names import InvalidNameError
-    from scrapy_neardup.cli.jsonl import InputError
-
-    try:
-        _job_params(args)  # wrong sketch options are said before any connection is tried
-        settings, client = _job_client(args)
-        try:
-            with translate_errors(settings.url):
-                return int(job(args, client))
-        finally:
-            client.close()
-    except (EsError, InvalidNameError, InputError) as exc:
-        print(f"neardup es {name}: error: {exc}", file=sys.stderr)
-        return 1
-    except _bulk_error() as exc:
-        print(f"neardup es {name}: error: {_bulk_message(exc)}", file=sys.stderr)
-        return 1
-
-
-def _bulk_error() -> type[Exception]:
-    from elasticsearch.helpers import BulkIndexError
-
-    return BulkIndexError
-
-
-def _bulk_message(exc: Exception) -> str:
-    from es_integration.indexing import BulkErrorKind, add_bulk_error
-
-    errors: list[Any] = list(getattr(exc, "errors", []))
-    kinds: dict[str, BulkErrorKind] = {}
-    for error in errors:
-        add_bulk_error(kinds, error)
-    lines = [f"{len(errors)} document(s) refused by Elasticsearch"]
-    return "\n  ".join(lines + [kind.describe(name) for name, kind in kinds.items()])
 
 
 # -- index ---------------------------------------------------------------------------------------------------------
@@ -258,14 +162,14 @@ def _add_index(commands: Any) -> None:
     p.add_argument("--chunk-size", type=int, default=500, help="documents per bulk request (default: 500)")
     p.add_argument("--threads", type=int, default=1,
                    help="bulk request threads; more than 1 overlaps sketching with indexing (default: 1)")
-    _connection_options(p)
+    connection_options(p)
     _sketch_options(p, threshold=False)
     p.set_defaults(func=cmd_index)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
     """``neardup es index``: bulk-index JSON lines with sketches; summary on stderr."""
-    return _run_job("index", _index_job, args)
+    return run_job("index", _index_job, args)
 
 
 def _index_job(args: argparse.Namespace, client: Any) -> int:
@@ -325,14 +229,14 @@ def _add_backfill(commands: Any) -> None:
     p.add_argument("--url-field", default="url",
                    help="field with the page URL, for --content auto's host templates (default: url)")
     p.add_argument("--force", action="store_true", help="re-sketch documents that already have a sketch")
-    _connection_options(p)
+    connection_options(p)
     _sketch_options(p, threshold=False)
     p.set_defaults(func=cmd_backfill)
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     """``neardup es backfill``: sketch the documents of an existing index in place."""
-    return _run_job("backfill", _backfill_job, args)
+    return run_job("backfill", _backfill_job, args)
 
 
 def _backfill_job(args: argparse.Namespace, client: Any) -> int:
@@ -390,14 +294,14 @@ def _add_groups(commands: Any) -> None:
     p.add_argument("--ignore-other-tags", action="store_true",
                    help="group the documents sketched with these parameters even when the index also holds "
                    "documents sketched with others (refused by default, naming both tags)")
-    _connection_options(p)
+    connection_options(p)
     _sketch_options(p, threshold=True)
     p.set_defaults(func=cmd_groups)
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
     """``neardup es groups``: print (and optionally assign) near-duplicate groups."""
-    return _run_job("groups", _groups_job, args)
+    return run_job("groups", _groups_job, args)
 
 
 def _groups_job(args: argparse.Namespace, client: Any) -> int:
@@ -470,14 +374,14 @@ def _add_search(commands: Any) -> None:
                    help="collapse by comparing the sketches of the top hits (indices without group ids)")
     p.add_argument("--fetch", type=int, default=None, metavar="N",
                    help="hits fetched for --by-sketch before collapsing (default: 5 x --size)")
-    _connection_options(p)
+    connection_options(p)
     _sketch_options(p, threshold=True)
     p.set_defaults(func=cmd_search)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     """``neardup es search``: collapsed search results."""
-    return _run_job("search", _search_job, args)
+    return run_job("search", _search_job, args)
 
 
 def _search_job(args: argparse.Namespace, client: Any) -> int:

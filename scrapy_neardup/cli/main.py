@@ -40,7 +40,7 @@ from .jsonl import (
     record_host,
     record_pages,
 )
-from .options import add_sketch_options, add_threshold_options, params_from_args
+from .options import add_progress_option, add_sketch_options, add_threshold_options, params_from_args
 from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -107,8 +107,7 @@ def _add_dedupe(sub: Any) -> None:
                    help="field holding the page URL, whose host's template --content auto learns over the whole "
                         "input (default: url; records without one are sketched without a template)")
     p.add_argument("--drop", action="store_true", help="write kept records only")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar on stderr (default: when stderr is a terminal)")
+    add_progress_option(p)
     add_sketch_options(p)
     p.set_defaults(handler=_run_dedupe)
 

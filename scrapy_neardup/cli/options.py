@@ -42,6 +42,12 @@ def add_threshold_options(group: Any) -> None:
                            help="positions that must agree (overrides --threshold)")
 
 
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    """``--progress`` / ``--no-progress``: a progress bar on stderr (default: when stderr is a terminal)."""
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: when stderr is a terminal)")
+
+
 #: The option behind each sketch parameter, for error messages.
 OPTION_NAMES = {
     "num_perm": "--num-perm", "min_shared": "--min-shared", "threshold": "--threshold", "shingle": "--shingle",
@@ -67,4 +73,4 @@ def params_from_args(args: argparse.Namespace) -> SketchParams:
         raise ValueError(exc.render(OPTION_NAMES)) from None
 
 
-__all__ = ["OPTION_NAMES", "add_sketch_options", "add_threshold_options", "params_from_args"]
+__all__ = ["OPTION_NAMES", "add_progress_option", "add_sketch_options", "add_threshold_options", "params_from_args"]

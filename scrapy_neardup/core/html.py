@@ -3,8 +3,8 @@
 HTML is parsed by lexbor (selectolax's ``LexborHTMLParser``), an HTML5 parser in C. HTML5 tree building is
 quadratic on some hostile markup (thousands of unclosed nested blocks; unclosed formatting elements with distinct
 attributes, which are re-opened in every later paragraph; end tags that close nothing, each of which searches the
-whole stack of open elements), so a vectorized scan of the tags (:func:`_hazard`) sends such pages to a
-parser-free tag stripper instead (:func:`_strip_tags`), whose text is the same but for markup subtleties.
+whole stack of open elements), so a vectorized scan of the tags (:mod:`scrapy_neardup.core.tag_scan`) sends such
+pages to a parser-free tag stripper instead (:func:`_strip_tags`), whose text is the same but for markup subtleties.
 
 Three extractions (:data:`~scrapy_neardup.core.text.ContentMode`):
 
@@ -31,16 +31,22 @@ from selectolax.lexbor import LexborHTMLParser
 
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
+from .tag_scan import (
+    LANDMARK,
+    LANDMARK_NAMES,
+    MARK_TABLE,
+    SAFE_TAGS,
+    TagScan,
+    insert_marks,
+    name_key,
+    parse_hazard,
+    tag_positions,
+)
+
+__all__ = ["HtmlMode", "html_to_text", "looks_like_html", "marked_text", "markup_to_text", "tag_positions"]
 
 logger = logging.getLogger(__name__)
 
-#: Pages whose tags could nest deeper than this go to the tag stripper: each block start tag checks the stack of
-#: open elements, so the parse costs up to (tags x depth) steps; 512 is the depth Blink caps its DOM at.
-MAX_NESTING = 512
-#: ... and pages where (unclosed formatting elements) x (tags) exceeds this: the parser re-opens every unclosed
-#: formatting element (``<b>``, ``<font>``...) in each later block, so ``<p><b id=1>x<p><b id=2>x...`` builds
-#: n^2 / 2 elements (8,000 repeats: 24 s and gigabytes).
-MAX_REOPENED = 1_000_000
 # For _strip_tags: an unclosed comment or dropped element runs to the end, as it does for a parser.
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _DROPPED_ELEMENT = re.compile(
@@ -51,88 +57,6 @@ _HTML_SNIFF = re.compile(
     r"<\s*(?:!doctype\s+html|html|head|body|div|p|span|a\s|table|br|script|style|title|meta|h[1-6])\b",
     re.IGNORECASE,
 )
-# Elements whose content is not page text (template content is kept out of the tree by the parser itself).
-_DROPPED_NAMES = ("script", "style", "noscript", "template", "svg", "math", "iframe", "object")
-_DROPPED = ",".join(_DROPPED_NAMES)
-# For _scan_tags: tag names packed little-endian into a uint64 (up to 8 lower-case bytes, zero-padded).
-_SCAN = 8
-_PAD = bytes(_SCAN + 2)
-
-
-def _name_key(name: str) -> int:
-    """A tag name as the scan reads it: its first 8 bytes, little-endian, zero-padded."""
-    return int.from_bytes(name[:_SCAN].encode("ascii").ljust(_SCAN, b"\0"), "little")
-
-
-# Elements whose start tag never deepens the tree: void elements, and those closed by their next sibling (names
-# of 8 letters cannot be told from longer ones in 8 bytes, so they count as nesting: a cautious mistake).
-_NO_NESTING = (
-    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr",
-    "keygen", "p", "li", "dt", "dd", "option", "tr", "td", "th", "tbody", "thead", "tfoot", "caption", "rb", "rt",
-    "rp", "rtc", "html", "head", "body", "a", "nobr",
-)
-# Formatting elements re-opened by the parser when a block closes them (``a`` and ``nobr`` close their own kind).
-_FORMATTING = ("b", "big", "code", "em", "font", "i", "s", "small", "strike", "strong", "tt", "u")
-# Classes of the names above in _CLASS_TABLE (0: any other name; dropped elements nest too). "noscript" and
-# "template" have 8 letters: a longer name starting with them is taken for them, which only costs a needless
-# removal pass.
-_OTHER, _VOID_OR_SIBLING, _FORMATTING_ELEMENT, _DROPPED_ELEMENT_CLASS = 0, 1, 2, 3
-# Elements whose start and end tags bound a block of text (marked with marks.BLOCK): the block-level elements
-# in which text may stand. The table elements other than cells are left out: a character the parser meets
-# between "<table>" and "<td>" is moved before the table. Names past 8 letters are known by their first 8.
-_BLOCK_NAMES = (
-    "address", "article", "aside", "blockquote", "br", "caption", "center", "dd", "details", "dialog", "dir",
-    "div", "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
-    "header", "hgroup", "hr", "legend", "li", "main", "menu", "nav", "ol", "p", "pre", "section", "summary", "td",
-    "th", "ul",
-)
-# What _MARK_TABLE says of a name, as bits: a block boundary, a link, a landmark "main" mode looks for.
-_UNMARKED, _BLOCK_MARK, _LINK_MARK, _LANDMARK = 0, 1, 2, 4
-_LANDMARK_NAMES = ("main", "article", "nav", "header", "footer", "aside")
-# Pages with at most this many "<" cannot be slow to parse (at most 32,768 steps of depth, 1,024 re-opened
-# elements): the scan is skipped.
-_SAFE_TAGS = 128
-_HASH_BITS = 12
-
-
-def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray, np.ndarray]:
-    """A multiplicative hash of name keys into 2**_HASH_BITS slots with no collision among the names above, the
-    table of the names' keys by slot (0 elsewhere: no tag name has key 0), that of their classes and that of
-    their marks."""
-    groups = ((_NO_NESTING, _VOID_OR_SIBLING), (_FORMATTING, _FORMATTING_ELEMENT),
-              (_DROPPED_NAMES, _DROPPED_ELEMENT_CLASS))
-    kind_of = {name: kind for group, kind in groups for name in group}
-    mark_of = {name: _BLOCK_MARK for name in _BLOCK_NAMES} | {"a": _LINK_MARK}
-    for name in _LANDMARK_NAMES:
-        mark_of[name] = mark_of.get(name, _UNMARKED) | _LANDMARK
-    names = sorted(kind_of.keys() | mark_of.keys())
-    classes = [kind_of.get(name, _OTHER) for name in names]
-    marks = [mark_of.get(name, _UNMARKED) for name in names]
-    keys = np.array([_name_key(n) for n in names], dtype=np.uint64)
-    multiplier = 0x9E3779B97F4A7C15  # the golden-ratio constant, then odd neighbours until injective
-    while True:
-        slots = (keys * np.uint64(multiplier)) >> np.uint64(64 - _HASH_BITS)
-        if np.unique(slots).size == keys.size:
-            break
-        multiplier += 2
-    key_table = np.zeros(1 << _HASH_BITS, dtype=np.uint64)
-    key_table[slots] = keys
-    class_table = np.zeros(1 << _HASH_BITS, dtype=np.uint8)
-    class_table[slots] = classes
-    mark_table = np.zeros(1 << _HASH_BITS, dtype=np.uint8)
-    mark_table[slots] = marks
-    return np.uint64(multiplier), key_table, class_table, mark_table
-
-
-_HASH_MULTIPLIER, _KEY_TABLE, _CLASS_TABLE, _MARK_TABLE = _hash_tables()
-_DROPPED_BY_KEY = {_name_key(name): name for name in _DROPPED_NAMES}
-_HASH_SHIFT = np.uint64(64 - _HASH_BITS)
-_SHIFT_16 = np.uint64(48)
-_LOWER_BITS = np.uint64(0x2020202020202020)
-_ONE = np.uint64(1)
-_LT = 0x3C
-_GT = 0x3E
-
 
 HtmlMode = Literal["body", "main"]
 
@@ -141,11 +65,6 @@ def looks_like_html(text: str) -> bool:
     """Whether the first 4 KiB of ``text`` contain a typical HTML tag."""
     head = text[:4096]
     return "<" in head and _HTML_SNIFF.search(head) is not None
-
-
-def tag_positions(data: bytes) -> np.ndarray:
-    """Where the ``<`` of UTF-8 HTML ``data`` are (every tag starts at one)."""
-    return np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _LT)
 
 
 def html_to_text(html: str, mode: HtmlMode = "body") -> str:
@@ -171,8 +90,8 @@ def html_to_text(html: str, mode: HtmlMode = "body") -> str:
 
 def markup_to_text(data: bytes, tags: np.ndarray, mode: HtmlMode) -> str:
     """:func:`html_to_text` of UTF-8 ``data`` (``tags``: where its ``<`` are)."""
-    scan = _TagScan.of(data, tags) if tags.size > _SAFE_TAGS else None
-    hazard, dropped, start_tags = _hazard(scan, tags.size)
+    scan = TagScan.of(data, tags) if tags.size > SAFE_TAGS else None
+    hazard, dropped, start_tags = parse_hazard(scan, tags.size)
     if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
         return _strip_tags(scrub_unicode(data.decode("utf-8", "replace")))
@@ -183,7 +102,7 @@ def markup_to_text(data: bytes, tags: np.ndarray, mode: HtmlMode) -> str:
         return tree.text(separator=" ")
     if scan is None:
         return _main_text(tree, dropped, " ")[0]
-    landmarks = _Landmarks.of(data, scan.table(_MARK_TABLE), scan)
+    landmarks = _Landmarks.of(data, scan.table(MARK_TABLE), scan)
     if not landmarks.any:
         return _body_text(tree, dropped, start_tags)
     return _main_text(tree, dropped, " ", landmarks)[0]
@@ -200,10 +119,10 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     Marker bytes already in ``data`` become spaces first.
     """
     data = data.translate(CLEAR_MARKS)
-    scan = _TagScan.of(data, tags)
-    hazard, dropped, start_tags = _hazard(scan if tags.size > _SAFE_TAGS else None, tags.size)
-    marks = scan.table(_MARK_TABLE)
-    data = _insert_marks(data, tags, scan, marks)
+    scan = TagScan.of(data, tags)
+    hazard, dropped, start_tags = parse_hazard(scan if tags.size > SAFE_TAGS else None, tags.size)
+    marks = scan.table(MARK_TABLE)
+    data = insert_marks(data, tags, scan, marks)
     if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
         return _strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False
@@ -216,7 +135,7 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
 
 _BLOCK_STR = chr(BLOCK)
 _ROLE = re.compile(rb"role", re.IGNORECASE)
-_LANDMARK_BY_KEY = {_name_key(name): name for name in _LANDMARK_NAMES}
+_LANDMARK_BY_KEY = {name_key(name): name for name in LANDMARK_NAMES}
 _BOILERPLATE_ROLES = ("[role=navigation]", "[role=banner]", "[role=contentinfo]", "[role=complementary]")
 
 
@@ -229,8 +148,8 @@ class _Landmarks:
     roles: bool
 
     @classmethod
-    def of(cls, data: bytes, marks: np.ndarray, scan: _TagScan) -> _Landmarks:
-        keys = scan.keys[(marks & _LANDMARK != 0) & scan.letter & ~scan.closing]
+    def of(cls, data: bytes, marks: np.ndarray, scan: TagScan) -> _Landmarks:
+        keys = scan.keys[(marks & LANDMARK != 0) & scan.letter & ~scan.closing]
         return cls(frozenset(_LANDMARK_BY_KEY[key] for key in np.unique(keys).tolist()),
                    _ROLE.search(data) is not None)
 
@@ -249,7 +168,7 @@ class _Landmarks:
         return tuple(c for c in (",".join(main), "article" if "article" in self.names else "") if c)
 
 
-_EVERY_LANDMARK = _Landmarks(frozenset(_LANDMARK_NAMES), True)
+_EVERY_LANDMARK = _Landmarks(frozenset(LANDMARK_NAMES), True)
 
 
 def _body_text(tree: LexborHTMLParser, dropped: str, start_tags: int) -> str:
@@ -288,113 +207,6 @@ _NOT_TEXT_CHARS = " \t\n\r\f" + "".join(map(chr, (BLOCK, LINK_START, LINK_END)))
 
 def _has_text(text: str) -> bool:
     return bool(text.strip(_NOT_TEXT_CHARS))
-
-
-@dataclass(frozen=True, slots=True)
-class _TagScan:
-    """What a vectorized scan of the tags knows of each ``<``, without parsing.
-
-    Attributes:
-        keys: the name after ``<`` (after ``</`` for end tags): its first 8 bytes as a little-endian uint64,
-            letters lower-cased, cut where a byte that cannot be in a name (a letter, digit or ``-``) comes.
-        closing: an end tag.
-        letter: the name starts with a letter: ``<@`` and ``<1`` are no tags.
-        slots: the names' slots in the tables of known names (:data:`_KEY_TABLE`).
-        known: the name is one of the tables' (its slot holds its key).
-    """
-
-    keys: np.ndarray
-    closing: np.ndarray
-    letter: np.ndarray
-    slots: np.ndarray
-    known: np.ndarray
-
-    @classmethod
-    def of(cls, data: bytes, tags: np.ndarray) -> _TagScan:
-        """Scan the tags of UTF-8 HTML ``data`` (``<`` at ``tags``)."""
-        padded = np.frombuffer(data + _PAD, dtype=np.uint8)
-        closing = padded[tags + 1] == 0x2F
-        # The 8 bytes after each "<" (after "</" for end tags) as one little-endian uint64, through a uint64 view
-        # starting at every byte (unaligned, overlapping): one gather per tag.
-        at_every_byte = np.ndarray((padded.size - _SCAN + 1,), dtype="<u8", buffer=padded, strides=(1,))
-        words = at_every_byte[tags + 1 + closing]
-        window = words.view(np.uint8).reshape(-1, _SCAN)
-        # Name bytes (ASCII letters, digits, "-") by wrapping uint8 arithmetic: (b | 0x20) - 0x61 < 26 holds for
-        # exactly the 52 letters. The lowest set bit of "not a name byte" marks where the name ends; the bits below
-        # it keep the name. OR-ing 0x20 lower-cases letters and leaves digits and "-" alone.
-        letter = ((window | np.uint8(0x20)) - np.uint8(0x61)) < 26
-        name = letter | ((window - np.uint8(0x30)) < 10)
-        name |= window == 0x2D
-        stop = (~name).view("<u8").ravel()
-        keys = (words | _LOWER_BITS) & ((stop & (~stop + _ONE)) - _ONE)
-        slots = ((keys * _HASH_MULTIPLIER) >> _HASH_SHIFT).view(np.intp)  # < 2**_HASH_BITS: no cast per lookup
-        known = np.take(_KEY_TABLE, slots) == keys
-        return cls(keys, closing, letter[:, 0], slots, known)
-
-    def table(self, table: np.ndarray) -> np.ndarray:
-        """Each tag's entry in ``table`` (one of the tables by slot), 0 for names the tables do not know."""
-        return np.where(self.known, np.take(table, self.slots), np.uint8(0))
-
-
-def _hazard(scan: _TagScan | None, tag_count: int) -> tuple[bool, str, int]:
-    """Whether parsing the scanned page could take more than linear time (see :data:`MAX_NESTING`,
-    :data:`MAX_REOPENED`), and the CSS selector of the dropped elements (:data:`_DROPPED`) whose start tag appears
-    (empty: none; all of them when the page is too small to be scanned: ``scan`` None), and how many such start
-    tags there are (-1: unknown).
-
-    For each name whose element can hold others (not void, not closed by its next sibling), ``<name`` counts +1
-    and ``</name`` -1 in that name's own walk, kept at or above 0 (:func:`_open_max`); the largest sum of the walks
-    bounds the elements open at once, hence the depth of the tree. The same bound over formatting elements alone
-    bounds how many the parser can re-open at once. Names are compared exactly (a made-up ``<brx>`` nests like
-    any unknown element); ``<`` inside scripts and comments counts as a tag too: at worst a page takes the slower
-    tag stripper, or a removal pass that finds nothing. An element of the parsed tree comes from a start tag
-    ``<name`` followed by a byte that ends a name (ASCII letters lower-cased, as the tokenizer does), so a dropped
-    element whose start tag the scan does not see cannot exist.
-    """
-    if scan is None:
-        return False, _DROPPED, -1
-    keys, closing = scan.keys, scan.closing
-    kind = scan.table(_CLASS_TABLE)
-    nesting = scan.letter & (kind != _VOID_OR_SIBLING)
-    open_elements = _open_max(keys[nesting], closing[nesting])
-    if open_elements > MAX_NESTING:
-        return True, _DROPPED, -1
-    # Formatting elements are some of the names counted above, and the bound only grows with the names counted:
-    # their own bound is needed only when the one above is too high to settle it.
-    if open_elements * tag_count > MAX_REOPENED:
-        formatting = kind == _FORMATTING_ELEMENT
-        if _open_max(keys[formatting], closing[formatting]) * tag_count > MAX_REOPENED:
-            return True, _DROPPED, -1
-    dropped_keys = keys[(kind == _DROPPED_ELEMENT_CLASS) & ~closing]
-    found = np.unique(dropped_keys).tolist()
-    return False, ",".join(_DROPPED_BY_KEY[key] for key in found), dropped_keys.size
-
-
-def _insert_marks(data: bytes, tags: np.ndarray, scan: _TagScan, mark: np.ndarray) -> bytes:
-    """``data`` with :data:`~scrapy_neardup.core.marks.BLOCK` right after the start tag and right before the end
-    tag of every block element, and :data:`~scrapy_neardup.core.marks.LINK_START` / ``LINK_END`` inside ``<a>``
-    (``scan``: its tags; ``mark``: their entries in :data:`_MARK_TABLE`).
-
-    Inside the element, so the parser keeps each mark in the element's text; a start tag's end is the first
-    ``>`` after its ``<`` (a ``>`` inside an attribute value puts the mark into that value instead: one lost
-    boundary). A ``<`` in a script or a comment that looks like a tag gets its mark there, where it is not text.
-    """
-    if tags.size == 0:
-        return data
-    start = scan.letter & ~scan.closing
-    block, link = (mark & _BLOCK_MARK) != 0, (mark & _LINK_MARK) != 0
-    arr = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(arr == _GT)
-    opening = (block | link) & start
-    after = np.searchsorted(ends, tags[opening])
-    closed = after < ends.size  # a start tag with no ">" after it is cut off: no mark
-    positions = [ends[after[closed]] + 1, tags[block & scan.closing], tags[link & scan.closing]]
-    values = [
-        np.where(block[opening][closed], np.uint8(BLOCK), np.uint8(LINK_START)),
-        np.full(positions[1].size, BLOCK, dtype=np.uint8),
-        np.full(positions[2].size, LINK_END, dtype=np.uint8),
-    ]
-    return np.insert(arr, np.concatenate(positions), np.concatenate(values)).tobytes()
 
 
 def _drop(tree: LexborHTMLParser, dropped: str, start_tags: int) -> None:
@@ -442,57 +254,6 @@ def _outermost(nodes: list) -> list:
         if parent is None:
             out.append(node)
     return out
-
-
-def _open_max(keys: np.ndarray, closing: np.ndarray) -> int:
-    """An upper bound of how many elements are open at once, from the names (``keys``) of the start and end tags
-    (``closing``), in document order.
-
-    An end tag closes only an element of its own name (``</div>`` with no ``<div>`` open is ignored by the parser,
-    however many ``<span>`` are), so each name gets its own walk, +1 at its start tags and -1 at its end tags,
-    reflected at 0; at any point the sum of the names' walks bounds the elements open. A single walk over all
-    names would be fooled by ``<span></div>`` repeated: flat, while every span stays open (quadratic for the
-    parser, whose scope checks walk the stack of open elements).
-
-    Vectorized: the tags sorted by name (stable, so each name's tags keep their order); each name's walk is the
-    running sum from its first tag and its reflection ``S_t - min(0, min_{s <= t} S_s)``, the running minimum kept
-    within the name by offsetting each name's walk below the previous one's; the changes of the reflected walks,
-    put back in document order, sum to the bound.
-    """
-    if keys.size == 0:
-        return 0
-    # Sorting 16-bit hashes of the names is a radix sort; should two names of the page share a hash, the names
-    # themselves are sorted.
-    hashes = ((keys * _HASH_MULTIPLIER) >> _SHIFT_16).astype(np.uint16)
-    order = np.argsort(hashes, kind="stable")
-    sorted_keys = keys[order]
-    first = np.empty(keys.size, dtype=bool)
-    first[0] = True
-    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
-    sorted_hashes = hashes[order]
-    if (first[1:] & (sorted_hashes[1:] == sorted_hashes[:-1])).any():  # two names, one hash
-        order = np.argsort(keys, kind="stable")
-        sorted_keys = keys[order]
-        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
-    steps = 1 - 2 * closing[order].view(np.int8)
-    walk = np.cumsum(steps, dtype=np.int32)
-    starts = np.flatnonzero(first)
-    base = walk[starts] - steps[starts]  # the running sum before each name's first tag
-    # No end tag without an open element of its name (each name's running sum never dips below where it
-    # started): the reflections change nothing and the walks add up to the plain one.
-    if (np.minimum.reduceat(walk, starts) >= base).all():
-        return int(np.cumsum(1 - 2 * closing.view(np.int8), dtype=np.int32).max())
-    name = np.cumsum(first, dtype=np.int32) - 1
-    walk -= base[name]  # each name's walk from its own first tag
-    walk = walk.astype(np.int64)
-    offset = name * np.int64(2 * keys.size + 2)  # a name's walk lies within +-size: the offsets keep names apart
-    lowest = np.minimum.accumulate(walk - offset) + offset
-    reflected = walk - np.minimum(lowest, 0)
-    change = np.diff(reflected, prepend=0)
-    change[starts] = reflected[starts]
-    in_order = np.empty_like(change)
-    in_order[order] = change
-    return int(np.cumsum(in_order).max())
 
 
 def _strip_tags(html: str) -> str:

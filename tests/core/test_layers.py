@@ -116,6 +116,7 @@ LAYERS = {
     "es_integration": 3,
     "scrapy_neardup.cli": 4,
     "es_integration.cli": 4,
+    "es_integration.cli_jobs": 4,
     "neardup_devnode": 5,
 }
 

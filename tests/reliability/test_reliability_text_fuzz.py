@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reliability_kit import Ledger
 
-from scrapy_neardup.core import html as html_module
 from scrapy_neardup.core import normalize as normalize_module
+from scrapy_neardup.core import tag_scan
 from scrapy_neardup.core import text as text_module
 from scrapy_neardup.core.html import html_to_text
 from scrapy_neardup.core.normalize import normalize
@@ -190,16 +190,16 @@ def test_fuzz_open_element_bound_is_the_sum_of_each_names_reflected_walk(tags: l
     for name, closing in tags:
         open_by_name[name] = max(0, open_by_name.get(name, 0) + (-1 if closing else 1))
         expected = max(expected, sum(open_by_name.values()))
-    keys = np.array([html_module._name_key(name) for name, _ in tags], dtype=np.uint64)
+    keys = np.array([tag_scan.name_key(name) for name, _ in tags], dtype=np.uint64)
     closing_ = np.array([closing for _, closing in tags], dtype=bool)
-    assert html_module._open_max(keys, closing_) == expected
+    assert tag_scan.open_max(keys, closing_) == expected
 
 
 def _hazard(document: str) -> bool:
     raw = document.encode()
     tags = text_module._cap_tags(raw, 10**6)[1]
-    scan = html_module._TagScan.of(raw, tags) if tags.size > html_module._SAFE_TAGS else None
-    return html_module._hazard(scan, tags.size)[0]
+    scan = tag_scan.TagScan.of(raw, tags) if tags.size > tag_scan.SAFE_TAGS else None
+    return tag_scan.parse_hazard(scan, tags.size)[0]
 
 
 def test_a_text_node_over_10_mb_is_kept_whole() -> None:
