@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.stored import shared_counts
+from scrapy_neardup.core.stored import verified
 
 from .indexing import get_field
 from .mapping import F_GROUP, F_POSITIONS, F_TAG, signature_from_tokens
@@ -206,18 +206,25 @@ def collapse_hits(
         if sketch is not None:
             tag, signature = sketch
             owners, signatures = by_tag.setdefault(tag, ([], []))
-            if signatures and len(signature) == len(signatures[0]):
-                shared = shared_counts(np.vstack(signatures), signature)
-                best = int(np.argmax(shared))  # first (best-ranked) among the most shared
-                if shared[best] >= min_shared:
-                    owner = kept[owners[best]]
-                    owner.omitted += 1
-                    owner.hidden.append(entry.id)
-                    continue
+            best = _best_kept(signatures, signature, min_shared)
+            if best is not None:
+                owner = kept[owners[best]]
+                owner.omitted += 1
+                owner.hidden.append(entry.id)
+                continue
             owners.append(len(kept))
             signatures.append(signature)
         kept.append(entry)
     return kept
+
+
+def _best_kept(signatures: list[np.ndarray], signature: np.ndarray, min_shared: int) -> int | None:
+    """Which of the kept ``signatures`` ``signature`` shares most positions with, at least ``t = min_shared`` (the
+    first, best-ranked, of ties); None when none does."""
+    if not signatures or len(signature) != len(signatures[0]):
+        return None
+    found = verified(np.vstack(signatures), None, signature, min_shared)
+    return max(found, key=lambda row_shared: row_shared[1])[0] if found else None
 
 
 def _source_filter(source: bool | Sequence[str]) -> bool | dict[str, list[str]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scrapy_neardup.core.stored import StoredSignature, decode_many, distinct_band_tokens, shared_counts, verified
+from scrapy_neardup.core.stored import StoredSignature, decode_many, distinct_band_tokens, verified
 
 from ..candidates import band_query, candidate_query, hit_signatures
 from ..mapping import F_BANDS, F_FINGERPRINT, F_KEY, F_SEQ, F_SIG, F_STATUS, F_TAG, F_WRITER, KEPT, PENDING, ROOT
@@ -184,8 +184,11 @@ class _Searches(_Requests):
             if doc is not hit:  # settled since the search: its content may have been replaced (a recrawl)
                 values, valid = decode_many([source.get("sig")], self.num_perm)
                 if valid[0]:
-                    shared = int(shared_counts(values[0], page.stored.values))
-                if shared < self.min_shared:
+                    found = verified(values, valid, page.stored.values, self.min_shared)
+                    if not found:
+                        continue
+                    shared = found[0][1]
+                elif shared < self.min_shared:
                     continue
             out.append(_Candidate(hit["_id"], str(source.get("key", hit["_id"])), shared,
                                   source.get("fingerprint") == page.fingerprint, order))

@@ -94,7 +94,7 @@ import numpy as np
 
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import StoredSignature, shared_counts
+from scrapy_neardup.core.stored import StoredSignature, shared_counts, verified
 from scrapy_neardup.store.backend import Decision
 
 from ..client import EsError
@@ -265,12 +265,12 @@ class _Rounds(_Writes, _Searches):
         versions += [(o, o.own.values, o.own.fingerprint, o.own.order) for o in later if o.own is not None]
         if not versions:
             return []
-        shared = shared_counts(np.vstack([v[1] for v in versions]), page.stored.values)
-        return [
-            _Candidate(other.doc_id, other.key, int(s), fingerprint == page.fingerprint, order)
-            for (other, _, fingerprint, order), s in zip(versions, shared.tolist(), strict=True)
-            if s >= self.min_shared
-        ]
+        found = verified(np.vstack([v[1] for v in versions]), None, page.stored.values, self.min_shared)
+        out = []
+        for row, shared in found:
+            other, _, fingerprint, order = versions[row]
+            out.append(_Candidate(other.doc_id, other.key, shared, fingerprint == page.fingerprint, order))
+        return out
 
     def _pending_fields(self, page: _Page, token: str) -> dict[str, Any]:
         return {

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import IncompatibleSketches
 from .hashing import derive_constant
 from .params import check_min_shared
 
@@ -57,6 +58,7 @@ __all__ = [
     "shared_counts",
     "stored_values",
     "values_from_token_lists",
+    "verified",
 ]
 
 #: Bits of each signature position that indexes keep and compare.
@@ -77,12 +79,17 @@ def shared_counts(matrix: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.count_nonzero(matrix == values, axis=-1)
 
 
-def verified(values: np.ndarray, valid: np.ndarray, query: np.ndarray, min_shared: int) -> list[tuple[int, int]]:
-    """``(row, shared)`` of each valid row of ``values`` (``uint16[n, k]``, e.g. decoded candidates) that shares at
-    least ``t = min_shared`` positions with ``query`` (``uint16[k]``), in row order: the check that turns band
-    candidates (which may share fewer) into near-duplicates."""
+def verified(
+    values: np.ndarray, valid: np.ndarray | None, query: np.ndarray, min_shared: int
+) -> list[tuple[int, int]]:
+    """``(row, shared)`` of each valid row of ``values`` (``uint16[n, k]``, e.g. decoded candidates; ``valid``:
+    which rows could be decoded, None for all) that shares at least ``t = min_shared`` positions with ``query``
+    (``uint16[k]``), in row order: the check that turns candidates (which may share fewer) into near-duplicates,
+    flagged with probability ``P[Binomial(k, r) >= t]`` at resemblance ``r``. The one such check of the crawler
+    backend, the candidate queries and serve-time collapse."""
     shared = shared_counts(values, query)
-    return [(i, int(shared[i])) for i in np.flatnonzero(valid & (shared >= min_shared)).tolist()]
+    keep = shared >= min_shared if valid is None else valid & (shared >= min_shared)
+    return [(i, int(shared[i])) for i in np.flatnonzero(keep).tolist()]
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,15 +130,13 @@ class StoredSignature:
     def check_tag(self, tag: str) -> None:
         """Raise ``IncompatibleSketches`` unless this signature was made with ``tag``."""
         if tag != self.tag:
-            from .sketch import IncompatibleSketches
-
             raise IncompatibleSketches(f"signatures made with different parameters cannot be compared: "
                                        f"{self.tag!r} vs {tag!r}")
 
     def shared_positions(self, other: StoredSignature) -> int:
         """Positions where the two stored signatures agree (``~ Binomial(k, r + (1 - r) / 65536)``)."""
         self.check_tag(other.tag)
-        return int(np.count_nonzero(self.values == other.values))
+        return int(shared_counts(self.values, other.values))
 
     def digest(self) -> bytes:
         """The values as little-endian bytes: equal exactly for equal stored signatures (a dict key)."""
