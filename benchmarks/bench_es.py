@@ -45,12 +45,15 @@ from es_integration.candidates import candidate_search, parse_candidates  # noqa
 from es_integration.groups import assign_groups, find_groups  # noqa: E402
 from es_integration.indexing import index_records  # noqa: E402
 from es_integration.mapping import ensure_index  # noqa: E402
+from scrapy_neardup.core.params import SketchParams  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
 from scrapy_neardup.core.theory import min_shared_for  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "es.json"
 K = 128
 T = min_shared_for(0.9, K)
+#: What the group runs and the backend take: the default sketcher's parameters (k = K), with t.
+PARAMS = SketchParams.from_tag(Sketcher(num_perm=K).tag, min_shared=T)
 VOCABULARY = 60_000
 
 
@@ -424,7 +427,7 @@ def groups_memory_child(url: str, index: str, slices: int, linkage: Any) -> None
     es = make_client(ConnectionSettings.create(url, request_timeout=600))
     es.info()  # the connection pool and TLS context exist before the measurement starts
     with PeakAnon() as memory:
-        find_groups(es, index, Sketcher(num_perm=K).tag, T, slices=slices, linkage=linkage)
+        find_groups(es, index, PARAMS, slices=slices, linkage=linkage)
     print(memory.grown)
 
 
@@ -454,7 +457,7 @@ def bench_groups(
     runs: dict[str, list[Any]] = {"transitive": [], "representative": []}
     for _ in range(2):
         for linkage in runs:
-            runs[linkage].append(find_groups(es, index, sketcher.tag, T, slices=slices, linkage=linkage))
+            runs[linkage].append(find_groups(es, index, PARAMS, slices=slices, linkage=linkage))
     report = min(runs["representative"], key=lambda r: r.seconds)
     transitive = min(runs["transitive"], key=lambda r: r.seconds)
     del runs
@@ -512,9 +515,9 @@ def bench_groups(
         # Every query cache cleared first: a daily run's band queries are new to the node (a rerun's identical
         # queries would be answered from the cache, ~2x faster).
         es.indices.clear_cache(index=index, query=True)
-        unfiltered = find_new_groups(es, index, sketcher.tag, T, slices=slices)
+        unfiltered = find_new_groups(es, index, PARAMS, slices=slices)
         es.indices.clear_cache(index=index, query=True)
-        new = find_new_groups(es, index, sketcher.tag, T, slices=slices, band_filter=filters)
+        new = find_new_groups(es, index, PARAMS, slices=slices, band_filter=filters)
         if sorted(map(sorted, (g.members for g in new.groups))) != sorted(
                 map(sorted, (g.members for g in unfiltered.groups))):
             raise AssertionError("--new with and without the band filter disagree")
@@ -546,7 +549,7 @@ def bench_backend(url: str, corpus: Corpus, pages: int) -> dict[str, Any]:
     index = f"bench-backend-{uuid.uuid4().hex[:6]}"
 
     async def run() -> tuple[list[float], list[float]]:
-        backend = ElasticsearchBackend(url=url, index=index, num_perm=K, min_shared=T, tag=sketcher.tag)
+        backend = ElasticsearchBackend(url=url, index=index, params=PARAMS)
         await backend.open()
         kept, dups = [], []
         try:

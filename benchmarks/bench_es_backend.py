@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from es_integration.backend import ElasticsearchBackend  # noqa: E402
 from scrapy_neardup.core.index import SketchIndex  # noqa: E402
+from scrapy_neardup.core.params import SketchParams  # noqa: E402
 from scrapy_neardup.core.sketch import Sketch, Sketcher  # noqa: E402
 from scrapy_neardup.core.theory import min_shared_for  # noqa: E402
 
@@ -72,7 +73,8 @@ def embedded_rate(pages: list[tuple[str, Sketch]]) -> float:
 
 
 async def es_run(url: str, index: str, pages: list[tuple[str, Sketch]], batch: int) -> dict[str, Any]:
-    backend = ElasticsearchBackend(url=url, index=index, num_perm=K, min_shared=T, tag=TAG, request_timeout=30)
+    backend = ElasticsearchBackend(url=url, index=index, params=SketchParams.from_tag(TAG, min_shared=T),
+                                   request_timeout=30)
     await backend.open()
     latencies: list[float] = []
     kept = 0

@@ -316,11 +316,11 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
         raise EsError("--keep highest needs --value-field")
     field = {"first": None, "shortest-url": args.url_field, "highest": args.value_field}[args.keep]
     keep = KeepRule(args.keep, field)
-    sketcher = _job_sketcher(args)
-    t = _job_min_shared(args)
+    params = job_params(args)
+    t = params.min_shared
     store = None if args.no_band_filter else BandFilterStore(args.band_filter_dir or default_directory())
     if not args.ignore_other_tags:
-        require_tag(client, args.index, sketcher.tag)  # documents with other tags would be ignored silently
+        require_tag(client, args.index, params.tag)  # documents with other tags would be ignored silently
     with _progress(args, "groups") as bar:
         if args.threads < 1:
             raise EsError(f"--threads must be positive, got {args.threads}")
@@ -328,9 +328,9 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
                                        total=lambda n: setattr(bar, "total", n),
                                        linkage="transitive" if args.transitive else "representative")
         if args.new:
-            report = find_new_groups(client, args.index, sketcher.tag, t, band_filter=store, **options)
+            report = find_new_groups(client, args.index, params, band_filter=store, **options)
         else:
-            report = find_groups(client, args.index, sketcher.tag, t, **options)
+            report = find_groups(client, args.index, params, **options)
     out = sys.stdout
     for group in report.groups:
         if args.json:
@@ -340,7 +340,7 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
             out.write(f"group {group.id}: {len(group.members)} pages, keep {group.representative}; "
                       f"duplicates: {others}\n")
     out.flush()
-    print(f"neardup es groups: {args.index}: {report.summary()} (k={sketcher.num_perm}, t={t}, "
+    print(f"neardup es groups: {args.index}: {report.summary()} (k={params.num_perm}, t={t}, "
           f"{report.linkage} linkage)", file=sys.stderr)
     if args.assign:
         with _progress(args, "assign") as bar:

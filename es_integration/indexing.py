@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrapy_neardup.core.mirrors import host_of
-from scrapy_neardup.core.params import parse_tag
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.stored import StoredSignature, values_from_token_lists
 from scrapy_neardup.core.template import HostTemplate, learn_hosts
@@ -296,7 +296,7 @@ def backfill(
     validate_field_name(text_field)
     ensure_index(client, index)
     client.indices.refresh(index=index)
-    upgraded = 0 if force else upgrade_signatures(client, index, sketcher.tag, page_size=page_size)
+    upgraded = 0 if force else upgrade_signatures(client, index, sketcher.params, page_size=page_size)
     query: dict[str, Any] = {"match_all": {}} if force else {"bool": {"must_not": [{"term": {F_TAG: sketcher.tag}}]}}
     if total is not None:
         total(int(client.count(index=index, query=query)["count"]))
@@ -321,8 +321,8 @@ def backfill(
     return stats
 
 
-def upgrade_signatures(client: Elasticsearch, index: str, tag: str, *, page_size: int = 1000) -> int:
-    """Write ``neardup.sig`` and ``neardup.bands`` onto documents sketched with ``tag`` that have position tokens
+def upgrade_signatures(client: Elasticsearch, index: str, params: SketchParams, *, page_size: int = 1000) -> int:
+    """Write ``neardup.sig`` and ``neardup.bands`` onto documents sketched with ``params`` that have position tokens
     only (indexed before those fields existed), computed from their positions: no text is read or sketched,
     and their group fields and ``seq`` stay. Returns the number of documents updated.
 
@@ -332,7 +332,7 @@ def upgrade_signatures(client: Elasticsearch, index: str, tag: str, *, page_size
     from .engine import bulk_helpers
 
     helpers = bulk_helpers(client)
-    num_perm = parse_tag(tag).num_perm
+    tag, num_perm = params.tag, params.num_perm
     query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}],
                       "must_not": [{"exists": {"field": F_SIG}}]}}
     client.indices.refresh(index=index)

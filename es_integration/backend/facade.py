@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy_neardup.core.match import Match
-from scrapy_neardup.core.params import check_min_shared
+from scrapy_neardup.core.params import SketchParams, params_or_tag
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 from scrapy_neardup.core.stored import band_layout
 from scrapy_neardup.store.backend import Backend, BackendError, Decision
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
     from scrapy_neardup.core.mirrors import HostStore
-    from scrapy_neardup.core.params import SketchParams
     from scrapy_neardup.core.template import HostTemplate
     from scrapy_neardup.store.config import SettingsLike
 
@@ -70,16 +69,20 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
     Args:
         url: ``http(s)://host:port``.
         index: index of kept sketches (created with one primary shard when missing).
-        num_perm: ``k``, signature positions.
-        min_shared: ``t``: a page shares ``>= t`` of ``k`` positions with a kept page to be its near-duplicate;
-            pages of resemblance ``r`` are flagged with probability ``P[Binomial(k, r) >= t]``.
-        tag: sketch parameter tag; only sketches with this tag are compared (and accepted).
+        params: the sketch parameters (``Sketcher.params``): ``k = params.num_perm`` signature positions, and
+            ``t = params.min_shared``: a page shares ``>= t`` of ``k`` positions with a kept page to be its
+            near-duplicate; pages of resemblance ``r`` are flagged with probability ``P[Binomial(k, r) >= t]``.
+            Only sketches with ``params.tag`` are compared (and accepted).
         api_key: encoded API key (see :mod:`es_integration.connection`).
         username: basic-auth user.
         password: basic-auth password.
         ca_certs: CA certificate of the cluster's TLS.
         request_timeout: seconds per request.
         crawl_id: the identity of this crawl (repeats: see :mod:`.protocol`); ``None``: a new random one.
+        num_perm: deprecated (with ``min_shared`` and ``tag``, instead of ``params``; a ``DeprecationWarning``):
+            ``k``, which the tag must name.
+        min_shared: deprecated: ``t``.
+        tag: deprecated: the sketch parameter tag, read into ``params`` with ``min_shared``.
     """
 
     #: attempts after the first for a retryable failure
@@ -100,22 +103,31 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         *,
         url: str,
         index: str,
-        num_perm: int,
-        min_shared: int,
-        tag: str,
+        params: SketchParams | None = None,
         api_key: str | None = None,
         username: str | None = None,
         password: str | None = None,
         ca_certs: str | None = None,
         request_timeout: float = 10.0,
         crawl_id: str | None = None,
+        num_perm: int | None = None,
+        min_shared: int | None = None,
+        tag: str | None = None,
     ) -> None:
-        check_min_shared(min_shared, num_perm)
+        if params is None:
+            if tag is None:
+                raise TypeError("ElasticsearchBackend needs params (SketchParams)")
+            params = params_or_tag(tag, min_shared, "ElasticsearchBackend")
+            if num_perm is not None and num_perm != params.num_perm:
+                raise ValueError(f"num_perm={num_perm} does not match the tag {tag!r} (k={params.num_perm})")
+        elif (num_perm, min_shared, tag) != (None, None, None):
+            raise TypeError("ElasticsearchBackend takes params or (deprecated) num_perm, min_shared and tag, not both")
         self.crawl_id = crawl_id or uuid.uuid4().hex
         self.index = validate_index_name(index)
-        self.num_perm = num_perm
-        self.min_shared = min_shared
-        self.tag = tag
+        self.params = params
+        self.num_perm = params.num_perm
+        self.min_shared = params.min_shared
+        self.tag = params.tag
         self.settings = ConnectionSettings.create(
             url, api_key=api_key, username=username, password=password, ca_certs=ca_certs,
             request_timeout=request_timeout,
@@ -153,7 +165,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         """
         es = ElasticsearchSettings.from_settings(settings)
         backend = cls(
-            url=es.url, index=es.index, num_perm=params.num_perm, min_shared=params.min_shared, tag=params.tag,
+            url=es.url, index=es.index, params=params,
             api_key=es.api_key, username=es.username, password=es.password, ca_certs=es.ca_certs,
             request_timeout=es.request_timeout, crawl_id=crawl_identity(settings),
         )

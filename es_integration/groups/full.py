@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrapy_neardup.core.clustering import cluster_labels, leader_labels
-from scrapy_neardup.core.params import parse_tag
+from scrapy_neardup.core.params import SketchParams, params_or_tag
 
 from ..names import validate_index_name
 from ..sweep import point_in_time
@@ -36,8 +36,8 @@ __all__ = ["find_groups"]
 def find_groups(
     client: Elasticsearch,
     index: str,
-    tag: str,
-    min_shared: int,
+    params: SketchParams | str,
+    min_shared: int | None = None,
     *,
     keep: KeepRule | None = None,
     page_size: int = 1000,
@@ -47,13 +47,15 @@ def find_groups(
     spill_dir: str | None = None,
     linkage: Linkage = "representative",
 ) -> GroupReport:
-    """The near-duplicate groups of the documents of ``index`` sketched with ``tag`` (see the module doc).
+    """The near-duplicate groups of the documents of ``index`` sketched with ``params`` (see the module doc).
 
     Args:
-        tag: the sketch parameter tag (``Sketcher.tag``); it names ``k`` (``"mh3-k128-..."``). Documents
-            with other tags are ignored (``neardup es groups`` refuses such an index instead, naming both tags).
-        min_shared: ``t``: documents sharing ``>= t`` of their ``k`` positions are linked; a pair of pages at
-            resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``.
+        params: the sketch parameters (``Sketcher.params``): their tag (``params.tag``) selects the documents
+            (others are ignored; ``neardup es groups`` refuses such an index instead, naming both tags), and
+            ``t = params.min_shared``: documents sharing ``>= t`` of their ``k`` positions are linked; a pair of
+            pages at resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``. A tag string with
+            ``min_shared`` is the deprecated form of the same (a ``DeprecationWarning``).
+        min_shared: ``t``, with a tag only (deprecated).
         keep: the representative rule (default: first indexed); with ``linkage="representative"`` also the
             order in which pages are taken.
         linkage: ``"representative"`` (default): every member shares ``>= t`` positions with its group's
@@ -72,11 +74,12 @@ def find_groups(
         spill_dir: directory of the temporary signature files (default: the system's).
 
     Raises:
-        EsError: documents sketched with ``tag`` lack ``neardup.sig`` (run ``neardup es backfill``).
+        EsError: documents sketched with these parameters lack ``neardup.sig`` (run ``neardup es backfill``).
     """
+    params = params_or_tag(params, min_shared, "find_groups")
     validate_index_name(index)
     keep = keep or KeepRule()
-    num_perm = parse_tag(tag).num_perm
+    tag, num_perm, min_shared = params.tag, params.num_perm, params.min_shared
     started = time.perf_counter()
     refuse_old_documents(client, index, tag)
     query = sketched(tag, settled=True)  # pending pages left out: see the module doc, step 1

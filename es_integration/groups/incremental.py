@@ -22,7 +22,7 @@ from scrapy_neardup.core.clustering import (
     cluster_labels,
     leader_labels,
 )
-from scrapy_neardup.core.params import parse_tag
+from scrapy_neardup.core.params import SketchParams, params_or_tag
 from scrapy_neardup.core.stored import distinct_band_pairs, pair_tokens
 
 from ..band_filter import BandFilter, BandFilterStore
@@ -62,8 +62,8 @@ Fetch = Callable[..., list[dict[str, Any]]]
 def find_new_groups(
     client: Elasticsearch,
     index: str,
-    tag: str,
-    min_shared: int,
+    params: SketchParams | str,
+    min_shared: int | None = None,
     *,
     keep: KeepRule | None = None,
     page_size: int = 1000,
@@ -103,14 +103,15 @@ def find_new_groups(
     The other arguments are those of :func:`find_groups`.
 
     Raises:
-        EsError: no assigned run is recorded for ``tag``, it used another ``t`` or another linkage, ``t`` is
+        EsError: no assigned run is recorded for ``params.tag``, it used another ``t`` or another linkage, ``t`` is
             below the stored band layout's, or documents lack ``neardup.sig``.
     """
+    params = params_or_tag(params, min_shared, "find_new_groups")
     validate_index_name(index)
     keep = keep or KeepRule()
-    num_perm = parse_tag(tag).num_perm
+    tag, num_perm, min_shared = params.tag, params.num_perm, params.min_shared
     started = time.perf_counter()
-    mark = recorded_watermark(client, index, tag, num_perm, min_shared, linkage)
+    mark = recorded_watermark(client, index, params, linkage)
     refuse_old_documents(client, index, tag)
     new_query = _new_documents(tag, mark)
     if total is not None:

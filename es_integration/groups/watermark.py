@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.stored import band_layout
 
 from ..client import EsError
@@ -19,9 +21,16 @@ __all__ = ["groups_watermark", "index_uuid", "recorded_watermark", "write_waterm
 _META_KEY = "neardup_groups"
 
 
-def groups_watermark(client: Elasticsearch, index: str, tag: str) -> dict[str, Any] | None:
-    """The record of the last assigned groups run for ``tag`` (``{"seq": ..., "min_shared": ..., "linkage":
-    ...}``; records written before linkages existed have none: they were transitive), or None."""
+def groups_watermark(client: Elasticsearch, index: str, params: SketchParams | str) -> dict[str, Any] | None:
+    """The record of the last assigned groups run for ``params`` (its tag; ``{"seq": ..., "min_shared": ...,
+    "linkage": ...}``; records written before linkages existed have none: they were transitive), or None. A tag
+    string for ``params`` is deprecated (a ``DeprecationWarning``)."""
+    if isinstance(params, str):
+        warnings.warn("groups_watermark with a tag is deprecated: pass SketchParams (a Sketcher's params)",
+                      DeprecationWarning, stacklevel=2)
+        tag = params
+    else:
+        tag = params.tag
     mappings = client.indices.get_mapping(index=index)
     for body in mappings.values():
         meta = body.get("mappings", {}).get("_meta", {}) or {}
@@ -54,17 +63,16 @@ def index_uuid(client: Elasticsearch, index: str) -> str:
 
 
 
-def recorded_watermark(
-    client: Elasticsearch, index: str, tag: str, num_perm: int, min_shared: int, linkage: Linkage
-) -> int:
-    """The ``seq`` up to which the last assigned run of ``tag`` grouped ``index``, once checked that an
-    incremental run with ``t = min_shared`` and ``linkage`` may continue it.
+def recorded_watermark(client: Elasticsearch, index: str, params: SketchParams, linkage: Linkage) -> int:
+    """The ``seq`` up to which the last assigned run of ``params.tag`` grouped ``index``, once checked that an
+    incremental run with ``t = params.min_shared`` and ``linkage`` may continue it.
 
     Raises:
-        EsError: no assigned run is recorded for ``tag``, it used another ``t`` or another linkage, or ``t`` is
+        EsError: no assigned run is recorded for the tag, it used another ``t`` or another linkage, or ``t`` is
             below the stored band layout's.
     """
-    record = groups_watermark(client, index, tag)
+    tag, num_perm, min_shared = params.tag, params.num_perm, params.min_shared
+    record = groups_watermark(client, index, params)
     if record is None:
         raise EsError(f"no assigned groups run of {index} is recorded for {tag}: run `neardup es groups --assign` "
                       "once before --new")

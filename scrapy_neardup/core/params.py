@@ -10,6 +10,7 @@ point renders it under its own names (``NEARDUP_NUM_PERM``, ``--num-perm``, ``nu
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,6 +229,26 @@ def parse_tag(tag: str) -> TagParts:
     return TagParts(int(scheme), int(num_perm), shingle, int(width), int(seed), content or "body")
 
 
+def params_or_tag(params: SketchParams | str, min_shared: int | None, caller: str) -> SketchParams:
+    """``params`` as given, or, for the deprecated call form of ``caller`` (a tag and ``t``), the parameters they
+    name (:meth:`SketchParams.from_tag`), with a ``DeprecationWarning``: the tag is read once, where it enters.
+
+    Raises:
+        TypeError: ``min_shared`` given with ``params`` (``t`` is ``params.min_shared``), or missing with a tag.
+        ValueError: not a sketch parameter tag; ParameterError: ``t`` does not suit its ``k``.
+    """
+    if isinstance(params, SketchParams):
+        if min_shared is not None:
+            raise TypeError(f"{caller}: t is params.min_shared; min_shared goes only with a tag (deprecated)")
+        return params
+    warnings.warn(f"{caller} with a tag and min_shared is deprecated: pass SketchParams "
+                  "(SketchParams.from_tag(tag, min_shared=t), or a Sketcher's params)", DeprecationWarning,
+                  stacklevel=3)
+    if min_shared is None:
+        raise TypeError(f"{caller}: a tag needs min_shared")
+    return SketchParams.from_tag(params, min_shared=min_shared)
+
+
 _CONTENT_WORDS = {"body": "each page's whole body", "main": "the main content each page marks",
                   "auto": "each page's own text"}
 
@@ -268,5 +289,6 @@ __all__ = [
     "check_threshold",
     "content_change",
     "make_tag",
+    "params_or_tag",
     "parse_tag",
 ]

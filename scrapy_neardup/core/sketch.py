@@ -33,6 +33,7 @@ from .params import (  # the tag codec is re-exported: it was defined here in ea
 )
 from .shingles import ShingleKind, shingle_hashes, window_hashes
 from .text import DEFAULT_MAX_CHARS, CleanText, ContentMode, clean_text
+from .theory import DEFAULT_THRESHOLD, min_shared_for
 
 __all__ = [
     "BODY_SCHEME_VERSION",
@@ -140,6 +141,12 @@ class Sketcher:
             of the tag. Plain text is used whole in ``"main"`` and ``"body"``; ``"auto"`` takes each line for a
             block.
 
+    Attributes:
+        params: the :class:`~scrapy_neardup.core.params.SketchParams` this sketcher was made with
+            (:meth:`from_params`), ``t`` included; made directly, ``t`` is the default threshold's for ``k``
+            (:func:`~scrapy_neardup.core.theory.min_shared_for` of 0.9, at least 1). What jobs that compare
+            sketches take, so that the tag is read once.
+
     >>> s = Sketcher()
     >>> a = s.sketch("the quick brown fox jumps over the lazy dog")
     >>> a.signature.shape, a.resemblance(s.sketch("The  QUICK brown fox jumps over the lazy dog"))
@@ -168,13 +175,17 @@ class Sketcher:
         self.seed = seed
         self.max_chars = max_chars
         self.content: ContentMode = content
-        self.tag = make_tag(num_perm, shingle, width, seed, content)
+        self.params = SketchParams(num_perm, max(1, min_shared_for(DEFAULT_THRESHOLD, num_perm)), DEFAULT_THRESHOLD,
+                                   shingle, shingle_size, seed, content)
+        self.tag = self.params.tag
         self._hasher = OnePermutationHasher(num_perm, seed)
 
     @classmethod
     def from_params(cls, params: SketchParams, max_chars: int = DEFAULT_MAX_CHARS) -> Sketcher:
-        """The sketcher for validated :class:`~scrapy_neardup.core.params.SketchParams`."""
-        return cls(params.num_perm, params.shingle, params.shingle_size, params.seed, max_chars, params.content)
+        """The sketcher for validated :class:`~scrapy_neardup.core.params.SketchParams` (kept as :attr:`params`)."""
+        sketcher = cls(params.num_perm, params.shingle, params.shingle_size, params.seed, max_chars, params.content)
+        sketcher.params = params
+        return sketcher
 
     def __repr__(self) -> str:
         return f"Sketcher({self.tag!r})"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapy_neardup import IncompatibleSketches, Sketcher
+from scrapy_neardup import IncompatibleSketches, Sketcher, SketchParams
 from scrapy_neardup.core.minhash import OnePermutationHasher
 
 TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat"
@@ -23,6 +23,19 @@ def test_sketch_shape_and_tag() -> None:
     assert sketch.tag == "mh4-k64-word5-s7-auto"
     assert 0 <= sketch.fingerprint < 2**64
     assert sketch.num_shingles == len(TEXT.split()) - 5 + 1
+
+
+def test_a_sketcher_holds_its_parameters() -> None:
+    """``params`` names what the sketcher does (its tag is ``params.tag``): as given to ``from_params``, ``t``
+    included; made directly, ``t`` is the default threshold's for ``k`` (at least 1)."""
+    params = SketchParams.create(num_perm=64, min_shared=50, shingle="char", seed=7, content="main")
+    sketcher = Sketcher.from_params(params)
+    assert sketcher.params is params and sketcher.tag == params.tag == sketcher.sketch("a b c d e f").tag
+    direct = Sketcher(num_perm=64, shingle="char", seed=7, content="main")
+    assert direct.tag == params.tag and direct.params.min_shared == 52  # min_shared_for(0.9, 64)
+    again = SketchParams.from_tag(direct.tag, min_shared=50)  # the tag read back: the same sketches, the same t
+    assert (again.tag, again.width, again.min_shared) == (params.tag, params.width, 50)
+    assert Sketcher(num_perm=1).params.min_shared == 1
 
 
 def test_deterministic_across_processes() -> None:

@@ -24,6 +24,7 @@ from es_integration.backend import ElasticsearchBackend
 from es_integration.client import EsError
 from es_integration.mapping import fingerprint_hex, position_tokens, stored_fields
 from scrapy_neardup.core.index import Match, SketchIndex
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch, Sketcher
 from scrapy_neardup.core.stored import StoredSignature
 from scrapy_neardup.core.theory import min_shared_for
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.es
 K = 128
 T = min_shared_for(0.9, K)
 SKETCHER = Sketcher(num_perm=K)
+PARAMS = SketchParams.from_tag(SKETCHER.tag, min_shared=T)
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def index_name(es_client: Elasticsearch) -> Iterator[str]:
 
 
 def make_backend(url: str, index: str, **kwargs: Any) -> ElasticsearchBackend:
-    return ElasticsearchBackend(url=url, index=index, num_perm=K, min_shared=T, tag=SKETCHER.tag, **kwargs)
+    return ElasticsearchBackend(url=url, index=index, params=PARAMS, **kwargs)
 
 
 def near_duplicates(seed: int, count: int) -> list[str]:
@@ -80,8 +82,8 @@ def stream(seed: int, n: int) -> list[tuple[str, str]]:
 
 def test_constructor_signature_and_protocol() -> None:
     params = inspect.signature(ElasticsearchBackend).parameters
-    assert list(params) == ["url", "index", "num_perm", "min_shared", "tag", "api_key", "username", "password",
-                            "ca_certs", "request_timeout", "crawl_id"]
+    assert list(params) == ["url", "index", "params", "api_key", "username", "password", "ca_certs",
+                            "request_timeout", "crawl_id", "num_perm", "min_shared", "tag"]  # the last three deprecated
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
     assert params["request_timeout"].default == 10.0 and params["api_key"].default is None
     assert params["crawl_id"].default is None  # a crawl of its own (a new random identity)
@@ -174,6 +176,7 @@ _WORKER = textwrap.dedent(
     """
     import asyncio, json, sys
     from es_integration.backend import ElasticsearchBackend
+    from scrapy_neardup.core.params import SketchParams
     from scrapy_neardup.core.sketch import Sketcher
 
     url, index, t, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
@@ -182,7 +185,7 @@ _WORKER = textwrap.dedent(
     sketches = sketcher.sketch_many(texts)
 
     async def main():
-        backend = ElasticsearchBackend(url=url, index=index, num_perm=128, min_shared=t, tag=sketcher.tag)
+        backend = ElasticsearchBackend(url=url, index=index, params=SketchParams.from_tag(sketcher.tag, min_shared=t))
         await backend.open()
         print("ready", flush=True)
         sys.stdin.readline()  # "go": all processes start together
@@ -325,8 +328,13 @@ def test_input_errors(es_url: str, es_client: Elasticsearch, index_name: str) ->
             await backend.close()
 
     asyncio.run(run())
-    with pytest.raises(ValueError, match="min_shared"):
+    # The deprecated call form (k, t and a tag) reads them into SketchParams, checked as ever.
+    with pytest.warns(DeprecationWarning, match="SketchParams"), pytest.raises(ValueError, match="min_shared"):
         ElasticsearchBackend(url=es_url, index="x", num_perm=K, min_shared=K + 1, tag=SKETCHER.tag)
+    with pytest.warns(DeprecationWarning, match="SketchParams"):
+        assert ElasticsearchBackend(url=es_url, index="x", num_perm=K, min_shared=T, tag=SKETCHER.tag).params == PARAMS
+    with pytest.raises(ValueError, match="does not match"), pytest.warns(DeprecationWarning):
+        ElasticsearchBackend(url=es_url, index="x", num_perm=K // 2, min_shared=T, tag=SKETCHER.tag)
     with pytest.raises(ValueError, match="lowercase"):
         make_backend(es_url, "Bad")
 
@@ -384,6 +392,6 @@ def test_positions_only_index_falls_back_to_the_position_query(
     # Once the old page has the new fields (what `neardup es backfill` writes), bands are used and agree.
     from es_integration.indexing import upgrade_signatures
 
-    assert upgrade_signatures(es_client, index_name, a.tag) == 1
+    assert upgrade_signatures(es_client, index_name, SketchParams.from_tag(a.tag)) == 1
     bands, again = asyncio.run(run(False))
     assert bands and again == match

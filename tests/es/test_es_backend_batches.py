@@ -15,6 +15,7 @@ from test_es_backend import SKETCHER, K, T, make_backend, near_duplicates, strea
 from es_integration.backend import ElasticsearchBackend, doc_id_of
 from es_integration.mapping import PENDING, ROOT
 from scrapy_neardup.core.index import SketchIndex
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.store.backend import Decision
 
@@ -39,7 +40,7 @@ class CountingBackend(ElasticsearchBackend):
 
 
 def counting(url: str, index: str) -> CountingBackend:
-    return CountingBackend(url=url, index=index, num_perm=K, min_shared=T, tag=SKETCHER.tag)
+    return CountingBackend(url=url, index=index, params=SketchParams.from_tag(SKETCHER.tag, min_shared=T))
 
 
 def run_batches(
@@ -259,7 +260,7 @@ def test_interleaved_batches_of_two_crawlers_do_not_wait_for_each_other(
 
     async def run() -> tuple[list[Decision], list[Decision], int]:
         events.update((name, asyncio.Event()) for name in ("b_ready", "a1_landed", "b_written"))
-        a, b = (cls(url=es_url, index=index_name, num_perm=K, min_shared=T, tag=SKETCHER.tag)
+        a, b = (cls(url=es_url, index=index_name, params=SketchParams.from_tag(SKETCHER.tag, min_shared=T))
                 for cls in (SplitWriter, LateWriter))
         a.pending_timeout = b.pending_timeout = 8.0
         await a.open()
@@ -292,8 +293,8 @@ def test_a_page_met_again_by_the_same_crawl_is_a_repeat(es_url: str, es_client: 
     pages = crawl(seed=8, n=48)
 
     async def run(crawl_id: str, batches: list[list[tuple[str, Sketch]]]) -> list[list[Decision]]:
-        backend = ElasticsearchBackend(url=es_url, index=index_name, num_perm=K, min_shared=T, tag=SKETCHER.tag,
-                                       crawl_id=crawl_id)
+        params = SketchParams.from_tag(SKETCHER.tag, min_shared=T)
+        backend = ElasticsearchBackend(url=es_url, index=index_name, params=params, crawl_id=crawl_id)
         await backend.open()
         try:
             return [await backend.check_and_add_many(batch) for batch in batches]

@@ -16,6 +16,7 @@ from es_integration.groups import find_groups
 from es_integration.indexing import backfill
 from es_integration.mapping import position_tokens
 from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import min_shared_for
 
@@ -81,7 +82,7 @@ def test_backfill_cli_sketches_every_document(
     assert {c.id for c in found} == {"d0", "d0-near"}
     exact = find_candidates(es_client, index, sketcher.sketch(docs["d1"]["page"]["body"]), T)
     assert [(c.id, c.exact) for c in exact] == [("d1", True), ("html-body", True)]
-    report = find_groups(es_client, index, sketcher.tag, T)
+    report = find_groups(es_client, index, SketchParams.from_tag(sketcher.tag, min_shared=T))
     assert sorted(sorted(g.members) for g in report.groups) == sorted(
         [["d1", "html-body"]] + [[f"d{i}", f"d{i}-near"] for i in range(0, 120, 4)]
     )

@@ -17,6 +17,7 @@ from es_integration.groups import assign_groups, find_groups
 from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import min_shared_for
 
@@ -59,7 +60,7 @@ def collapsed(es_client: Elasticsearch) -> Iterator[dict[str, Any]]:
     records, planted = collapse_records(seed=21)
     index = f"nd-collapse-{uuid.uuid4().hex[:10]}"
     assert index_records(es_client, index, records, sketcher).errors == 0
-    report = find_groups(es_client, index, sketcher.tag, T)
+    report = find_groups(es_client, index, SketchParams.from_tag(sketcher.tag, min_shared=T))
     assign_groups(es_client, index, report)
     # A page without a sketch (indexed by other means): shown, and never collapsed with anything.
     es_client.index(index=index, id="unsketched", refresh=True,

@@ -20,6 +20,7 @@ from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.clustering import broder_clusters, leader_clusters
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import min_shared_for
 
@@ -27,6 +28,11 @@ pytestmark = pytest.mark.es
 
 K = 128
 T = min_shared_for(0.9, K)
+
+
+def params_of(tag: str, min_shared: int = T) -> SketchParams:
+    """The sketch parameters a groups run takes: those ``tag`` names, with ``t``."""
+    return SketchParams.from_tag(tag, min_shared=min_shared)
 
 
 def _edit(words: list[str], rng: random.Random, edits: int) -> list[str]:
@@ -116,7 +122,7 @@ def test_groups_are_stars_around_their_representatives(es_client: Elasticsearch,
     """The default: every member shares >= t positions with its group's representative (the first indexed page
     of the group: members follow it in indexing order), no two representatives do, and the groups are those of
     the rule applied literally in indexing order. The planted chains are cut where Broder's clusters join them."""
-    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, page_size=64)
+    report = find_groups(es_client, grouped["index"], params_of(grouped["sketcher"].tag), page_size=64)
     assert report.linkage == "representative"
     got = [g.members for g in report.groups]
     assert got == _expected_groups(grouped)
@@ -133,7 +139,7 @@ def test_groups_are_stars_around_their_representatives(es_client: Elasticsearch,
 
 
 def test_groups_equal_broder_clusters(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
-    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, page_size=64,
+    report = find_groups(es_client, grouped["index"], params_of(grouped["sketcher"].tag), page_size=64,
                          linkage="transitive")
     assert report.linkage == "transitive"
     expected = _expected_clusters(grouped)
@@ -168,9 +174,14 @@ def test_keep_rules_order_the_representative_groups(es_client: Elasticsearch, gr
         (KeepRule("shortest-url", "url"), lambda r: (len(r["url"]), order[r["id"]])),
         (KeepRule("highest", "popularity"), lambda r: (-r.get("popularity", -np.inf), order[r["id"]])),
     ]
-    first = _canonical(g.members for g in find_groups(es_client, index, tag, T).groups)
+    first = _canonical(g.members for g in find_groups(es_client, index, params_of(tag)).groups)
+    # The deprecated call form (a tag and t) gives the same groups, with a warning.
+    with pytest.warns(DeprecationWarning, match="SketchParams"):
+        assert _canonical(g.members for g in find_groups(es_client, index, tag, T).groups) == first
+    with pytest.raises(TypeError, match="min_shared"):
+        find_groups(es_client, index, params_of(tag), T)
     for keep, rank in rules:
-        report = find_groups(es_client, index, tag, T, keep=keep)
+        report = find_groups(es_client, index, params_of(tag), keep=keep)
         got = _canonical(g.members for g in report.groups)
         assert got == _canonical(_expected_groups(grouped, rank))
         assert got != first  # another order, other representatives and stars
@@ -182,12 +193,13 @@ def test_keep_rules(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
     order = {r["id"]: i for i, r in enumerate(grouped["records"])}
     tag, index = grouped["sketcher"].tag, grouped["index"]
 
-    first = find_groups(es_client, index, tag, T, linkage="transitive")
+    first = find_groups(es_client, index, params_of(tag), linkage="transitive")
     for group in first.groups:
         assert group.id == group.representative == group.members[0]
         assert [order[m] for m in group.members] == sorted(order[m] for m in group.members)
 
-    shortest = find_groups(es_client, index, tag, T, keep=KeepRule("shortest-url", "url"), linkage="transitive")
+    shortest = find_groups(es_client, index, params_of(tag), keep=KeepRule("shortest-url", "url"),
+                           linkage="transitive")
     for group in shortest.groups:
         lengths = {m: len(records[m]["url"]) for m in group.members}
         best = min(lengths.values())
@@ -195,7 +207,8 @@ def test_keep_rules(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
         assert group.representative == min(winners, key=order.__getitem__)
         assert group.members[0] == group.representative
 
-    highest = find_groups(es_client, index, tag, T, keep=KeepRule("highest", "popularity"), linkage="transitive")
+    highest = find_groups(es_client, index, params_of(tag), keep=KeepRule("highest", "popularity"),
+                          linkage="transitive")
     moved = 0
     for group in highest.groups:
         values = {m: records[m].get("popularity") for m in group.members}
@@ -250,14 +263,14 @@ def test_cli_json_and_assign(
             # Every duplicate names a page it near-duplicates, as a drop of the crawl pipeline does.
             assert _shared(grouped, hit["_id"], fields["duplicate_of"]) >= T
     # Nothing changes on a second run; a different rule rewrites only the documents whose fields change.
-    report = find_groups(es_client, index, grouped["sketcher"].tag, T)
+    report = find_groups(es_client, index, params_of(grouped["sketcher"].tag))
     assert assign_groups(es_client, index, report) == 0
-    moved = find_groups(es_client, index, grouped["sketcher"].tag, T, keep=KeepRule("shortest-url", "url"))
+    moved = find_groups(es_client, index, params_of(grouped["sketcher"].tag), keep=KeepRule("shortest-url", "url"))
     ids = [h["_id"] for h in hits]
     expected = sum(_fields(report, i) != _fields(moved, i) for i in ids)
     assert expected > 0
     assert assign_groups(es_client, index, moved) == expected
-    back = find_groups(es_client, index, grouped["sketcher"].tag, T)  # a fresh sweep sees the moved fields
+    back = find_groups(es_client, index, params_of(grouped["sketcher"].tag))  # a fresh sweep sees the moved fields
     assert assign_groups(es_client, index, back) == expected
 
 
@@ -302,9 +315,9 @@ def test_groups_hold_every_pair_the_candidate_query_finds(es_client: Elasticsear
     """The pairs found in memory are the ones Elasticsearch's t-of-k query returns. Transitive: every document's
     hits lie in its group, and a document in a group has at least one hit. Representative: a member's hits
     hold its representative; a representative's (or a page's in no group) hold no other representative."""
-    report = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T, linkage="transitive")
+    report = find_groups(es_client, grouped["index"], params_of(grouped["sketcher"].tag), linkage="transitive")
     group_of = {m: g.id for g in report.groups for m in g.members}
-    stars = find_groups(es_client, grouped["index"], grouped["sketcher"].tag, T)
+    stars = find_groups(es_client, grouped["index"], params_of(grouped["sketcher"].tag))
     leader_of = {m: g.representative for g in stars.groups for m in g.members}
     leaders = set(leader_of.values())
     sketcher = grouped["sketcher"]
@@ -344,7 +357,7 @@ def test_groups_equal_the_position_token_method(es_client: Elasticsearch, groupe
             for hit, row in zip(hits, values, strict=True):
                 builder.add_stored(hit["_id"], StoredSignature(row, tag))
     for slices in (1, 3):
-        report = find_groups(es_client, index, tag, T, slices=slices, page_size=40, linkage="transitive")
+        report = find_groups(es_client, index, params_of(tag), slices=slices, page_size=40, linkage="transitive")
         assert sorted(sorted(g.members) for g in report.groups) == sorted(map(sorted, builder.groups()))
 
 
@@ -365,10 +378,10 @@ def test_index_without_compact_signatures_is_refused_until_backfilled(
         es_client.index(index=index, id=doc_id, document=_without_new_fields(es_client, index, doc_id))
     es_client.indices.refresh(index=index)
     with pytest.raises(EsError, match="neardup es backfill"):
-        find_groups(es_client, index, sketcher.tag, T)
+        find_groups(es_client, index, params_of(sketcher.tag))
     stats = backfill(es_client, index, sketcher, text_field="missing-field")
     assert stats.upgraded == len(ids) and stats.indexed == 0  # nothing re-sketched: every document had a tag
-    full = find_groups(es_client, index, sketcher.tag, T, linkage="transitive")
+    full = find_groups(es_client, index, params_of(sketcher.tag), linkage="transitive")
     texts = [r["text"] for r in records if r["text"].strip()]
     expected = broder_clusters(stored_values(np.vstack([s.signature for s in sketcher.sketch_many(texts)])), T)
     ids_all = [r["id"] for r in records if r["text"].strip()]
@@ -410,14 +423,14 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     first, rest = records[: len(records) * 2 // 3], records[len(records) * 2 // 3 :]
     index_records(es_client, index, first, sketcher)
     with pytest.raises(EsError, match="--assign"):
-        find_new_groups(es_client, index, tag, T)
-    before = find_groups(es_client, index, tag, T, linkage=linkage)
+        find_new_groups(es_client, index, params_of(tag))
+    before = find_groups(es_client, index, params_of(tag), linkage=linkage)
     written = assign_groups(es_client, index, before, band_filter=store)
     assert written == sum(len(g.members) - 1 for g in before.groups)  # only members change: reps stay "kept"
-    assert groups_watermark(es_client, index, tag)["linkage"] == linkage
+    assert groups_watermark(es_client, index, params_of(tag))["linkage"] == linkage
     other: Linkage = "transitive" if linkage == "representative" else "representative"
     with pytest.raises(EsError, match=f"made {linkage} groups, this one {other}"):
-        find_new_groups(es_client, index, tag, T, linkage=other)
+        find_new_groups(es_client, index, params_of(tag), linkage=other)
     cli = ["es", "groups", "--es-url", es_url, "--index", index, "--new", "--no-band-filter"]
     assert main(cli + ([] if linkage == "transitive" else ["--transitive"])) == 1
     err = capsys.readouterr().err
@@ -426,7 +439,7 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     # A result window of 30 hits: the band and group queries of --new (one request each while their hits fit
     # the window) are then paged like the sweep, as they are on an index with more matches than the window.
     es_client.indices.put_settings(index=index, settings={"index.max_result_window": 30})
-    new = find_new_groups(es_client, index, tag, T, page_size=30, band_filter=store, linkage=linkage)
+    new = find_new_groups(es_client, index, params_of(tag), page_size=30, band_filter=store, linkage=linkage)
     es_client.indices.put_settings(index=index, settings={"index.max_result_window": None})
     assert new.documents == sum(1 for r in rest if r["text"].strip())
     if store is not None:  # used, and it spared the tokens no older document holds
@@ -435,11 +448,11 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
         assert new.band_filter is None and new.band_tokens == new.band_tokens_total > 0
     assign_groups(es_client, index, new, band_filter=store)
     if store is not None:  # extended with the new documents, for the new watermark
-        mark = groups_watermark(es_client, index, tag)["seq"]
+        mark = groups_watermark(es_client, index, params_of(tag))["seq"]
         extended = store.load(index_uuid(es_client, index), tag, mark)
         assert extended is not None and extended.keys == new.band_filter.keys
     fields_after_new = _group_fields(es_client, index)
-    full = find_groups(es_client, index, tag, T, linkage=linkage)
+    full = find_groups(es_client, index, params_of(tag), linkage=linkage)
     assert assign_groups(es_client, index, full) == 0  # --new left exactly the fields of a full run
     assert _group_fields(es_client, index) == fields_after_new
     rest_ids = {r["id"] for r in rest}
@@ -452,11 +465,11 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
         for group in new.groups:
             assert all(_shared(grouped, group.representative, m) >= T for m in group.members[1:])
         # Somewhere a chain of the full run's clusters was not followed through an older member.
-        assert len(full.groups) > len(find_groups(es_client, index, tag, T, linkage="transitive").groups)
+        assert len(full.groups) > len(find_groups(es_client, index, params_of(tag), linkage="transitive").groups)
     # A second --new finds no new document.
-    assert find_new_groups(es_client, index, tag, T, linkage=linkage).documents == 0
+    assert find_new_groups(es_client, index, params_of(tag), linkage=linkage).documents == 0
     with pytest.raises(EsError, match="t="):
-        find_new_groups(es_client, index, tag, T + 1, linkage=linkage)
+        find_new_groups(es_client, index, params_of(tag, T + 1), linkage=linkage)
     es_client.indices.delete(index=index)
 
 
@@ -489,11 +502,11 @@ def test_new_leaves_the_older_pages_it_only_compared_with_as_they_were(
 
     write("kept", kept, 1)
     write("duplicate", duplicate, 2)
-    full = find_groups(es_client, index, tag, T, linkage=linkage)
+    full = find_groups(es_client, index, params_of(tag), linkage=linkage)
     assert [g.members for g in full.groups] == [["kept", "duplicate"]]
     assert assign_groups(es_client, index, full) == 1
     write("fresh", fresh, 3)
-    new = find_new_groups(es_client, index, tag, T, linkage=linkage)
+    new = find_new_groups(es_client, index, params_of(tag), linkage=linkage)
     assert new.documents == 1 and new.queries == 2 and new.groups == []  # both older pages read, and compared
     assert assign_groups(es_client, index, new) == 0
     assert _group_fields(es_client, index)["duplicate"] == ("kept", DUPLICATE, "kept")
@@ -521,21 +534,21 @@ def test_pages_a_crawler_is_deciding_are_left_out_never_overwritten_and_taken_by
     pending_seq_no = es_client.index(index=index, id="pending-copy", document=source, refresh=True)["_seq_no"]
     before = dict(es_client.get(index=index, id="pending-copy")["_source"]["neardup"])
 
-    report = find_groups(es_client, index, sketcher.tag, T)
+    report = find_groups(es_client, index, params_of(sketcher.tag))
     assert report.documents == len(records)
     assert not any("pending-copy" in g.members for g in report.groups)
     assert any("cluster0-1" in g.members for g in report.groups)
     assert assign_groups(es_client, index, report) > 0
     assert es_client.get(index=index, id="pending-copy")["_source"]["neardup"] == before
     assert report.watermark is not None and report.watermark < pending_seq_no
-    assert groups_watermark(es_client, index, sketcher.tag)["seq"] < pending_seq_no
+    assert groups_watermark(es_client, index, params_of(sketcher.tag))["seq"] < pending_seq_no
 
     settled = {**before, "status": "kept", "seq": pending_seq_no}  # its crawler's decision, as the backend writes it
     es_client.index(index=index, id="pending-copy", document={"neardup": settled}, refresh=True)
-    new = find_new_groups(es_client, index, sketcher.tag, T)
+    new = find_new_groups(es_client, index, params_of(sketcher.tag))
     assert any({"cluster0-1", "pending-copy"} <= set(g.members) for g in new.groups)
     assign_groups(es_client, index, new)
-    assert assign_groups(es_client, index, find_groups(es_client, index, sketcher.tag, T)) == 0
+    assert assign_groups(es_client, index, find_groups(es_client, index, params_of(sketcher.tag))) == 0
     es_client.indices.delete(index=index)
 
 

@@ -14,6 +14,7 @@ from es_integration.backend import ElasticsearchBackend
 from es_integration.client import ConnectionSettings, EsError
 from es_integration.hosts import ElasticsearchHostStore, hosts_index
 from scrapy_neardup.core.mirrors import HostCounts, MirrorTable
+from scrapy_neardup.core.params import SketchParams
 
 pytestmark = pytest.mark.es
 
@@ -28,7 +29,7 @@ def index(es_client: Any) -> Iterator[str]:
 
 
 def test_the_backend_names_its_sibling_index(es_url: str, index: str) -> None:
-    backend = ElasticsearchBackend(url=es_url, index=index, num_perm=128, min_shared=100, tag="t")
+    backend = ElasticsearchBackend(url=es_url, index=index, params=SketchParams.create(min_shared=100))
     store = backend.host_store()
     assert isinstance(store, ElasticsearchHostStore) and store.index == index + "-hosts"
 

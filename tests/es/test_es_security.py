@@ -15,11 +15,13 @@ import pytest
 from es_integration.backend import ElasticsearchBackend
 from es_integration.client import EsError
 from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 
 pytestmark = pytest.mark.es
 
 SKETCHER = Sketcher()
+PARAMS = SketchParams.from_tag(SKETCHER.tag, min_shared=107)
 WRONG_PASSWORD = "wr0ng-" + uuid.uuid4().hex
 WRONG_API_KEY = "aWQ6d3JvbmctYXBpLWtleS0" + uuid.uuid4().hex[:12]
 
@@ -131,8 +133,8 @@ def test_no_secrets_in_logs_or_messages(
 
         async def backend_run() -> list[str]:
             messages = []
-            good = ElasticsearchBackend(url=node.url, index=secure_index + "-b", num_perm=128, min_shared=107,
-                                        tag=SKETCHER.tag, username="elastic", password=node.password,
+            good = ElasticsearchBackend(url=node.url, index=secure_index + "-b", params=PARAMS,
+                                        username="elastic", password=node.password,
                                         ca_certs=node.ca_certs)
             await good.open()
             assert await good.check_and_add("k", SKETCHER.sketch("a b c d e f g h i j")) is None
@@ -141,8 +143,8 @@ def test_no_secrets_in_logs_or_messages(
             wrong: list[dict[str, Any]] = [{"username": "elastic", "password": WRONG_PASSWORD},
                                            {"api_key": WRONG_API_KEY}]
             for kwargs in wrong:
-                bad = ElasticsearchBackend(url=node.url, index=secure_index + "-b", num_perm=128, min_shared=107,
-                                           tag=SKETCHER.tag, ca_certs=node.ca_certs, **kwargs)
+                bad = ElasticsearchBackend(url=node.url, index=secure_index + "-b", params=PARAMS,
+                                           ca_certs=node.ca_certs, **kwargs)
                 with pytest.raises(EsError) as info:
                     await bad.open()
                 messages.append(str(info.value))
@@ -174,8 +176,8 @@ def test_backend_with_api_key_and_least_privileges(secure_es_node: Any, caplog: 
     a, b = SKETCHER.sketch_many(["x " + " ".join(f"w{i}" for i in range(100)), " ".join(f"w{i}" for i in range(100))])
 
     async def run() -> list[Any]:
-        backend = ElasticsearchBackend(url=secure_es_node.url, index=index, num_perm=128, min_shared=107,
-                                       tag=SKETCHER.tag, api_key=key["encoded"], ca_certs=secure_es_node.ca_certs)
+        backend = ElasticsearchBackend(url=secure_es_node.url, index=index, params=PARAMS,
+                                       api_key=key["encoded"], ca_certs=secure_es_node.ca_certs)
         await backend.open()
         try:
             return [await backend.check_and_add("a", a), await backend.check_and_add("b", b),

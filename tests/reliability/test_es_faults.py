@@ -52,6 +52,8 @@ import pytest
 from neardup_testkit import CrawlResult, article_words, edit_words, html_page, run_crawl_process
 from reliability_kit import Ledger
 
+from scrapy_neardup.core.params import SketchParams
+
 pytestmark = pytest.mark.es
 
 GROUPS = 20
@@ -718,8 +720,9 @@ def check_unchecked_grouped(client: Any, index: str, site: HookSite, outcome: di
     def near_duplicates(a: str, b: str) -> bool:
         return a in values and b in values and int((values[a] == values[b]).sum()) >= min_shared
 
-    transitive = find_groups(client, index, sketcher.tag, min_shared, linkage="transitive")
-    report = find_groups(client, index, sketcher.tag, min_shared)
+    params = SketchParams.from_tag(sketcher.tag, min_shared=min_shared)
+    transitive = find_groups(client, index, params, linkage="transitive")
+    report = find_groups(client, index, params)
     for found_groups in (transitive, report):
         for group in found_groups.groups:
             keys = [docs[member]["key"] for member in group.members]
@@ -1041,8 +1044,8 @@ def test_unchecked_pages_are_written_when_the_node_answers_again(
         with pytest.raises(EsError):
             await backend.check_and_add(key, sketches[key])
 
-    backend = ElasticsearchBackend(url=proxy.url, index=es_index, num_perm=128, min_shared=107, tag=sketcher.tag,
-                                   request_timeout=5)
+    params = SketchParams.from_tag(sketcher.tag, min_shared=107)
+    backend = ElasticsearchBackend(url=proxy.url, index=es_index, params=params, request_timeout=5)
     backend.max_unchecked, backend.backoff = 4, 0.01
 
     async def scenario() -> None:
@@ -1109,8 +1112,8 @@ def test_node_killed_mid_batch_bulk_write(own_node: dict[str, Any], stage: str, 
     index = f"neardup-rel-bulk-{uuid.uuid4().hex[:8]}"
     # The stage's bulk is the first (pending writes) or the second (decisions) bulk of the batch.
     fault = Fault("bulk_items", 1, path="/_bulk", every=2, after=0 if stage == "pending" else 1)
-    backend = ElasticsearchBackend(url=proxy.url, index=index, num_perm=128, min_shared=107, tag=sketcher.tag,
-                                   request_timeout=5)
+    params = SketchParams.from_tag(sketcher.tag, min_shared=107)
+    backend = ElasticsearchBackend(url=proxy.url, index=index, params=params, request_timeout=5)
     backend.backoff = 0.5  # the kill lands before the first retry
     killed = threading.Event()
 
