@@ -15,12 +15,27 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import json
 import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from scrapy_neardup.cli.jsonl import ID_FIELD_HELP, choose_id_field, open_input, read_records, record_pages
+from scrapy_neardup.cli.options import add_sketch_options
+from scrapy_neardup.cli.progress import progress_bar
+from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.template import learn_hosts
+
+from .band_filter import BandFilterStore, default_directory
 from .cli_jobs import connection_options, job_params, run_job
+from .client import EsError
+from .collapse import collapse_hits, search_collapsed, text_fields, text_query
+from .groups import KeepRule, assign_groups, find_groups, find_new_groups
+from .indexing import backfill, get_field, index_records
+from .mapping import ensure_index, require_tag
+from .names import validate_field_name
+from .templates import resolve_templates
 
 __all__ = ["register", "add_command", "main", "cmd_index", "cmd_backfill", "cmd_groups", "cmd_search"]
 
@@ -119,14 +134,10 @@ def _add_job_subcommands(commands: Any) -> None:
 
 
 def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
-    from scrapy_neardup.cli.options import add_sketch_options
-
     add_sketch_options(p, with_threshold=threshold, title="sketch parameters (as when the index was sketched)")
 
 
 def _job_sketcher(args: argparse.Namespace) -> Any:
-    from scrapy_neardup.core.sketch import Sketcher
-
     return Sketcher.from_params(job_params(args))
 
 
@@ -135,8 +146,6 @@ def _job_min_shared(args: argparse.Namespace) -> int:
 
 
 def _progress(args: argparse.Namespace, desc: str, total: int | None = None) -> Any:
-    from scrapy_neardup.cli.progress import progress_bar
-
     return progress_bar(desc, args.progress, total=total)
 
 
@@ -144,8 +153,6 @@ def _progress(args: argparse.Namespace, desc: str, total: int | None = None) -> 
 
 
 def _add_index(commands: Any) -> None:
-    from scrapy_neardup.cli.jsonl import ID_FIELD_HELP
-
     p = commands.add_parser(
         "index",
         help="index JSON-lines documents with their near-duplicate sketches",
@@ -173,13 +180,6 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _index_job(args: argparse.Namespace, client: Any) -> int:
-    from es_integration.indexing import get_field, index_records
-    from es_integration.mapping import ensure_index, require_tag
-    from es_integration.names import validate_field_name
-    from es_integration.templates import resolve_templates
-    from scrapy_neardup.cli.jsonl import choose_id_field, open_input, record_pages
-    from scrapy_neardup.core.template import learn_hosts
-
     for field in (args.id_field, args.text_field, args.url_field):
         if field is not None:
             validate_field_name(field)
@@ -208,8 +208,6 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
 
 
 def _json_records(lines: Any) -> Any:
-    from scrapy_neardup.cli.jsonl import read_records
-
     for _number, record in read_records(lines):
         yield record
 
@@ -240,9 +238,6 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def _backfill_job(args: argparse.Namespace, client: Any) -> int:
-    from es_integration.indexing import backfill
-    from es_integration.names import validate_field_name
-
     validate_field_name(args.text_field)
     validate_field_name(args.url_field)
     sketcher = _job_sketcher(args)
@@ -305,13 +300,6 @@ def cmd_groups(args: argparse.Namespace) -> int:
 
 
 def _groups_job(args: argparse.Namespace, client: Any) -> int:
-    import json
-
-    from es_integration.band_filter import BandFilterStore, default_directory
-    from es_integration.client import EsError
-    from es_integration.groups import KeepRule, assign_groups, find_groups, find_new_groups
-    from es_integration.mapping import require_tag
-
     if args.keep == "highest" and not args.value_field:
         raise EsError("--keep highest needs --value-field")
     field = {"first": None, "shortest-url": args.url_field, "highest": args.value_field}[args.keep]
@@ -385,12 +373,6 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _search_job(args: argparse.Namespace, client: Any) -> int:
-    import json
-
-    from es_integration.client import EsError
-    from es_integration.collapse import collapse_hits, search_collapsed, text_fields, text_query
-    from es_integration.names import validate_field_name
-
     if args.size < 1:
         raise EsError(f"--size must be >= 1, got {args.size}")
     shown = [name for value in args.fields for name in value.split(",") if name]

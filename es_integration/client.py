@@ -23,6 +23,7 @@ error type and reason, and the sanitized URL only.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_neardup.errors import EsError
 
 from .connection import ConnectionSettings, safe_url
-from .engine import PROBE_HEADERS, engine_from_root, missing_opensearch_py
+from .engine import PROBE_HEADERS, async_opensearch_client, engine_from_root, missing_opensearch_py, opensearch_client
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch, Elasticsearch
@@ -90,6 +91,7 @@ def client_major() -> int:
     client 9 needs server 9, while client 8 talks to 8.x and 9.x servers. The APIs used here (keyword-argument
     requests, ``options()``, ``open_point_in_time``/``close_point_in_time``, helpers) are the same in both.
     """
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import __versionstr__
 
     return int(__versionstr__.split(".")[0])
@@ -104,6 +106,7 @@ def make_client(settings: ConnectionSettings, *, unreachable_hint: str = "", **o
     Raises:
         EsError: the server cannot be reached, or it is OpenSearch and opensearch-py is not installed.
     """
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import Elasticsearch
 
     logger.debug("connecting to %s", settings.url)
@@ -118,6 +121,7 @@ def make_client(settings: ConnectionSettings, *, unreachable_hint: str = "", **o
 def make_async_client(settings: ConnectionSettings, **overrides: Any) -> AsyncElasticsearch:
     """An asyncio elasticsearch-py client (aiohttp); same options as :func:`make_client`. Elasticsearch only:
     :func:`connect_async` picks the engine."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import AsyncElasticsearch
 
     logger.debug("connecting (async) to %s", settings.url)
@@ -144,8 +148,6 @@ async def connect_async(settings: ConnectionSettings, **overrides: Any) -> Async
         raise
     await client.close()
     try:
-        from .engine import async_opensearch_client
-
         return async_opensearch_client(settings, **overrides)  # type: ignore[return-value]
     except ImportError:
         raise EsError(missing_opensearch_py(safe_url(settings.url))) from None
@@ -159,8 +161,6 @@ def _probe_retries(overrides: dict[str, Any]) -> dict[str, Any]:
 
 def _probe_headers(settings: ConnectionSettings) -> dict[str, str]:
     """Headers of the engine probe: plain JSON and the credentials (the transport alone adds none)."""
-    import base64
-
     headers = dict(PROBE_HEADERS)
     if settings.api_key:
         key = settings.api_key
@@ -178,8 +178,6 @@ def _for_engine(
         return client
     client.close()
     try:
-        from .engine import opensearch_client
-
         return opensearch_client(settings, **overrides)  # type: ignore[return-value]
     except ImportError:
         raise EsError(missing_opensearch_py(safe_url(settings.url))) from None
@@ -188,6 +186,7 @@ def _for_engine(
 def describe_error(exc: BaseException, url: str, unreachable_hint: str = "") -> str:
     """One line saying what went wrong with a request to ``url`` and what to check; never holds secrets.
     ``unreachable_hint`` is added when no node answered (connection refused, timeout)."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elastic_transport import ConnectionError as TransportConnectionError
     from elastic_transport import ConnectionTimeout, TlsError
     from elasticsearch import ApiError, AuthenticationException, AuthorizationException
@@ -224,6 +223,7 @@ def translate_errors(url: str, what: str = "", *, unreachable_hint: str = "") ->
     Works around ``await`` calls too. ``what`` prefixes the message (e.g. ``"creating index pages"``);
     ``unreachable_hint``: see :func:`describe_error`.
     """
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elastic_transport import TransportError
     from elasticsearch import ApiError
 

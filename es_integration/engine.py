@@ -36,9 +36,11 @@ What both engines share as is: the rest of the search body (``pit: {id, keep_ali
 
 from __future__ import annotations
 
+import base64
 import functools
 import inspect
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
@@ -207,6 +209,7 @@ def _response(value: Any) -> Any:
 
 def translated_error(exc: Exception) -> Exception:
     """elasticsearch-py's exception for an opensearch-py one (same status, same body), so callers catch one kind."""
+    # lazy: opensearch-py is optional; elasticsearch-py takes ~0.6 s to import (every `neardup` start-up)
     import opensearchpy
     from elastic_transport import ApiResponseMeta, ConnectionTimeout, HttpHeaders, NodeConfig, TlsError
     from elastic_transport import ConnectionError as TransportConnectionError
@@ -231,6 +234,7 @@ def translated_error(exc: Exception) -> Exception:
 
 
 def _rethrow(exc: Exception) -> None:
+    # lazy: opensearch-py is optional (the "opensearch" extra)
     import opensearchpy
 
     if isinstance(exc, opensearchpy.TransportError | opensearchpy.ImproperlyConfigured):
@@ -352,8 +356,6 @@ def _client_options(settings: ConnectionSettings, overrides: dict[str, Any]) -> 
     # the same rule on both engines, so a whole-request 429 (an index check, a refresh) is retried here too.
     options: dict[str, Any] = {"timeout": settings.request_timeout, "retry_on_status": _TRANSPORT_RETRY_STATUSES}
     if settings.api_key:
-        import base64
-
         key = settings.api_key
         encoded = base64.b64encode(key.encode()).decode() if ":" in key else key
         options["headers"] = {"authorization": f"ApiKey {encoded}"}
@@ -376,8 +378,7 @@ def _client_options(settings: ConnectionSettings, overrides: dict[str, Any]) -> 
 def _quiet_id_fielddata() -> None:
     """The ``_id`` tiebreaker (see :data:`_SHARD_DOC`) makes OpenSearch send a deprecation header on every sweep
     page, which opensearch-py turns into a warning; that one is expected here."""
-    import warnings
-
+    # lazy: opensearch-py is optional (the "opensearch" extra)
     from opensearchpy.exceptions import OpenSearchWarning
 
     warnings.filterwarnings("ignore", message="Loading the fielddata on the _id field", category=OpenSearchWarning)
@@ -385,6 +386,7 @@ def _quiet_id_fielddata() -> None:
 
 def opensearch_client(settings: ConnectionSettings, **overrides: Any) -> OpenSearchClient:
     """A synchronous OpenSearch client (``opensearchpy`` must be importable)."""
+    # lazy: opensearch-py is optional (the "opensearch" extra)
     from opensearchpy import OpenSearch
 
     _quiet_id_fielddata()
@@ -393,6 +395,7 @@ def opensearch_client(settings: ConnectionSettings, **overrides: Any) -> OpenSea
 
 def async_opensearch_client(settings: ConnectionSettings, **overrides: Any) -> AsyncOpenSearchClient:
     """An asyncio OpenSearch client on aiohttp."""
+    # lazy: opensearch-py is optional (the "opensearch" extra)
     from opensearchpy import AsyncOpenSearch
 
     _quiet_id_fielddata()
@@ -403,6 +406,7 @@ def async_opensearch_client(settings: ConnectionSettings, **overrides: Any) -> A
 
 
 def _translated_bulk_error(exc: Exception) -> Exception:
+    # lazy: opensearch-py is optional; elasticsearch-py takes ~0.6 s to import (every `neardup` start-up)
     from elasticsearch.helpers import BulkIndexError
     from opensearchpy.helpers import BulkIndexError as OsBulkIndexError
 
@@ -425,9 +429,11 @@ def bulk_helpers(client: Any) -> Any:
     """``streaming_bulk``, ``parallel_bulk`` and ``bulk`` for ``client``'s engine, same arguments and results;
     on OpenSearch their ``BulkIndexError`` and transport errors come out as elasticsearch-py's."""
     if not isinstance(client, OpenSearchClient):
+        # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
         from elasticsearch import helpers
 
         return helpers
+    # lazy: opensearch-py is optional (the "opensearch" extra)
     from opensearchpy import helpers as os_helpers
 
     def streaming_bulk(_client: Any, actions: Iterable[Any], *args: Any, **kwargs: Any) -> Iterator[Any]:

@@ -30,6 +30,8 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from elasticsearch import BadRequestError
+
 from scrapy_neardup.core.mirrors import HostCounts, HostStore
 
 from .client import ConnectionSettings, EsError, connect_async
@@ -69,8 +71,6 @@ def hosts_mappings() -> dict[str, Any]:
 async def ensure_hosts_index_async(client: AsyncElasticsearch, index: str) -> bool:
     """Create the mirror-count index when missing (one primary shard, the project's replica rule); a race
     with another creator is fine. True when this call created it."""
-    from elasticsearch import BadRequestError
-
     validate_index_name(index)
     if await client.indices.exists(index=index):
         return False

@@ -29,6 +29,7 @@ from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.stored import StoredSignature, values_from_token_lists
 from scrapy_neardup.core.template import HostTemplate, learn_hosts
 
+from .engine import bulk_helpers
 from .mapping import F_POSITIONS, F_SIG, F_TAG, KEPT, ROOT, ensure_index, sketch_fields, stored_fields
 from .names import validate_field_name, validate_index_name
 from .sweep import point_in_time, sweep
@@ -225,8 +226,6 @@ def index_records(
         progress: called with the number of documents done since the last call.
         create_index: create the index with the ``neardup`` mapping (or add it to an existing index) first.
     """
-    from .engine import bulk_helpers
-
     helpers = bulk_helpers(client)
 
     validate_index_name(index)
@@ -288,8 +287,6 @@ def backfill(
     Args:
         total: called once with the number of documents to do (for a progress bar) before the sweep.
     """
-    from .engine import bulk_helpers
-
     helpers = bulk_helpers(client)
 
     validate_index_name(index)
@@ -329,8 +326,6 @@ def upgrade_signatures(client: Elasticsearch, index: str, params: SketchParams, 
     Raises:
         elasticsearch.helpers.BulkIndexError: an update was refused.
     """
-    from .engine import bulk_helpers
-
     helpers = bulk_helpers(client)
     tag, num_perm = params.tag, params.num_perm
     query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}],

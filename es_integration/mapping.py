@@ -213,6 +213,7 @@ def ensure_index(
     Raises:
         EsError: the existing index maps a ``neardup`` field differently (the message names the conflict).
     """
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import ApiError, BadRequestError
 
     validate_index_name(index)
@@ -244,6 +245,7 @@ async def ensure_index_async(
 ) -> bool:
     """:func:`ensure_index` with an asynchronous client (the same requests and error handling); with
     ``request_timeout``, its requests wait at least :data:`INDEX_SETUP_TIMEOUT` seconds."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import ApiError, BadRequestError
 
     validate_index_name(index)

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout, TlsError
+from elasticsearch import ApiError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -38,9 +41,6 @@ def is_retryable(exc: BaseException) -> bool:
     """Whether a client or transport error is transient (see the module doc)."""
     if isinstance(exc, ShardsUnavailable):
         return True
-    from elastic_transport import ConnectionError as TransportConnectionError
-    from elastic_transport import ConnectionTimeout, TlsError
-    from elasticsearch import ApiError
 
     if isinstance(exc, ApiError):
         return exc.meta.status in RETRY_STATUSES

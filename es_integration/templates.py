@@ -81,6 +81,7 @@ def _parse(index: str, source: dict[str, Any]) -> HostTemplate:
 
 async def load_template_async(client: AsyncElasticsearch, index: str, tag: str, host: str) -> HostTemplate | None:
     """``host``'s saved template (``None``: none, or no template index yet)."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import NotFoundError
 
     try:
@@ -94,6 +95,7 @@ async def save_template_async(client: AsyncElasticsearch, index: str, tag: str, 
                               template: HostTemplate) -> HostTemplate:
     """Save ``host``'s template unless one is saved; the saved one (first wins). The index must exist
     (:func:`ensure_templates_index_async`): a write would otherwise create it with a guessed mapping."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import ConflictError
 
     try:
@@ -108,6 +110,7 @@ async def save_template_async(client: AsyncElasticsearch, index: str, tag: str, 
 
 async def ensure_templates_index_async(client: AsyncElasticsearch, index: str) -> None:
     """Create the template index when missing (a race with another creator is fine)."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import BadRequestError
 
     if await client.indices.exists(index=index):
@@ -124,6 +127,7 @@ async def ensure_templates_index_async(client: AsyncElasticsearch, index: str) -
 
 def load_templates(client: Elasticsearch, index: str, tag: str, hosts: Iterable[str]) -> dict[str, HostTemplate]:
     """The saved templates of those of ``hosts`` that have one (``mget`` in batches)."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import NotFoundError
 
     hosts = list(hosts)
@@ -143,6 +147,7 @@ def load_templates(client: Elasticsearch, index: str, tag: str, hosts: Iterable[
 def save_template(client: Elasticsearch, index: str, tag: str, host: str, template: HostTemplate) -> HostTemplate:
     """Save ``host``'s template unless one is saved; the saved one (first wins). The index must exist
     (:func:`ensure_templates_index`)."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import ConflictError
 
     try:
@@ -157,6 +162,7 @@ def save_template(client: Elasticsearch, index: str, tag: str, host: str, templa
 
 def ensure_templates_index(client: Elasticsearch, index: str) -> None:
     """Create the template index when missing (a race with another creator is fine)."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import BadRequestError
 
     if client.indices.exists(index=index):

@@ -61,14 +61,17 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     # The pipeline imports Scrapy; keep `import scrapy_neardup` light for the CLI and Elasticsearch users.
     if name == "NearDuplicatePipeline":
+        # lazy: these three import Scrapy, which `import scrapy_neardup` does not (tests/core/test_layers.py)
         from .crawl.pipeline import NearDuplicatePipeline
 
         return NearDuplicatePipeline
     if name == "NearDuplicateAddon":
+        # lazy: Scrapy (see above)
         from .crawl.addon import NearDuplicateAddon
 
         return NearDuplicateAddon
     if name == "CsvItemExporter":
+        # lazy: Scrapy (see above)
         from .crawl.exporters import CsvItemExporter
 
         return CsvItemExporter

@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from elasticsearch import ApiError
+
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.params import SketchParams, params_or_tag
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
@@ -25,6 +27,7 @@ from scrapy_neardup.store.backend import Backend, BackendError, Decision
 from scrapy_neardup.store.config import crawl_identity
 
 from ..client import ConnectionSettings, EsError, connect_async, transport_logs_at_debug
+from ..hosts import ElasticsearchHostStore, hosts_index
 from ..mapping import (
     F_POSITIONS,
     F_SIG,
@@ -181,8 +184,6 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
     def host_store(self) -> HostStore:
         """The mirror-host counts of every crawler on this index, in its sibling index ``<index>-hosts``
         (:mod:`es_integration.hosts`); with its own connection, so it works before :meth:`open`."""
-        from ..hosts import ElasticsearchHostStore, hosts_index
-
         return ElasticsearchHostStore(self.settings, hosts_index(self.index))
 
     def __repr__(self) -> str:
@@ -276,8 +277,6 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         Raises:
             _NoShardYet: still 503 after 5 s.
         """
-        from elasticsearch import ApiError
-
         delay = _POLL_FIRST
         deadline = time.monotonic() + 5.0
         while True:

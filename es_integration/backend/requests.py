@@ -16,6 +16,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from elastic_transport import TransportError
+from elasticsearch import ApiError
+
 from ..client import EsError, describe_error
 from ..mapping import F_FINGERPRINT, F_KEY, F_SEQ, F_STATUS, F_WRITER
 from ..retry import ShardsUnavailable, is_retryable, retrying
@@ -71,9 +74,6 @@ class _Requests:
     ) -> Any:
         """``await func(*args)`` under the retry policy of :mod:`es_integration.retry` (``retries``, default
         the class's, with ``backoff``); failures become :class:`EsError`."""
-        from elastic_transport import TransportError
-        from elasticsearch import ApiError
-
         attempts = 0
         try:
             async for attempt in retrying(self.retries if retries is None else retries, self.backoff,

@@ -20,6 +20,8 @@ import logging
 import time
 from typing import Any
 
+from elasticsearch import AuthorizationException, ConflictError
+
 from ..mapping import F_WRITER, ROOT
 from ..retry import ShardsUnavailable
 from .pages import _Page
@@ -51,8 +53,6 @@ class _Writes(_Requests):
         Raises:
             ShardsUnavailable: some bulk items were refused (e.g. HTTP 429 inside the response): retried.
         """
-        from elasticsearch import ConflictError
-
         todo = [page for page in pages if page.seq < 0 and not page.conflict]
         if len(pages) == 1 and todo:
             (page,) = todo
@@ -161,8 +161,6 @@ class _Writes(_Requests):
 
     async def _settle_writes(self, seq: int) -> None:
         """Wait until every write up to ``seq`` is applied on every started copy, then refresh (module doc)."""
-        from elasticsearch import AuthorizationException
-
         delay = _POLL_FIRST
         deadline = time.monotonic() + self.pending_timeout
         while self._checkpoints and time.monotonic() < deadline:

@@ -292,14 +292,13 @@ def _run_curve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
 def _draw_curve(path: str, k: int, t: int, threshold: float | None) -> None:
     try:
+        # lazy: matplotlib is optional (the "plot" extra)
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise CommandError("--png needs matplotlib: pip install 'scrapy-neardup[plot]'") from None
-    import numpy as np
-
     rs = np.linspace(0, 1, 1001)
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     ax.plot(rs, flag_probability(rs, k, t), color="#1f5fa8", linewidth=2, label=f"p(r), k={k}, t={t}")

@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import IncompatibleSketches
 from .hashing import derive_constant
 from .params import check_min_shared
+from .theory import DEFAULT_THRESHOLD, min_shared_for
 
 if TYPE_CHECKING:
     from .sketch import Sketch
@@ -276,8 +277,6 @@ def band_layout(num_perm: int) -> int:
     """``t0``: stored band tokens serve every ``t >= t0`` (the default threshold's ``t``; see the module doc).
 
     Cached: it sums binomial terms (about 0.2 ms), and every page's band tokens need it."""
-    from .theory import DEFAULT_THRESHOLD, min_shared_for
-
     return min_shared_for(DEFAULT_THRESHOLD, num_perm)
 
 

@@ -29,6 +29,9 @@ from __future__ import annotations
 from scrapy.settings import BaseSettings
 
 from .exporters import CSV_EXPORTER
+from .mirrors import MirrorHostsMiddleware
+from .pipeline import NearDuplicatePipeline
+from .soft404 import Soft404Middleware
 from .templates import HOLD_ACTIVE_SIZE
 
 #: Where the pipeline runs among the project's item pipelines: after ones that fill the text field (lower
@@ -44,10 +47,6 @@ class NearDuplicateAddon:
 
     def update_settings(self, settings: BaseSettings) -> None:
         """Add each component unless the project lists it already."""
-        from .mirrors import MirrorHostsMiddleware
-        from .pipeline import NearDuplicatePipeline
-        from .soft404 import Soft404Middleware
-
         settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", NearDuplicatePipeline, PIPELINE_PRIORITY)
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY

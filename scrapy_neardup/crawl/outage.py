@@ -31,6 +31,11 @@ from typing import TYPE_CHECKING, Any, cast
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
+try:
+    from scrapy.utils.asyncio import call_later as scrapy_call_later  # Scrapy >= 2.14
+except ImportError:  # pragma: no cover - Scrapy 2.13
+    scrapy_call_later = None  # type: ignore[assignment]
+
 from .exit_status import fail_exit_status
 
 if TYPE_CHECKING:
@@ -81,9 +86,8 @@ def close_crawl(crawler: Crawler | None, reason: str, exit_reason: str) -> None:
 
 def call_later(delay: float, func: Callable[[], Any]) -> Any:
     """Run ``func`` in ``delay`` seconds on the running loop or reactor; the result has ``cancel()``."""
-    try:
-        from scrapy.utils.asyncio import call_later as scrapy_call_later  # Scrapy >= 2.14
-    except ImportError:  # pragma: no cover - Scrapy 2.13
+    if scrapy_call_later is None:  # pragma: no cover - Scrapy 2.13
+        # lazy: importing the reactor installs Twisted's default one; Scrapy installs the configured one first
         from twisted.internet import reactor
 
         return cast(Any, reactor).callLater(delay, func)

@@ -168,6 +168,7 @@ def running_reactor() -> IReactorCore | None:
     """The Twisted reactor if one is installed and running (without importing one, which would install it)."""
     if "twisted.internet.reactor" not in sys.modules:
         return None
+    # lazy: importing the reactor installs Twisted's default one; Scrapy installs the configured one first
     from twisted.internet import reactor
 
     return reactor if getattr(reactor, "running", False) else None

@@ -69,6 +69,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from scrapy.utils.misc import load_object
+
 from ..core.params import SketchParams
 from ..core.sketch import Sketcher
 from ..core.template import SAMPLE_PAGES
@@ -340,8 +342,6 @@ def load_backend(value: Any) -> tuple[str, type[Backend]]:
                 path = new + path[len(old):]
     if isinstance(path, str) and "." not in path:
         raise settings_error("NEARDUP_BACKEND", value, expected)
-    from scrapy.utils.misc import load_object
-
     try:
         loaded = load_object(path)
     except (ImportError, NameError, AttributeError, ValueError) as exc:

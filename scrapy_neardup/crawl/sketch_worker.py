@@ -44,18 +44,17 @@ import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from twisted.internet import process
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.protocol import ProcessProtocol
 
 from ..core.sketch import Content, Sketch, Sketcher
 from ..core.template import HostTemplate
 from ..core.text import looks_binary
 from ..errors import BinaryContent, SketchWorkerError
-
-if TYPE_CHECKING:
-    from twisted.internet.defer import Deferred
 
 logger = logging.getLogger(__name__)
 
@@ -262,6 +261,7 @@ class SketchWorker:
 
     def start(self) -> None:
         """Spawn the child (it imports numpy while the crawl starts; early requests wait in the pipe)."""
+        # lazy: importing the reactor installs Twisted's default one; Scrapy installs the configured one first
         from twisted.internet import reactor as installed
 
         reactor: Any = installed  # zope interfaces confuse type checkers; this is the IReactorProcess
@@ -285,8 +285,6 @@ class SketchWorker:
 
     def stop(self) -> Deferred[None]:
         """Close the child's stdin and wait for it to exit (killed after a few seconds)."""
-        from twisted.internet.defer import succeed
-
         protocol, self._protocol = self._protocol, None
         return succeed(None) if protocol is None else protocol.close()
 
@@ -310,8 +308,6 @@ class _WorkerProtocol(ProcessProtocol):
         self._exited = False
 
     def request(self, content: Content, template: HostTemplate | None) -> Deferred[Sketch]:
-        from twisted.internet.defer import Deferred, fail
-
         if self.failure is not None:
             return fail(self.failure)
         request_id = self._next_id
@@ -375,8 +371,8 @@ class _WorkerProtocol(ProcessProtocol):
         self._exit()
 
     def close(self) -> Deferred[None]:
+        # lazy: importing the reactor installs Twisted's default one; Scrapy installs the configured one first
         from twisted.internet import reactor as installed
-        from twisted.internet.defer import Deferred, succeed
 
         reactor: Any = installed
         if self._exited:
@@ -406,8 +402,6 @@ class _WorkerProtocol(ProcessProtocol):
         if self._exited:
             return
         self._exited = True
-        from twisted.internet import process
-
         process.reapAllProcesses()  # collect the child even when the reactor installed no SIGCHLD handler
         if self._killer is not None and self._killer.active():
             self._killer.cancel()

@@ -180,12 +180,16 @@ def _resolved(path: Path, module: str) -> set[str]:
     return {n for n in names if _exists(n)}
 
 
-def test_the_layer_graph_sees_lazy_imports() -> None:
-    # Controls: an import inside a function (es_integration/cli.py takes shared options from the CLI layer).
+def test_the_layer_graph_sees_lazy_imports(tmp_path: Path) -> None:
+    # Controls: a module of a subpackage, and imports inside a function (absolute and relative) of a module
+    # written here for the test.
     graph = product_graph()
-    protocol = "es_integration.backend.protocol"  # a module of a subpackage
+    protocol = "es_integration.backend.protocol"
     assert protocol in graph and "scrapy_neardup.core.match" in graph[protocol]
     assert any(n.startswith("scrapy_neardup.cli") for n in graph["es_integration.cli"])
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text("def f():\n    from scrapy_neardup.core import match\n    from ..core.sketch import Sketcher\n")
+    assert {"scrapy_neardup.core.match", "scrapy_neardup.core.sketch"} <= _resolved(lazy, "scrapy_neardup.crawl.lazy")
 
 
 def test_every_import_points_down_the_layers() -> None:
@@ -303,3 +307,13 @@ def test_the_launcher_has_no_import_circle() -> None:
     assert "neardup_devnode.state" in graph["neardup_devnode.background"], "control: the graph sees imports"
     assert "neardup_devnode.node" in graph["neardup_devnode.background"]
     assert circles(graph) == []
+
+
+def test_mypy_reports_missing_first_party_modules() -> None:
+    """A wrong module path in a product import (one inside a function too) fails mypy: missing imports are
+    ignored only for the third-party modules named in an override, never globally."""
+    mypy = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert "ignore_missing_imports" not in mypy
+    ignored = [name for o in mypy.get("overrides", []) if o.get("ignore_missing_imports") for name in o["module"]]
+    assert ignored and not [n for n in ignored if n.split(".")[0] in ("scrapy_neardup", "es_integration",
+                                                                      "neardup_devnode")]
