@@ -75,21 +75,7 @@ class _Writes(_Requests):
                     action = {"index": {"_index": self.index, "_id": page.doc_id, "if_seq_no": page.prior[0],
                                         "if_primary_term": page.prior[1]}}
                 operations += [action, {ROOT: page.fields}]
-            response = await self._bulk(operations)
-            conflicts, refused = [], 0
-            for page, item in zip(todo, response["items"], strict=True):
-                (result,) = item.values()
-                status = int(result.get("status", 500))
-                if 200 <= status < 300:
-                    page.landed(result)
-                elif status == 409:
-                    conflicts.append(page)
-                else:
-                    refused += 1
-            if conflicts:
-                await self._claim(conflicts, token)
-            if refused:
-                raise ShardsUnavailable(f"the bulk request refused {refused} pending write(s)")
+            await self._write_each(todo, operations, token, "pending write(s)")
         return [page for page in pages if page.conflict]
 
     async def _note_revisits(self, pages: list[_Page], token: str) -> list[_Page]:
@@ -110,6 +96,13 @@ class _Writes(_Requests):
                 # seq: the order the document had, which a document without one took from its _seq_no
                 {"doc": {ROOT: {"crawl": crawls, "writer": token, "seq": page.own.order}}},
             ]
+        await self._write_each(todo, operations, token, "revisit note(s)")
+        return [page for page in pages if page.conflict]
+
+    async def _write_each(self, todo: list[_Page], operations: list[dict[str, Any]], token: str, what: str) -> None:
+        """Send ``operations`` (one bulk item per page of ``todo``, in order) and take each item's result: a page
+        whose write landed records it; those that conflicted (409) are claimed (:meth:`_claim`); any other refusal
+        raises :class:`~es_integration.retry.ShardsUnavailable` (retried), naming ``what`` was refused."""
         response = await self._bulk(operations)
         conflicts, refused = [], 0
         for page, item in zip(todo, response["items"], strict=True):
@@ -124,8 +117,7 @@ class _Writes(_Requests):
         if conflicts:
             await self._claim(conflicts, token)
         if refused:
-            raise ShardsUnavailable(f"the bulk request refused {refused} revisit note(s)")
-        return [page for page in pages if page.conflict]
+            raise ShardsUnavailable(f"the bulk request refused {refused} {what}")
 
     async def _claim(self, pages: list[_Page], token: str) -> None:
         """After a conflict: a page whose document holds ``token`` was written by an earlier attempt of this
