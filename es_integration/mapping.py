@@ -240,18 +240,21 @@ INDEX_SETUP_TIMEOUT = 30.0
 
 async def ensure_index_async(
     client: AsyncElasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None,
-    request_timeout: float | None = None,
+    request_timeout: float | None = None, cluster_settings: bool = False,
 ) -> bool:
     """:func:`ensure_index` with an asynchronous client (the same requests and error handling); with
-    ``request_timeout``, its requests wait at least :data:`INDEX_SETUP_TIMEOUT` seconds."""
+    ``request_timeout``, its requests wait at least :data:`INDEX_SETUP_TIMEOUT` seconds. ``cluster_settings``:
+    a new index gets no settings of ours (shards and replicas then come from the cluster's index templates and
+    defaults, as for a user's own search index), only the ``neardup`` mapping."""
     from elasticsearch import ApiError, BadRequestError
 
     validate_index_name(index)
     if request_timeout is not None:
         client = client.options(request_timeout=max(request_timeout, INDEX_SETUP_TIMEOUT))
     if not await client.indices.exists(index=index):
+        arguments = {"mappings": index_mappings()} if cluster_settings else _create_arguments(shards, settings)
         try:
-            await client.indices.create(index=index, **_create_arguments(shards, settings))
+            await client.indices.create(index=index, **arguments)
             logger.debug("created index %s", index)
             return True
         except BadRequestError as exc:
