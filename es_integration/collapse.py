@@ -165,12 +165,13 @@ def search_with_collapse(
     request.setdefault("_source", {"excludes": SKETCH_SOURCE})
     if collapse:
         request["collapse"] = {"field": F_GROUP}
+    else:  # each hit's group from its doc values (the collapse returns it, as these do)
+        request["docvalue_fields"] = [*request.get("docvalue_fields", []), F_GROUP]
     response = client.search(index=index, body=request)
     hits = [
         CollapsedHit(
             id=hit["_id"], index=hit["_index"], score=hit.get("_score"), source=hit.get("_source"), hit=hit,
-            group=(hit.get("fields", {}).get(F_GROUP) or [None])[0] if collapse
-            else get_field(hit.get("_source") or {}, F_GROUP),
+            group=(hit.get("fields", {}).get(F_GROUP) or [None])[0],
         )
         for hit in response["hits"]["hits"]
     ]
@@ -188,7 +189,8 @@ def search_with_collapse(
                     h.id, h.index, h.score, h.source, h.hit = (top["_id"], top["_index"], top.get("_score"),
                                                                top.get("_source"), top)
     total = response["hits"].get("total")
-    return CollapsedResults(hits, int(total["value"]) if isinstance(total, dict) else total, response)
+    answer: Mapping[str, Any] = response.body  # elasticsearch-py's ObjectApiResponse, or the adapter's dict
+    return CollapsedResults(hits, int(total["value"]) if isinstance(total, dict) else total, answer)
 
 
 def search_collapsed(

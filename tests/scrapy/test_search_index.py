@@ -7,6 +7,7 @@ as a user's cluster would give it.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -147,7 +148,8 @@ def test_an_item_without_text_is_written_as_its_own_group(
 ) -> None:
     """Items the pipeline does not sketch (no text field) and items without a URL are written, never lost."""
     pages = {"/": Page(html_page("Home", article_words(3, 80), links=["/a.html", "/b.html"])),
-             "/a.html": Page(html_page("A", article_words(4, 80))), "/b.html": Page(html_page("B", article_words(5, 80)))}
+             "/a.html": Page(html_page("A", article_words(4, 80))),
+             "/b.html": Page(html_page("B", article_words(5, 80)))}
     server = serve_site(pages)
     overrides = {"/a.html": {"text": None}, "/b.html": {"__drop__": ["url"]}}
     result = run_crawl(settings=search_settings(es_url, search_index),
@@ -194,3 +196,49 @@ def test_an_unreachable_node_at_start_is_one_line(run_crawl: Any, serve_site: An
     assert len(critical) == 1, result.log[-3000:]
     assert "search index pages: connecting: cannot connect to Elasticsearch at http://127.0.0.1:9" in critical[0]
     assert server.requests == []
+
+
+def test_listings_name_pages_by_url_and_title_and_search_can_skip_the_collapse(
+    es_url: str, es_client: Any, search_index: str, run_crawl: Any, serve_kinds_site: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`neardup es groups` on the crawler backend's index (documents holding only the `neardup` object, under
+    hashed ids) and on the search index, and `neardup es search` with and without collapse: pages by URL."""
+    from scrapy_neardup.cli.main import main
+
+    site = kinds_site(articles=2, soft_404s=1)
+    server = serve_kinds_site(site)
+    crawler_index = f"neardup-test-{uuid.uuid4().hex[:10]}"
+    settings = search_settings(es_url, search_index, NEARDUP_BACKEND="elasticsearch", NEARDUP_ES_INDEX=crawler_index)
+    result = run_crawl(settings=settings, spider={"start_url": server.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    original = server.url + site.distinct[0]
+    copies = sorted(server.url + path for path, of in site.original_of.items() if of == site.distinct[0])
+    connection = ["--es-url", es_url]
+    try:
+        assert main(["es", "groups", *connection, "--index", crawler_index]) == 0
+        out = capsys.readouterr().out
+        header = f"group {doc_id_of(original)}: 5 pages, keep {original}"
+        assert header in out.splitlines()
+        lines = out.splitlines()
+        start = lines.index(header)
+        assert sorted(lines[start + 1 : start + 5]) == [f"  duplicate {url}" for url in copies]
+    finally:
+        es_client.indices.delete(index=crawler_index, ignore_unavailable=True)
+
+    assert main(["es", "groups", *connection, "--index", search_index, "--json"]) == 0
+    groups = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    ours = next(g for g in groups if g["representative"] == doc_id_of(original))
+    assert ours["pages"][0] == {"id": doc_id_of(original), "url": original, "title": "Article 1"}
+    assert sorted(page["url"] for page in ours["pages"][1:]) == copies
+
+    word = next(w for w in article_words(1001) if len(w) > 6)
+    assert main(["es", "search", *connection, "--index", search_index, word]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"  1. Article 1 - {original}  score ") and line.endswith("(4 similar pages omitted)")
+    assert main(["es", "search", *connection, "--index", search_index, word, "--no-collapse"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5 and sum(f"(near-duplicate of {original})" in line for line in lines) == 4
+    assert main(["es", "search", *connection, "--index", search_index, word, "--no-collapse", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert len(hits) == 5 and {h["group"] for h in hits} == {doc_id_of(original)} and {h["omitted"] for h in hits} == {0}
