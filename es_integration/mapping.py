@@ -33,7 +33,8 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
                                       never a candidate of the crawler's checks).
     neardup.duplicate_of  keyword     _id (search index) or key (backend) of the kept page it duplicates.
     neardup.shared        integer     positions shared with ``duplicate_of``.
-    neardup.key           keyword     the backend's page key (URL); the _id of a search document is its key.
+    neardup.key           keyword     the page key (URL) of a crawl's documents (the crawler backend's and the
+                                      search-index writer's, whose _id is a hash of it): what listings show.
     neardup.writer        keyword     which crawler process (and which of its batches) wrote a ``pending`` page
                                       (stored only): a crawler never waits for its own abandoned writes, and
                                       tells its own write that landed on an earlier attempt from another's.

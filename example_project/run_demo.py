@@ -30,6 +30,7 @@ import logging
 import mimetypes
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -330,6 +331,9 @@ def show_search(client: Any, index: str, args: argparse.Namespace) -> int:
     print("\n" + render_search(client, index, args.query), flush=True)
     if args.no_page:
         return 0
+    # Scrapy's crawl left its own SIGINT/SIGTERM handlers (they stop a reactor that has stopped): Ctrl-C is ours again.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     page = serve(client, index, args.search_port)
     query = "?" + urllib.parse.urlencode({"q": args.query})
     print(f"\nSearch page: http://127.0.0.1:{page.server_port}/{query} (Ctrl-C to stop)", flush=True)

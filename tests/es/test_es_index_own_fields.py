@@ -21,7 +21,8 @@ pytestmark = pytest.mark.es
 def index(es_client: Any) -> Iterator[str]:
     name = f"nd-own-fields-{uuid.uuid4().hex[:10]}"
     yield name
-    es_client.indices.delete(index=name, ignore_unavailable=True)
+    for each in (name, f"{name}-templates"):  # the hosts' templates of "auto" sketches live in the sibling index
+        es_client.indices.delete(index=each, ignore_unavailable=True)
 
 
 def mark_mode_export(path: Path) -> Path:

@@ -1,12 +1,14 @@
 """The example project from crawl to search results, on a real node: ``run_demo.py --search`` crawls the demo site
-into a search index, and its search page, in a real headless browser (Debian's chromium and chromedriver), shows
-each story once with "N similar pages omitted" and lists those pages on demand."""
+into a search index and serves a search page over it, which, in a real headless browser (Debian's chromium and
+chromedriver), shows each story once with "N similar pages omitted" and lists those pages on demand."""
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,24 +25,39 @@ STORY = "/news/harbor-bridge-reopens.html"
 
 @pytest.fixture(scope="module")
 def demo(es_url: str, es_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """``run_demo.py --search --no-page`` against the session's node: its report, the index, the site's base URL
-    and the copies of :data:`STORY` the crawl dropped (full URLs, from the report's DROPPED section)."""
+    """``run_demo.py --search`` against the session's node, as a user runs it: its report, the search page it
+    serves (until Ctrl-C, sent at the end), the index, and the copies of :data:`STORY` the crawl dropped (full URLs,
+    from the report's DROPPED section)."""
     index = f"demo-search-{uuid.uuid4().hex[:10]}"
     env = {**clean_env(), "NEARDUP_ES_URL": es_url, "NEARDUP_SEARCH_INDEX": index}
-    proc = subprocess.run([sys.executable, str(PROJECT / "run_demo.py"), "--search", "--no-page"],
-                          cwd=tmp_path_factory.mktemp("elsewhere"), env=env, capture_output=True, text=True,
-                          timeout=180)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    base = proc.stdout.splitlines()[0].split(" at ")[1].rstrip("/")
-    full = {path: path if path.startswith("http") else base + path for path in [STORY]}
-    copies = set()
-    for line in report_section(proc.stdout, "DROPPED"):
-        match = re.match(r"^\s+(\S+)\s+->\s+(\S+)\s+resemblance", line)
-        if match and match.group(2) == STORY:
-            copies.add(match.group(1) if match.group(1).startswith("http") else base + match.group(1))
-    assert len(copies) >= 4  # the control: printer, mirror, partner and updated copies, and the mirror host's
-    yield {"report": proc.stdout, "index": index, "story": full[STORY], "copies": copies}
-    es_client.indices.delete(index=index, ignore_unavailable=True)
+    workdir = tmp_path_factory.mktemp("elsewhere")
+    out, err = workdir / "stdout.txt", workdir / "stderr.txt"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, str(PROJECT / "run_demo.py"), "--search"], cwd=workdir, env=env,
+                                stdout=stdout, stderr=stderr, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while "Search page: " not in out.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        report = out.read_text()
+        assert "Search page: " in report, report + err.read_text()
+        page = re.search(r"Search page: (http://127\.0\.0\.1:\d+/)\?q=harbor\+bridge \(Ctrl-C to stop\)", report)
+        assert page is not None, report
+        base = report.splitlines()[0].split(" at ")[1].rstrip("/")
+        copies = set()
+        for line in report_section(report, "DROPPED"):
+            match = re.match(r"^\s+(\S+)\s+->\s+(\S+)\s+resemblance", line)
+            if match and match.group(2) == STORY:
+                copies.add(match.group(1) if match.group(1).startswith("http") else base + match.group(1))
+        assert len(copies) >= 4  # the control: printer, mirror, partner and updated copies, and the mirror host's
+        yield {"report": report, "page": page.group(1), "index": index, "story": base + STORY, "copies": copies}
+        proc.send_signal(signal.SIGINT)  # Ctrl-C ends the demo
+        assert proc.wait(timeout=20) == 0, err.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        es_client.indices.delete(index=index, ignore_unavailable=True)
 
 
 def test_one_command_crawls_into_the_index_and_searches_it_collapsed(demo: dict[str, Any]) -> None:
@@ -72,22 +89,15 @@ def browser() -> Iterator[Any]:
 
 
 def test_the_search_page_shows_each_story_once_and_expands_its_copies(
-    demo: dict[str, Any], es_url: str, browser: Any, tmp_path: Path,
+    demo: dict[str, Any], browser: Any, tmp_path: Path,
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    sys.path.insert(0, str(PROJECT))
-    from search_page import serve
-
-    from es_integration.client import ConnectionSettings, make_client
-
-    client = make_client(ConnectionSettings.create(es_url))
-    page = serve(client, demo["index"])
     try:
         wait = WebDriverWait(browser, 20)
-        browser.get(f"http://127.0.0.1:{page.server_port}/")
+        browser.get(demo["page"])
         box = browser.find_element(By.NAME, "q")
         box.send_keys("harbor bridge")
         browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
@@ -115,6 +125,4 @@ def test_the_search_page_shows_each_story_once_and_expands_its_copies(
         wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "a.similar")))
         assert [e.text for e in browser.find_elements(By.CSS_SELECTOR, "li.hit .url")] == urls
     finally:
-        page.shutdown()
-        page.server_close()
-        client.close()
+        browser.save_screenshot(str(tmp_path / "last.png"))

@@ -41,6 +41,12 @@ def search_index(es_client: Any) -> Iterator[str]:
     es_client.indices.delete_index_template(name=prefix)
 
 
+def drop_crawler_index(es_client: Any, index: str) -> None:
+    """The crawler backend's index and its siblings (hosts' mirror counts, host templates)."""
+    for each in (index, f"{index}-hosts", f"{index}-templates"):
+        es_client.indices.delete(index=each, ignore_unavailable=True)
+
+
 def search_settings(es_url: str, index: str, **extra: Any) -> dict[str, Any]:
     return {"ADDONS": ADDON, "NEARDUP_ES_URL": es_url, "NEARDUP_SEARCH_INDEX": index,
             "NEARDUP_SEARCH_DUPLICATES": "index", **extra}
@@ -70,7 +76,7 @@ def test_a_crawl_fills_a_multi_shard_index_that_a_collapsed_search_shows_once_pe
         settings.update(NEARDUP_BACKEND="elasticsearch", NEARDUP_ES_INDEX=crawler_index)
     result = run_crawl(settings=settings, spider={"start_url": server.url + "/"})
     assert result.returncode == 0, result.log[-3000:]
-    es_client.indices.delete(index=crawler_index, ignore_unavailable=True)
+    drop_crawler_index(es_client, crawler_index)
     kept, drops = set(result.kept_urls), near_duplicate_drops(result)
     assert len(kept) == len(site.distinct) and len(drops) == len(site.original_of)  # the control: copies dropped
 
@@ -224,7 +230,7 @@ def test_listings_name_pages_by_url_and_title_and_search_can_skip_the_collapse(
         start = lines.index(header)
         assert sorted(lines[start + 1 : start + 5]) == [f"  duplicate {url}" for url in copies]
     finally:
-        es_client.indices.delete(index=crawler_index, ignore_unavailable=True)
+        drop_crawler_index(es_client, crawler_index)
 
     assert main(["es", "groups", *connection, "--index", search_index, "--json"]) == 0
     groups = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
