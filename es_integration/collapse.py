@@ -237,7 +237,8 @@ def _group_members(
     filters: list[dict[str, Any]] = [{"terms": {F_GROUP: groups}}]
     if post_filter:
         filters.append(post_filter)
-    top = {"size": 1, "sort": [{F_STATUS: {"order": "desc"}}, "_score"], "track_scores": True, **(shown or {})}
+    status_first = {F_STATUS: {"order": "desc", "unmapped_type": "keyword"}}  # an index without it: by score
+    top = {"size": 1, "sort": [status_first, "_score"], "track_scores": True, **(shown or {})}
     body: dict[str, Any] = {
         "size": 0,
         "query": {"bool": {"must": [clause], "filter": filters}},
