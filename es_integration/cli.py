@@ -432,7 +432,10 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
             report = find_new_groups(client, args.index, sketcher.tag, t, band_filter=store, **options)
         else:
             report = find_groups(client, args.index, sketcher.tag, t, **options)
-    _print_groups(client, args, report.groups)
+    from es_integration.listing import write_groups
+
+    write_groups(sys.stdout, client, args.index, report.groups, url_field=args.url_field,
+                 title_field=args.title_field, as_json=args.json)
     print(f"neardup es groups: {args.index}: {report.summary()} (k={sketcher.num_perm}, t={t}, "
           f"{report.linkage} linkage)", file=sys.stderr)
     if args.assign:
@@ -440,27 +443,6 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
             written = assign_groups(client, args.index, report, progress=bar.update, band_filter=store)
         print(f"neardup es groups: group fields updated on {written} documents", file=sys.stderr)
     return 0
-
-
-def _print_groups(client: Any, args: argparse.Namespace, groups: Sequence[Any]) -> None:
-    """The groups on stdout, each page named by its URL and title (:mod:`es_integration.listing`); with --json
-    one object per group, its pages' ``{"id", "url", "title"}`` in ``pages``."""
-    import json
-
-    from es_integration.listing import group_lines, page_labels
-
-    out = sys.stdout
-    for start in range(0, len(groups), 500):  # label a few hundred groups per multi-get round
-        chunk = groups[start : start + 500]
-        labels = page_labels(client, args.index, (m for g in chunk for m in g.members), url_field=args.url_field,
-                             title_field=args.title_field)
-        for group in chunk:
-            if args.json:
-                pages = [labels[m].to_json() for m in group.members]
-                out.write(json.dumps({**group.to_json(), "pages": pages}, ensure_ascii=False) + "\n")
-            else:
-                out.write("\n".join(group_lines(group, labels)) + "\n")
-    out.flush()
 
 
 # -- search --------------------------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ the search-index writer store) and its title (``--title-field``); the ``_id`` on
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .indexing import get_field
 from .mapping import F_DUPLICATE_OF, F_KEY, F_STATUS
@@ -21,7 +22,10 @@ if TYPE_CHECKING:
     from .collapse import CollapsedHit
     from .groups import Group
 
-__all__ = ["PageLabel", "duplicate_targets", "group_lines", "hit_line", "label_fields", "label_of", "page_labels"]
+__all__ = [
+    "PageLabel", "duplicate_targets", "group_lines", "hit_line", "label_fields", "label_of", "page_labels",
+    "write_groups",
+]
 
 #: Documents fetched per multi-get.
 _MGET_CHUNK = 1000
@@ -83,6 +87,25 @@ def group_lines(group: Group, labels: Mapping[str, PageLabel]) -> list[str]:
     lines = [f"group {group.id}: {len(group.members)} pages, keep {keep.text()}"]
     lines += [f"  duplicate {labels.get(m, PageLabel(m)).text()}" for m in group.members[1:]]
     return lines
+
+
+def write_groups(
+    out: IO[str], client: Elasticsearch, index: str, groups: Sequence[Group], *, url_field: str = "url",
+    title_field: str = "title", as_json: bool = False,
+) -> None:
+    """The groups as text (:func:`group_lines`), or one JSON object per group with its pages'
+    ``{"id", "url", "title"}`` in ``pages``; labelled a few hundred groups per multi-get round."""
+    for start in range(0, len(groups), 500):
+        chunk = groups[start : start + 500]
+        labels = page_labels(client, index, (m for g in chunk for m in g.members), url_field=url_field,
+                             title_field=title_field)
+        for group in chunk:
+            if as_json:
+                pages = [labels[m].to_json() for m in group.members]
+                out.write(json.dumps({**group.to_json(), "pages": pages}, ensure_ascii=False) + "\n")
+            else:
+                out.write("\n".join(group_lines(group, labels)) + "\n")
+    out.flush()
 
 
 def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str, PageLabel]) -> str:
