@@ -5,9 +5,11 @@ serves it with nginx on 127.0.0.1 (a fast static server, so the crawler and not 
 bottleneck), and crawls it with Scrapy at CONCURRENT_REQUESTS=32 without the pipeline, with it (default
 settings: sketching in the worker process), and with it sketching in the crawl's process (NEARDUP_WORKER=False),
 alternating runs. Each crawl runs in its own process (a fresh Twisted reactor). Prints the median wall times and
-the overheads, and writes ``benchmarks/results/crawl.json``.
+the overheads, and writes ``benchmarks/results/crawl.json``. With ``--es-url`` it also crawls with the pipeline
+writing every item into a search index on that node (``NEARDUP_SEARCH_INDEX``, duplicates too; the index emptied
+before each run) and reports that cost against the pipeline alone.
 
-    python benchmarks/bench_crawl.py [--pages 4000] [--rounds 3] [--quick]
+    python benchmarks/bench_crawl.py [--pages 4000] [--rounds 3] [--quick] [--es-url URL]
 
 nginx comes from Debian (``apt-get install -y nginx-light``); run as root the benchmark installs it if missing.
 """
@@ -101,6 +103,8 @@ def start_nginx(site: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
 
 
 MODES = ("without", "noop", "with", "in_process")
+#: The search index of the ``search`` mode (``--es-url``).
+SEARCH_INDEX = "neardup-bench-crawl"
 
 
 class NoopPipeline:
@@ -112,6 +116,12 @@ class NoopPipeline:
 
 def crawl(url: str, mode: str, expected_pages: int) -> dict[str, float]:
     """One crawl in a fresh process; returns its wall time and item counts."""
+    if mode == "search":  # a fresh index for each run
+        from es_integration.client import ConnectionSettings, make_client
+
+        client = make_client(ConnectionSettings.create(os.environ["NEARDUP_ES_URL"]))
+        client.indices.delete(index=SEARCH_INDEX, ignore_unavailable=True)
+        client.close()
     started = time.perf_counter()
     result = subprocess.run(
         [sys.executable, __file__, "--run-crawl", url, "--mode", mode],
@@ -156,6 +166,11 @@ def run_crawl(url: str, mode: str) -> None:
         }.get(mode, {"scrapy_neardup.NearDuplicatePipeline": 300}),
         "NEARDUP_WORKER": mode != "in_process",
     }
+    if mode == "search":
+        settings["ITEM_PIPELINES"] = {"scrapy_neardup.NearDuplicatePipeline": 300,
+                                      "scrapy_neardup.SearchIndexPipeline": 900}
+        settings.update(NEARDUP_SEARCH_INDEX=SEARCH_INDEX, NEARDUP_SEARCH_DUPLICATES="index",
+                        NEARDUP_ES_URL=os.environ["NEARDUP_ES_URL"])
     process = CrawlerProcess(settings)
     crawler = process.create_crawler(site_spider(url))
     started = time.perf_counter()
@@ -172,6 +187,8 @@ def run_crawl(url: str, mode: str) -> None:
         "items": stats.get("item_scraped_count", 0),
         "dropped": stats.get("item_dropped_count", 0),
         "sketched_in_worker": stats.get("neardup/sketched_in_worker", 0),
+        "search_indexed": stats.get("neardup/search_indexed", 0),
+        "search_failed": stats.get("neardup/search_failed", 0),
     }))
 
 
@@ -181,8 +198,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="400 pages, one round")
     parser.add_argument("--run-crawl", metavar="URL", help=argparse.SUPPRESS)
-    parser.add_argument("--mode", choices=MODES, default="with", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=(*MODES, "search"), default="with", help=argparse.SUPPRESS)
+    parser.add_argument("--es-url", help="also crawl writing every item into a search index on this node")
     args = parser.parse_args()
+    modes = MODES + (("search",) if args.es_url else ())
+    if args.es_url:
+        os.environ["NEARDUP_ES_URL"] = args.es_url
     if args.run_crawl:
         run_crawl(args.run_crawl, args.mode)
         return
@@ -198,9 +219,9 @@ def main() -> None:
         try:
             url = f"http://127.0.0.1:{port}/"
             crawl(url, "with", total)  # warm-up: page cache, imports
-            runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+            runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
             for _ in range(rounds):
-                for mode in MODES:
+                for mode in modes:
                     runs[mode].append(crawl(url, mode, total))
         finally:
             server.terminate()
@@ -229,6 +250,12 @@ def main() -> None:
     print(f"  a no-op async pipeline: {median['noop']:.2f} s (median; Scrapy's own cost of a pipeline stage)")
     print(f"overhead: {100 * (ratio - 1):+.1f}%  (target: at most +5%); sketching in-process: "
           f"{100 * result['overhead_in_process']:+.1f}%")
+    if "search" in median:
+        result["overhead_search_index"] = median["search"] / median["with"] - 1
+        written = runs["search"][-1]
+        print(f"  writing a search index: {median['search']:.2f} s (median), {written['search_indexed']} documents "
+              f"written, {written['search_failed']} failed; {100 * result['overhead_search_index']:+.1f}% against "
+              "the pipeline alone")
     print("CPU of the crawl's process (median): " + ", ".join(f"{k} {v:.2f} s" for k, v in median_cpu.items())
           + f"; with the pipeline {100 * result['cpu_overhead']:+.1f}%")
     RESULTS.mkdir(exist_ok=True)

@@ -33,7 +33,8 @@ from .client import EsError
 from .collapse import collapse_hits, search_collapsed, text_fields, text_query
 from .groups import KeepRule, assign_groups, find_groups, find_new_groups
 from .indexing import backfill, get_field, index_records
-from .mapping import ensure_index, require_tag
+from .listing import duplicate_targets, hit_line, label_fields, label_of, page_labels, write_groups
+from .mapping import F_DUPLICATE_OF, F_STATUS, ensure_index, require_tag
 from .names import validate_field_name
 from .templates import resolve_templates
 
@@ -169,6 +170,9 @@ def _add_index(commands: Any) -> None:
     p.add_argument("--chunk-size", type=int, default=500, help="documents per bulk request (default: 500)")
     p.add_argument("--threads", type=int, default=1,
                    help="bulk request threads; more than 1 overlaps sketching with indexing (default: 1)")
+    p.add_argument("--move-neardup-to", default=None, metavar="FIELD",
+                   help="store a record's own `neardup` field (e.g. a mark-mode crawl's mark) under FIELD; without "
+                   "it such a record is refused, never overwritten")
     connection_options(p)
     _sketch_options(p, threshold=False)
     p.set_defaults(func=cmd_index)
@@ -180,7 +184,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _index_job(args: argparse.Namespace, client: Any) -> int:
-    for field in (args.id_field, args.text_field, args.url_field):
+    for field in (args.id_field, args.text_field, args.url_field, args.move_neardup_to):
         if field is not None:
             validate_field_name(field)
     sketcher = _job_sketcher(args)
@@ -201,7 +205,7 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
         stats = index_records(
             client, args.index, records, sketcher, id_field=args.id_field,
             text_field=args.text_field, chunk_size=args.chunk_size, threads=max(1, args.threads),
-            progress=bar.update, templates=templates, url_field=args.url_field,
+            progress=bar.update, templates=templates, url_field=args.url_field, move_root_to=args.move_neardup_to,
         )
     print(f"neardup es index: {args.index}: {stats.summary()}", file=sys.stderr)
     return 1 if stats.errors else 0
@@ -284,7 +288,10 @@ def _add_groups(commands: Any) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line per group")
     p.add_argument("--keep", choices=("first", "shortest-url", "highest"), default="first",
                    help="representative: first indexed (default), shortest URL, or highest --value-field")
-    p.add_argument("--url-field", default="url", help="URL field for --keep shortest-url (default: url)")
+    p.add_argument("--url-field", default="url",
+                   help="URL field: --keep shortest-url, and the URL the listing shows (default: url; else the "
+                   "page key neardup.key that crawls store)")
+    p.add_argument("--title-field", default="title", help="title field the listing shows (default: title)")
     p.add_argument("--value-field", help="numeric field for --keep highest")
     p.add_argument("--ignore-other-tags", action="store_true",
                    help="group the documents sketched with these parameters even when the index also holds "
@@ -319,15 +326,8 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
             report = find_new_groups(client, args.index, params, band_filter=store, **options)
         else:
             report = find_groups(client, args.index, params, **options)
-    out = sys.stdout
-    for group in report.groups:
-        if args.json:
-            out.write(json.dumps(group.to_json(), ensure_ascii=False) + "\n")
-        else:
-            others = ", ".join(group.members[1:])
-            out.write(f"group {group.id}: {len(group.members)} pages, keep {group.representative}; "
-                      f"duplicates: {others}\n")
-    out.flush()
+    write_groups(sys.stdout, client, args.index, report.groups, url_field=args.url_field,
+                 title_field=args.title_field, as_json=args.json)
     print(f"neardup es groups: {args.index}: {report.summary()} (k={params.num_perm}, t={t}, "
           f"{report.linkage} linkage)", file=sys.stderr)
     if args.assign:
@@ -345,9 +345,10 @@ def _add_search(commands: Any) -> None:
         "search",
         help="search with near-duplicates collapsed",
         description="Full-text search (simple_query_string, all terms required) showing one hit per "
-        "near-duplicate group, each with the number of similar matching pages it hides. Uses the group ids "
-        "written by `neardup es groups --assign` (collapse on neardup.group); with --by-sketch, collapses the "
-        "top hits by comparing their sketches instead (no group ids needed).",
+        "near-duplicate group (its kept page when that matches), each with the number of similar matching pages "
+        "it hides. Uses the group ids written by `neardup es groups --assign` or by a crawl "
+        "(NEARDUP_SEARCH_INDEX), collapsing on neardup.group; with --by-sketch, collapses the top hits by "
+        "comparing their sketches instead (no group ids needed); --no-collapse lists every matching page.",
     )
     p.add_argument("query", help="query text")
     p.add_argument("--size", type=int, default=10, help="results to show (default: 10)")
@@ -362,6 +363,12 @@ def _add_search(commands: Any) -> None:
                    help="collapse by comparing the sketches of the top hits (indices without group ids)")
     p.add_argument("--fetch", type=int, default=None, metavar="N",
                    help="hits fetched for --by-sketch before collapsing (default: 5 x --size)")
+    p.add_argument("--no-collapse", action="store_true",
+                   help="every matching page, near-duplicates too (each naming the page it duplicates)")
+    p.add_argument("--url-field", default="url",
+                   help="URL field the listing shows (default: url; else the page key neardup.key)")
+    p.add_argument("--title-field", default="title",
+                   help="title field the listing shows (default: title; else the start of a text field)")
     connection_options(p)
     _sketch_options(p, threshold=True)
     p.set_defaults(func=cmd_search)
@@ -375,12 +382,15 @@ def cmd_search(args: argparse.Namespace) -> int:
 def _search_job(args: argparse.Namespace, client: Any) -> int:
     if args.size < 1:
         raise EsError(f"--size must be >= 1, got {args.size}")
+    if args.by_sketch and args.no_collapse:
+        raise EsError("--by-sketch and --no-collapse exclude each other")
     shown = [name for value in args.fields for name in value.split(",") if name]
-    for name in shown:
+    for name in [*shown, args.url_field, args.title_field]:
         validate_field_name(name)
     # Fetch only what is printed: pages' sources can be large (whole HTML), so --json asks for none of it
     # unless --fields or --source name it; the text listing needs a label.
-    source: bool | list[str] = True if args.source else (shown if args.json else list(LABEL_FIELDS))
+    listed = [*label_fields(args.url_field, args.title_field, text=True), F_STATUS, F_DUPLICATE_OF]
+    source: bool | list[str] = True if args.source else (shown if args.json else listed)
     if args.by_sketch:
         t = _job_min_shared(args)
         fetch = args.fetch or 5 * args.size
@@ -388,31 +398,18 @@ def _search_job(args: argparse.Namespace, client: Any) -> int:
         response = client.search(index=args.index, query=text_query(args.query, fields), size=fetch)
         hits = collapse_hits(response["hits"]["hits"], t)[: args.size]
     else:
-        hits = search_collapsed(client, args.index, args.query, size=args.size, fields=args.field, source=source)
+        hits = search_collapsed(client, args.index, args.query, size=args.size, fields=args.field, source=source,
+                                collapse=not args.no_collapse)
     if args.json:
         print(json.dumps({"hits": [h.to_json(shown, source=args.source) for h in hits]}, ensure_ascii=False))
         return 0
     if not hits:
         print("no results")
+    labels = page_labels(client, args.index, duplicate_targets(hits), url_field=args.url_field,
+                         title_field=args.title_field) if args.no_collapse else {}
     for rank, hit in enumerate(hits, start=1):
-        score = f"{hit.score:.3f}" if isinstance(hit.score, int | float) else "-"
-        label = _label(hit.source or {})
-        omitted = f"  ({hit.omitted} similar page{'s' if hit.omitted != 1 else ''} omitted)" if hit.omitted else ""
-        print(f"{rank:>3}. {hit.id}  score {score}{'  ' + label if label else ''}{omitted}")
+        print(hit_line(rank, hit, label_of(hit.id, hit.source or {}, args.url_field, args.title_field), labels))
     return 0
-
-
-#: Fields whose first non-empty value labels a hit in the text listing of ``neardup es search``.
-LABEL_FIELDS = ("title", "url", "text")
-
-
-def _label(source: dict[str, Any]) -> str:
-    for name in LABEL_FIELDS:
-        value = source.get(name)
-        if isinstance(value, str) and value.strip():
-            text = " ".join(value.split())
-            return text if len(text) <= 80 else text[:77] + "..."
-    return ""
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,12 +1,20 @@
 """Serve-time collapse: one result per near-duplicate group, each saying how many similar pages it hides.
 
 :func:`search_collapsed` (indices with group ids): a search with ``collapse`` on ``neardup.group`` (a
-single-valued keyword with doc values) returns the best hit of each group; then *one* more request, a
-``terms`` aggregation on ``neardup.group`` over the same query restricted to the returned groups
+single-valued keyword with doc values) returns the groups in the order of their best hit; then *one* more
+request, a ``terms`` aggregation on ``neardup.group`` over the same query restricted to the returned groups
 (``include`` = their ids), counts the matching documents of every shown group at once, so
-``omitted = count - 1`` costs two requests in total, not one per group (as ``inner_hits`` would).
+``omitted = count - 1`` costs two requests in total, not one per group (as ``inner_hits`` would); a ``top_hits``
+in each bucket picks the page shown for the group: its kept page (``neardup.status``), when that matches.
 Every document must carry a group id (the indexer and backfill give each page its own ``_id`` until groups
 are assigned): ``collapse`` puts all documents *without* one into a single group.
+
+:func:`search_with_collapse` does the same for a search request of your own: it takes the request body (your
+query, sort, paging, highlight, aggregations: anything but a ``collapse`` of its own), adds the collapse, runs
+it, and counts what each shown hit hides (the query, ``post_filter`` and ``min_score`` of the body apply to the
+counts too). :func:`search_collapsed` is it for a plain text query. Both work with the elasticsearch-py client
+and with OpenSearch's (through :mod:`es_integration.engine`, which :func:`es_integration.client.make_client`
+picks).
 
 :func:`collapse_hits` (any list of hits that carry sketches, e.g. an index without group ids, or hits merged
 from several indices): walks the hits in rank order and drops each one sharing ``>= t`` signature positions
@@ -18,7 +26,7 @@ page of a set of near-duplicates is the one shown.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +35,16 @@ import numpy as np
 from scrapy_neardup.core.stored import verified
 
 from .indexing import get_field
-from .mapping import F_GROUP, F_POSITIONS, F_TAG, signature_from_tokens
+from .mapping import F_BANDS, F_GROUP, F_POSITIONS, F_SIG, F_STATUS, F_TAG, signature_from_tokens
 from .names import validate_field_name, validate_index_name
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["CollapsedHit", "collapse_hits", "hit_signature", "search_collapsed", "text_fields", "text_query"]
+__all__ = [
+    "CollapsedHit", "CollapsedResults", "collapse_hits", "hit_signature", "search_collapsed", "search_with_collapse",
+    "text_fields", "text_query",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +113,86 @@ def text_query(text: str, fields: Sequence[str] = ()) -> dict[str, Any]:
     return {"simple_query_string": query}
 
 
+@dataclass
+class CollapsedResults:
+    """What :func:`search_with_collapse` found.
+
+    Attributes:
+        hits: one per near-duplicate group (without collapse: every hit), in the order of the answer, each
+            with ``omitted``, ``group`` and the raw hit (``hit``: highlights, sort values, ``fields``).
+        total: the documents matching the query (``hits.total.value`` of the answer; a lower bound when the
+            answer says ``gte``), or None when the body switched ``track_total_hits`` off.
+        response: the search answer itself (aggregations, ``took``, ...).
+    """
+
+    hits: list[CollapsedHit]
+    total: int | None
+    response: Mapping[str, Any] = field(repr=False)
+
+
+#: The sketch fields left out of ``_source`` unless the body asks for ``_source`` itself: they are large and of no
+#: use to a results page.
+SKETCH_SOURCE = [F_POSITIONS, F_SIG, F_BANDS]
+
+
+def search_with_collapse(
+    client: Elasticsearch, index: str, body: Mapping[str, Any], *, collapse: bool = True
+) -> CollapsedResults:
+    """Run a search request of your own with near-duplicates collapsed: one hit per group, with the number of
+    matching pages it hides.
+
+    Two requests whatever the page size: the body plus ``collapse`` on ``neardup.group`` (groups ranked by
+    their best hit, as the body ranks hits), then one ``terms`` aggregation counting, for the groups shown, the
+    documents that match the body's ``query`` (and ``post_filter``, ``min_score``): ``omitted = count - 1``; in
+    the same request a ``top_hits`` per group picks the page shown: the group's kept page (its representative)
+    when it matches, else its best match. A group counts the pages that match, not its whole size: a
+    near-duplicate that does not match is not "omitted".
+
+    Args:
+        client: an elasticsearch-py client, or an OpenSearch one from :func:`es_integration.client.make_client`.
+        index: the index (or a comma-separated list, or an alias) to search.
+        body: the search request body: ``query``, ``size``, ``from``, ``sort``, ``highlight``, ``aggs``, ...,
+            never a ``collapse`` of its own. Without ``_source`` the sketch fields are left out of the sources.
+        collapse: False runs the body as it is (every matching page, each with its group; ``omitted`` 0).
+
+    Raises:
+        ValueError: the body has a ``collapse`` already.
+    """
+    request = dict(body)
+    if collapse and "collapse" in request:
+        raise ValueError(f"the search body collapses on its own ({request['collapse']!r}); search_with_collapse "
+                         f"adds the collapse on {F_GROUP}")
+    request.setdefault("_source", {"excludes": SKETCH_SOURCE})
+    if collapse:
+        request["collapse"] = {"field": F_GROUP}
+    else:  # each hit's group from its doc values (the collapse returns it, as these do)
+        request["docvalue_fields"] = [*request.get("docvalue_fields", []), F_GROUP]
+    response = client.search(index=index, body=request)
+    hits = [
+        CollapsedHit(
+            id=hit["_id"], index=hit["_index"], score=hit.get("_score"), source=hit.get("_source"), hit=hit,
+            group=(hit.get("fields", {}).get(F_GROUP) or [None])[0],
+        )
+        for hit in response["hits"]["hits"]
+    ]
+    groups = sorted({h.group for h in hits if h.group is not None})
+    if collapse and groups:
+        clause = request.get("query") or {"match_all": {}}
+        shown = {name: request[name] for name in _TOP_HIT_OPTIONS if name in request}
+        members = _group_members(client, index, clause, groups, post_filter=request.get("post_filter"),
+                                 min_score=request.get("min_score"), shown=shown)
+        for h in hits:
+            if h.group is not None and h.group in members:
+                count, top = members[h.group]
+                h.omitted = max(0, count - 1)
+                if top is not None and top["_id"] != h.id:  # the group's kept page is the one to show
+                    h.id, h.index, h.score, h.source, h.hit = (top["_id"], top["_index"], top.get("_score"),
+                                                               top.get("_source"), top)
+    total = response["hits"].get("total")
+    answer: Mapping[str, Any] = response.body  # elasticsearch-py's ObjectApiResponse, or the adapter's dict
+    return CollapsedResults(hits, int(total["value"]) if isinstance(total, dict) else total, answer)
+
+
 def search_collapsed(
     client: Elasticsearch,
     index: str,
@@ -111,57 +202,58 @@ def search_collapsed(
     from_: int = 0,
     fields: Sequence[str] = (),
     source: bool | Sequence[str] = True,
+    collapse: bool = True,
 ) -> list[CollapsedHit]:
-    """The top ``size`` groups matching ``query``, one hit each, with the count of hits it hides.
+    """The top ``size`` groups matching ``query``, one hit each, with the count of hits it hides
+    (:func:`search_with_collapse` for one query).
 
     Args:
         query: a query clause, or text for :func:`text_query`.
         from_: groups to skip (paging).
         fields: fields searched by a text query (default: :func:`text_fields`).
-        source: ``_source`` to fetch: True (all but the position tokens), False (none), or the fields to
+        source: ``_source`` to fetch: True (all but the sketch fields), False (none), or the fields to
             include (dotted paths).
+        collapse: False: every matching page (each with its group, none omitted).
     """
     validate_index_name(index)
     clause = text_query(query, fields or text_fields(client, index)) if isinstance(query, str) else query
-    response = client.search(
-        index=index,
-        query=clause,
-        collapse={"field": F_GROUP},
-        size=size,
-        from_=from_,
-        source=_source_filter(source),
-    )
-    hits = [
-        CollapsedHit(
-            id=hit["_id"],
-            index=hit["_index"],
-            score=hit.get("_score"),
-            group=(hit.get("fields", {}).get(F_GROUP) or [None])[0],
-            source=hit.get("_source"),
-        )
-        for hit in response["hits"]["hits"]
-    ]
-    groups = sorted({h.group for h in hits if h.group is not None})
-    if groups:
-        counts = _group_counts(client, index, clause, groups)
-        for h in hits:
-            if h.group is not None:
-                h.omitted = max(0, counts.get(h.group, 1) - 1)
-    return hits
+    body = {"query": clause, "size": size, "from": from_, "_source": _source_filter(source)}
+    return search_with_collapse(client, index, body, collapse=collapse).hits
 
 
-def _group_counts(client: Elasticsearch, index: str, clause: dict[str, Any], groups: list[str]) -> dict[str, int]:
-    """Documents matching ``clause`` in each of ``groups``: one terms aggregation (exact: ``include`` lists
-    every term, so each shard reports all of them)."""
-    response = client.search(
-        index=index,
-        size=0,
-        query={"bool": {"must": [clause], "filter": [{"terms": {F_GROUP: groups}}]}},
-        aggs={"groups": {"terms": {"field": F_GROUP, "include": groups, "size": len(groups),
-                                   "shard_size": len(groups)}}},
-        track_total_hits=False,
-    )
-    return {b["key"]: int(b["doc_count"]) for b in response["aggregations"]["groups"]["buckets"]}
+#: Options of a search body that apply to the hit shown for a group too.
+_TOP_HIT_OPTIONS = ("_source", "highlight", "fields", "docvalue_fields", "stored_fields", "version",
+                    "seq_no_primary_term", "explain")
+
+
+def _group_members(
+    client: Elasticsearch, index: str, clause: dict[str, Any], groups: list[str], *,
+    post_filter: dict[str, Any] | None = None, min_score: float | None = None, shown: dict[str, Any] | None = None,
+) -> dict[str, tuple[int, dict[str, Any] | None]]:
+    """For each of ``groups``: the documents matching ``clause`` (and ``post_filter``, ``min_score``), and the
+    one to show: the group's kept page when it matches, else its best match (``neardup.status`` sorts
+    ``kept`` before ``duplicate``). One terms aggregation with a ``top_hits`` per bucket (exact: ``include``
+    lists every term, so each shard reports all of them)."""
+    filters: list[dict[str, Any]] = [{"terms": {F_GROUP: groups}}]
+    if post_filter:
+        filters.append(post_filter)
+    status_first = {F_STATUS: {"order": "desc", "unmapped_type": "keyword"}}  # an index without it: by score
+    top = {"size": 1, "sort": [status_first, "_score"], "track_scores": True, **(shown or {})}
+    body: dict[str, Any] = {
+        "size": 0,
+        "query": {"bool": {"must": [clause], "filter": filters}},
+        "aggs": {"groups": {"terms": {"field": F_GROUP, "include": groups, "size": len(groups),
+                                      "shard_size": len(groups)},
+                            "aggs": {"shown": {"top_hits": top}}}},
+        "track_total_hits": False,
+    }
+    if min_score is not None:
+        body["min_score"] = min_score
+    response = client.search(index=index, body=body)
+    return {
+        b["key"]: (int(b["doc_count"]), (b["shown"]["hits"]["hits"] or [None])[0])
+        for b in response["aggregations"]["groups"]["buckets"]
+    }
 
 
 def hit_signature(hit: dict[str, Any], num_perm: int | None = None) -> tuple[str, np.ndarray] | None:
@@ -229,10 +321,10 @@ def _best_kept(signatures: list[np.ndarray], signature: np.ndarray, min_shared: 
 
 def _source_filter(source: bool | Sequence[str]) -> bool | dict[str, list[str]]:
     if source is True:
-        return {"excludes": [F_POSITIONS]}
+        return {"excludes": SKETCH_SOURCE}
     if source is False or not source:
         return False
-    return {"includes": list(source), "excludes": [F_POSITIONS]}
+    return {"includes": list(source), "excludes": SKETCH_SOURCE}
 
 
 def _without_positions(source: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.stored import StoredSignature, values_from_token_lists
 from scrapy_neardup.core.template import HostTemplate, learn_hosts
+from scrapy_neardup.errors import InputError
 
 from .engine import bulk_helpers
 from .mapping import F_POSITIONS, F_SIG, F_TAG, KEPT, ROOT, ensure_index, sketch_fields, stored_fields
@@ -157,15 +158,20 @@ def record_actions(
     stats: IndexStats | None = None,
     templates: Mapping[str, HostTemplate] | None = None,
     url_field: str = "url",
+    move_root_to: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Bulk ``index`` actions for JSON records, sketched in batches (``sketcher=None``: no sketch fields).
 
     A record's ``_id`` is ``str(record[id_field])`` when present, else a random UUID; the record is stored
     unchanged, plus the ``neardup`` object. ``templates``: ``"auto"`` sketches, the template of each page's host
     (the host of its ``url_field``; see :func:`es_integration.templates.resolve_templates`).
+
+    A record's own field is never overwritten: a record holding a ``neardup`` field (a mark-mode crawl's mark
+    has that name by default) is refused (:class:`~scrapy_neardup.errors.InputError`) unless ``move_root_to``
+    names the field its value is stored under instead, a field the record must not have either.
     """
     clock = clock or SeqClock()
-    iterator = iter(records)
+    iterator = _moved_roots(records, move_root_to)
     while batch := list(itertools.islice(iterator, _SKETCH_BATCH)):
         ids = [_doc_id(get_field(record, id_field)) for record in batch]
         if sketcher is None:
@@ -183,6 +189,26 @@ def record_actions(
                 stats.without_text += 1
             source = {**record, ROOT: sketch_fields(sketch, seq=clock(), group=doc_id, status=KEPT)}
             yield {"_op_type": "index", "_index": index, "_id": doc_id, "_source": source}
+
+
+def _moved_roots(records: Iterable[dict[str, Any]], move_to: str | None) -> Iterator[dict[str, Any]]:
+    """The records, each one's own ``neardup`` field moved to ``move_to``; refused where that would overwrite."""
+    for number, record in enumerate(records, start=1):
+        if ROOT not in record:
+            yield record
+            continue
+        if move_to is None:
+            raise InputError(
+                f"record {number} has a field {ROOT!r}, which this command would overwrite with the near-duplicate "
+                f"fields: give --move-neardup-to FIELD to keep its value under another name (e.g. the mark of a "
+                "mark-mode crawl: --move-neardup-to mark)"
+            )
+        if move_to in record or get_field(record, move_to) is not None:
+            raise InputError(f"record {number} has a field {move_to!r} already (--move-neardup-to {move_to}): "
+                             "name a field the records do not have")
+        moved = {name: value for name, value in record.items() if name != ROOT}
+        moved[move_to] = record[ROOT]
+        yield moved
 
 
 def _host(url: Any) -> str | None:
@@ -214,10 +240,12 @@ def index_records(
     create_index: bool = True,
     templates: Mapping[str, HostTemplate] | None = None,
     url_field: str = "url",
+    move_root_to: str | None = None,
 ) -> IndexStats:
     """Index JSON records with their sketches (``sketcher=None``: without, e.g. to measure the overhead).
 
     Args:
+        move_root_to: where a record's own ``neardup`` field goes (see :func:`record_actions`: refused without).
         templates: ``"auto"`` sketches: the template of each host (see :func:`record_actions`).
         url_field: the field whose URL names a record's host, for ``templates``.
         chunk_size: documents per bulk request.
@@ -231,12 +259,14 @@ def index_records(
     validate_index_name(index)
     validate_field_name(id_field)
     validate_field_name(text_field)
+    if move_root_to is not None:
+        validate_field_name(move_root_to)
     if create_index:
         ensure_index(client, index)
     stats = IndexStats()
     started = time.perf_counter()
     actions = record_actions(records, sketcher, index, id_field=id_field, text_field=text_field, stats=stats,
-                             templates=templates, url_field=url_field)
+                             templates=templates, url_field=url_field, move_root_to=move_root_to)
     results: Iterable[tuple[bool, Any]]
     if threads > 1:
         results = helpers.parallel_bulk(

@@ -33,7 +33,8 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
                                       never a candidate of the crawler's checks).
     neardup.duplicate_of  keyword     _id (search index) or key (backend) of the kept page it duplicates.
     neardup.shared        integer     positions shared with ``duplicate_of``.
-    neardup.key           keyword     the backend's page key (URL); the _id of a search document is its key.
+    neardup.key           keyword     the page key (URL) of a crawl's documents (the crawler backend's and the
+                                      search-index writer's, whose _id is a hash of it): what listings show.
     neardup.writer        keyword     which crawler process (and which of its batches) wrote a ``pending`` page
                                       (stored only): a crawler never waits for its own abandoned writes, and
                                       tells its own write that landed on an earlier attempt from another's.
@@ -241,10 +242,12 @@ INDEX_SETUP_TIMEOUT = 30.0
 
 async def ensure_index_async(
     client: AsyncElasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None,
-    request_timeout: float | None = None,
+    request_timeout: float | None = None, cluster_settings: bool = False,
 ) -> bool:
     """:func:`ensure_index` with an asynchronous client (the same requests and error handling); with
-    ``request_timeout``, its requests wait at least :data:`INDEX_SETUP_TIMEOUT` seconds."""
+    ``request_timeout``, its requests wait at least :data:`INDEX_SETUP_TIMEOUT` seconds. ``cluster_settings``:
+    a new index gets no settings of ours (shards and replicas then come from the cluster's index templates and
+    defaults, as for a user's own search index), only the ``neardup`` mapping."""
     # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import ApiError, BadRequestError
 
@@ -252,8 +255,9 @@ async def ensure_index_async(
     if request_timeout is not None:
         client = client.options(request_timeout=max(request_timeout, INDEX_SETUP_TIMEOUT))
     if not await client.indices.exists(index=index):
+        arguments = {"mappings": index_mappings()} if cluster_settings else _create_arguments(shards, settings)
         try:
-            await client.indices.create(index=index, **_create_arguments(shards, settings))
+            await client.indices.create(index=index, **arguments)
             logger.debug("created index %s", index)
             return True
         except BadRequestError as exc:

@@ -58,8 +58,16 @@ class ElasticsearchSettings:
         return f"ElasticsearchSettings(url={self.url!r}, index={self.index!r}{secrets})"
 
     @classmethod
-    def from_settings(cls, settings: SettingsLike) -> ElasticsearchSettings:
+    def from_settings(
+        cls, settings: SettingsLike, *, index_setting: str = "NEARDUP_ES_INDEX",
+        needed_by: str = "NEARDUP_BACKEND='elasticsearch'",
+    ) -> ElasticsearchSettings:
         """Parse and check the ``NEARDUP_ES_*`` settings (any mapping with ``.get``).
+
+        Args:
+            index_setting: the setting naming the index (``NEARDUP_SEARCH_INDEX`` for the search-index writer,
+                which shares the connection settings).
+            needed_by: what needs the settings, for the message when one is missing.
 
         Raises:
             NearDupSettingsError: a setting is missing or wrong (the message names it).
@@ -67,25 +75,25 @@ class ElasticsearchSettings:
         url = read_str(settings, "NEARDUP_ES_URL")
         if url is None:
             raise NearDupSettingsError(
-                "NEARDUP_BACKEND='elasticsearch' needs NEARDUP_ES_URL (e.g. 'http://127.0.0.1:9200'), got "
+                f"{needed_by} needs NEARDUP_ES_URL (e.g. 'http://127.0.0.1:9200'), got "
                 f"{settings.get('NEARDUP_ES_URL')!r}"
             )
         # Several nodes of one cluster: comma-separated URLs; a request that fails on one node is retried on another.
         if not all(part.strip().lower().startswith(("http://", "https://")) for part in url.split(",")):
             raise settings_error("NEARDUP_ES_URL", safe_url(url),
                                  "an http:// or https:// URL, or several separated by commas")
-        index = read_str(settings, "NEARDUP_ES_INDEX")
+        index = read_str(settings, index_setting)
         if index is None:
             raise NearDupSettingsError(
-                "NEARDUP_BACKEND='elasticsearch' needs NEARDUP_ES_INDEX (the index of kept sketches), got "
-                f"{settings.get('NEARDUP_ES_INDEX')!r}"
+                f"{needed_by} needs {index_setting} (the index to write to), got "
+                f"{settings.get(index_setting)!r}"
             )
         if index != index.lower():
-            raise settings_error("NEARDUP_ES_INDEX", index, "a lowercase Elasticsearch index name")
+            raise settings_error(index_setting, index, "a lowercase Elasticsearch index name")
         try:
             validate_index_name(index)
         except InvalidNameError as exc:
-            raise NearDupSettingsError(f"NEARDUP_ES_INDEX={index!r} is not valid: {exc}") from None
+            raise NearDupSettingsError(f"{index_setting}={index!r} is not valid: {exc}") from None
         username = read_str(settings, "NEARDUP_ES_USERNAME")
         password = read_str(settings, "NEARDUP_ES_PASSWORD")
         if (username is None) != (password is None):

@@ -14,17 +14,27 @@ such as ``NEARDUP_BACKEND=elasticsearch NEARDUP_ES_URL=...`` or ``NEARDUP_ACTION
 
 Options: ``--serve`` only serves the site (until Ctrl-C) so that you can run ``scrapy crawl demo`` yourself;
 ``--port`` picks the port (default: a free one).
+
+``--search`` goes on from crawl to search results: the crawl also writes its pages into a search index
+(``NEARDUP_SEARCH_INDEX``, default ``neardup-demo-pages``, emptied first) on the node at ``NEARDUP_ES_URL``, or on a
+local node it starts with the launcher (``neardup es start``; ``pip install -e ./devnode``); then it prints a
+search with near-duplicates collapsed (``--query``) and serves a search page over the index until Ctrl-C
+(``search_page.py``; ``--no-page``: print and exit).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import mimetypes
 import os
 import re
+import signal
+import subprocess
 import sys
 import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -230,11 +240,67 @@ def render(report: CrawlReport, start_url: str) -> str:
     return "\n".join(lines)
 
 
+# -- from crawl to search results ------------------------------------------------------------------------------
+
+SEARCH_INDEX = "neardup-demo-pages"
+
+
+def search_node() -> str:
+    """``NEARDUP_ES_URL``, else the URL of a local node started (or found running) by the launcher."""
+    url = os.environ.get("NEARDUP_ES_URL")
+    if url:
+        return url
+    print("Starting a local node (neardup es start; the first run downloads it) ...", file=sys.stderr, flush=True)
+    started = subprocess.run([sys.executable, "-m", "scrapy_neardup", "es", "start"], capture_output=True, text=True)
+    if started.returncode != 0 or not started.stdout.strip():
+        raise RuntimeError(f"cannot start a local node: {(started.stderr or started.stdout).strip()}")
+    return started.stdout.strip().splitlines()[-1]
+
+
+def prepare_search(url: str) -> tuple[Any, str]:
+    """A client of the node, and the search index the crawl writes to, emptied (the demo starts afresh)."""
+    from es_integration.client import ConnectionSettings, make_client
+
+    index = os.environ.get("NEARDUP_SEARCH_INDEX") or SEARCH_INDEX
+    client = make_client(ConnectionSettings.create(url))
+    client.indices.delete(index=index, ignore_unavailable=True)
+    os.environ.update(NEARDUP_ES_URL=url, NEARDUP_SEARCH_INDEX=index)
+    return client, index
+
+
+def render_search(client: Any, index: str, query: str) -> str:
+    """The collapsed search the search page shows, as text."""
+    from search_page import search_body
+
+    from es_integration.collapse import search_with_collapse
+
+    found = search_with_collapse(client, index, search_body(query))
+    lines = [f'SEARCH "{query}" in {index}: {found.total} pages match, {len(found.hits)} shown, near-duplicates '
+             "collapsed:"]
+    for rank, hit in enumerate(found.hits, start=1):
+        source = hit.source or {}
+        omitted = f"  ({hit.omitted} similar omitted)" if hit.omitted else ""
+        lines.append(f"  {rank}. {source.get('title')}\n     {source.get('url')}{omitted}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true", help="only serve the demo site, until Ctrl-C")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free port)")
+    parser.add_argument("--search", action="store_true",
+                        help="also write the pages into a search index, then search it collapsed (see above)")
+    parser.add_argument("--query", default="harbor bridge", help="--search: what to search (default: %(default)s)")
+    parser.add_argument("--no-page", action="store_true", help="--search: print the search, serve no page")
+    parser.add_argument("--search-port", type=int, default=0, help="--search: the page's port (default: a free one)")
     args = parser.parse_args(argv)
+    client, index = None, ""
+    if args.search:
+        try:
+            client, index = prepare_search(search_node())
+        except Exception as exc:  # noqa: BLE001 - the demo says what went wrong in one line
+            print(f"The demo cannot search: {exc}", file=sys.stderr)
+            return 1
     server, mirror = start_sites(args.port)
     url = site_url(server)
     try:
@@ -253,6 +319,26 @@ def main(argv: list[str] | None = None) -> int:
         print("The demo crawl failed:", *(report.errors or ["see the log above"]), sep="\n  ", file=sys.stderr)
         return 1
     print(render(report, url))
+    if client is not None:
+        return show_search(client, index, args)
+    return 0
+
+
+def show_search(client: Any, index: str, args: argparse.Namespace) -> int:
+    """Print the collapsed search, then serve the search page (unless ``--no-page``) until Ctrl-C."""
+    from search_page import serve
+
+    print("\n" + render_search(client, index, args.query), flush=True)
+    if args.no_page:
+        return 0
+    # Scrapy's crawl left its own SIGINT/SIGTERM handlers (they stop a reactor that has stopped): Ctrl-C is ours again.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    page = serve(client, index, args.search_port)
+    query = "?" + urllib.parse.urlencode({"q": args.query})
+    print(f"\nSearch page: http://127.0.0.1:{page.server_port}/{query} (Ctrl-C to stop)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        threading.Event().wait()
     return 0
 
 

@@ -8,7 +8,8 @@ Core objects (no Scrapy or Elasticsearch import happens here)::
     a.resemblance(b)          # share of agreeing positions, an unbiased estimate of Jaccard
 
 The Scrapy item pipeline, ``scrapy_neardup.NearDuplicatePipeline``, the add-on that enables it,
-``scrapy_neardup.NearDuplicateAddon``, and the CSV feed exporter of mark mode, ``scrapy_neardup.CsvItemExporter``,
+``scrapy_neardup.NearDuplicateAddon``, the writer of a crawl's items to a search index,
+``scrapy_neardup.SearchIndexPipeline``, and the CSV feed exporter of mark mode, ``scrapy_neardup.CsvItemExporter``,
 are imported on first access (they import Scrapy). ``dir(scrapy_neardup)`` lists the public names only.
 """
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .crawl.addon import NearDuplicateAddon
     from .crawl.exporters import CsvItemExporter
     from .crawl.pipeline import NearDuplicatePipeline
+    from .crawl.search_index import SearchIndexPipeline
 
 __all__ = [
     "CsvItemExporter",
@@ -40,6 +42,7 @@ __all__ = [
     "NearDupError",
     "NearDuplicateAddon",
     "NearDuplicatePipeline",
+    "SearchIndexPipeline",
     "Sketch",
     "SketchIndex",
     "SketchParams",
@@ -70,6 +73,10 @@ def __getattr__(name: str) -> Any:
         from .crawl.addon import NearDuplicateAddon
 
         return NearDuplicateAddon
+    if name == "SearchIndexPipeline":
+        from .crawl.search_index import SearchIndexPipeline
+
+        return SearchIndexPipeline
     if name == "CsvItemExporter":
         # lazy: Scrapy (see above)
         from .crawl.exporters import CsvItemExporter

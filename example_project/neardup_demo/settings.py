@@ -87,6 +87,13 @@ NEARDUP_ES_USERNAME = os.environ.get("NEARDUP_ES_USERNAME")
 NEARDUP_ES_PASSWORD = os.environ.get("NEARDUP_ES_PASSWORD")
 NEARDUP_ES_CA_CERTS = os.environ.get("NEARDUP_ES_CA_CERTS")          # path of the cluster's CA certificate
 
+# A search index of the crawl: each item is written to NEARDUP_SEARCH_INDEX (on the NEARDUP_ES_* node) with the
+# sketch the pipeline made of it; with NEARDUP_SEARCH_DUPLICATES = "index" the near-duplicates are written too, as
+# duplicates of their kept page, so that a collapsed search shows the kept page with "N similar omitted".
+# `python run_demo.py --search` sets the index and the node, crawls, and serves a search page over the index.
+NEARDUP_SEARCH_INDEX = os.environ.get("NEARDUP_SEARCH_INDEX")
+NEARDUP_SEARCH_DUPLICATES = "index"
+
 # Soft 404s: each host is asked once for a URL that cannot exist, /neardup-soft404-probe-<random>, with the
 # crawl's user agent (and once per first path segment, /news/..., up to NEARDUP_SOFT404_PROBES_PER_HOST probes);
 # a page that near-duplicates what it answered with status 200 is dropped as Soft404Dropped, none of them kept.

@@ -15,6 +15,10 @@ or by any import path of it) keeps its own priority. The ``NEARDUP_*`` settings 
 which keeps working on its own (the pipeline alone: no probes, no skipped requests); switch the middlewares off
 with ``NEARDUP_SOFT404_ENABLED`` / ``NEARDUP_MIRRORS_ENABLED`` = False.
 
+With ``NEARDUP_SEARCH_INDEX`` set it also adds :class:`~scrapy_neardup.crawl.search_index.SearchIndexPipeline`
+(priority :data:`SEARCH_INDEX_PRIORITY`, 900: after the project's pipelines that change items), which writes each
+item to that search index with its sketch.
+
 It registers :class:`~scrapy_neardup.crawl.exporters.CsvItemExporter` for the ``csv`` feed format unless the
 project registers its own (``FEED_EXPORTERS["csv"]``): in mark mode the mark is then JSON text in its CSV cell.
 
@@ -39,6 +43,8 @@ from .templates import HOLD_ACTIVE_SIZE
 PIPELINE_PRIORITY = 300
 MIRRORS_PRIORITY = 60
 SOFT404_PRIORITY = 70
+#: Where the search-index writer runs: after the project's pipelines, so that it writes the items they made.
+SEARCH_INDEX_PRIORITY = 900
 
 
 
@@ -52,6 +58,11 @@ class NearDuplicateAddon:
             "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY
         )
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", Soft404Middleware, SOFT404_PRIORITY)
+        if settings.get("NEARDUP_SEARCH_INDEX"):
+            from .search_index import SearchIndexPipeline
+
+            settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", SearchIndexPipeline,
+                                                           SEARCH_INDEX_PRIORITY)
         # Per key, below the project's priority: a project's own csv exporter stands, its other formats too.
         exporters = settings["FEED_EXPORTERS"]
         if isinstance(exporters, BaseSettings) and exporters.get("csv") is None:
@@ -60,4 +71,4 @@ class NearDuplicateAddon:
             settings.set("SCRAPER_SLOT_MAX_ACTIVE_SIZE", HOLD_ACTIVE_SIZE, priority="addon")
 
 
-__all__ = ["HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "NearDuplicateAddon"]
+__all__ = ["HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "SEARCH_INDEX_PRIORITY", "NearDuplicateAddon"]

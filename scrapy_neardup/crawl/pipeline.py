@@ -360,9 +360,13 @@ class NearDuplicatePipeline:
                 failures += 1
                 if await self._retry_after_failure(key, failures):
                     continue
+                if self.hooks is not None:
+                    self.hooks.page_decided(item, key, sketch, None)
                 return self._unchecked(item, adapter)
             break
         self.outage.answered()
+        if self.hooks is not None:
+            self.hooks.page_decided(item, key, sketch, decision)
         if decision.outcome == "repeat" and not key.startswith(NO_URL_PREFIX):
             return self._repeat(item, adapter, key)  # counted once already, also by the mirror table
         if self.hooks is not None:

@@ -35,7 +35,8 @@ PARAM_SETTINGS: Mapping[str, str] = {name: f"NEARDUP_{name.upper()}" for name in
 
 #: Every ``NEARDUP_*`` setting any part of the project reads: the one list of known names, against which a crawl's
 #: settings are checked for typos (:func:`unknown_settings`). The meanings are documented where each is read:
-#: :mod:`scrapy_neardup.crawl.settings`, :mod:`scrapy_neardup.crawl.host_settings`, :mod:`es_integration.settings`.
+#: :mod:`scrapy_neardup.crawl.settings`, :mod:`scrapy_neardup.crawl.host_settings`, :mod:`es_integration.settings`,
+#: :mod:`scrapy_neardup.crawl.search_index`.
 KNOWN_SETTINGS: frozenset[str] = frozenset({
     # the pipeline (scrapy_neardup.crawl.settings) and the sketch parameters (PARAM_SETTINGS)
     "NEARDUP_ENABLED", "NEARDUP_TEXT_FIELD", "NEARDUP_URL_FIELD", "NEARDUP_ACTION", "NEARDUP_MARK_FIELD",
@@ -55,6 +56,9 @@ KNOWN_SETTINGS: frozenset[str] = frozenset({
     # the Elasticsearch backend (es_integration.settings)
     "NEARDUP_ES_URL", "NEARDUP_ES_INDEX", "NEARDUP_ES_API_KEY", "NEARDUP_ES_USERNAME", "NEARDUP_ES_PASSWORD",
     "NEARDUP_ES_CA_CERTS", "NEARDUP_ES_TIMEOUT", "NEARDUP_ES_BATCH_SIZE",
+    # the items written to a search index (scrapy_neardup.crawl.search_index, es_integration.search_index)
+    "NEARDUP_SEARCH_INDEX", "NEARDUP_SEARCH_DUPLICATES", "NEARDUP_SEARCH_FAILED_FILE", "NEARDUP_SEARCH_BATCH_SIZE",
+    "NEARDUP_SEARCH_RETRIES",
 })
 
 _PREFIX = len("NEARDUP_")

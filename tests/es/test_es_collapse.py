@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
-from es_integration.collapse import collapse_hits, hit_signature, search_collapsed
+from es_integration.collapse import collapse_hits, hit_signature, search_collapsed, search_with_collapse
 from es_integration.groups import assign_groups, find_groups
 from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
@@ -203,3 +203,29 @@ def test_a_chain_stays_visible_unless_transitive(
     assert (fields["B"]["status"], fields["B"]["duplicate_of"]) == ("duplicate", "A")
     assert (fields["C"]["status"], fields["C"]["group"], fields["C"].get("duplicate_of")) == ("kept", "C", None)
     es_client.indices.delete(index=index)
+
+
+def test_search_with_collapse_takes_a_body_of_ones_own(es_client: Elasticsearch, collapsed: dict[str, Any]) -> None:
+    """The body's query, paging and post_filter apply (to the counts too); the page shown for a group is its kept
+    page (the representative, whose _id is the group id) whenever that matches; a body's own collapse is refused."""
+    index, records = collapsed["index"], collapsed["records"]
+    body = {"query": {"match": {"text": "apple"}}, "size": 100}
+    found = search_with_collapse(es_client, index, body)
+    assert found.total == sum(" apple " in f" {r['text']} " for r in records.values()) + 1  # + "unsketched"
+    matching = {k for k, r in records.items() if " apple " in f" {r['text']} "} | {"unsketched"}
+    shown_kept = 0
+    for hit in found.hits:
+        assert hit.hit is not None and hit.source is not None and "sig" not in hit.source.get("neardup", {})
+        if hit.group in matching:  # the representative matches: it is the one shown
+            assert hit.id == hit.group
+            shown_kept += 1
+    assert shown_kept >= len(collapsed["planted"]) // 2  # the control: most representatives match
+    big = next(h for h in found.hits if h.omitted == 4)  # a topic of 6 copies, one of them saying "pear"
+    hidden = next(k for k in matching if collapsed["groups"].get(k, k) == big.group and k != big.id)
+    filtered = search_with_collapse(es_client, index, {**body, "post_filter": {"bool": {"must_not": [
+        {"ids": {"values": [hidden]}}]}}})
+    assert next(h for h in filtered.hits if h.group == big.group).omitted == 3
+    paged = search_with_collapse(es_client, index, {**body, "size": 3, "from": 3})
+    assert [h.group for h in paged.hits] == [h.group for h in found.hits[3:6]]
+    with pytest.raises(ValueError, match="collapses on its own"):
+        search_with_collapse(es_client, index, {**body, "collapse": {"field": "title.keyword"}})

@@ -232,9 +232,10 @@ def test_cli_json_and_assign(
     assert main(["es", "groups", *_es_args(es_url, index), "--json", "--assign"]) == 0
     out, err = capsys.readouterr()
     lines = [json.loads(line) for line in out.splitlines()]
-    assert lines and all(set(obj) == {"group", "representative", "members"} for obj in lines)
+    assert lines and all(set(obj) == {"group", "representative", "members", "pages"} for obj in lines)
     for obj in lines:
         assert obj["group"] == obj["representative"] == obj["members"][0]
+        assert [page["id"] for page in obj["pages"]] == obj["members"]  # each with its URL and title (or None)
         assert len(obj["members"]) >= 2 and len(set(obj["members"])) == len(obj["members"])
     assert [o["members"] for o in lines] == _expected_groups(grouped)
     assert "representative linkage" in err and "Traceback" not in err

@@ -73,7 +73,8 @@ def test_basic_auth_with_ca_and_password_from_env(
     monkeypatch.setenv("NEARDUP_ES_PASSWORD", secure_es_node.password)
     _run_all(secure_es_node, secure_index, docs_file, ["--username", secure_es_node.username])
     out = capsys.readouterr().out.splitlines()
-    assert json.loads(out[0]) == {"group": "a", "representative": "a", "members": ["a", "b"]}
+    assert json.loads(out[0]) == {"group": "a", "representative": "a", "members": ["a", "b"], "pages": [
+        {"id": "a", "url": None, "title": None}, {"id": "b", "url": None, "title": None}]}
     hits = json.loads(out[-1])["hits"]
     assert sorted((h["id"], h["omitted"]) for h in hits) == [("a", 1), ("c", 0)]
 

@@ -216,7 +216,8 @@ def test_unknown_settings_are_named_with_the_closest_known_one() -> None:
 
 #: Where the NEARDUP_* settings are documented, each module with a table of the ones it reads.
 SETTINGS_DOCS = ["scrapy_neardup/crawl/settings.py", "scrapy_neardup/crawl/host_settings.py",
-                 "scrapy_neardup/store/embedded.py", "es_integration/settings.py"]
+                 "scrapy_neardup/store/embedded.py", "es_integration/settings.py",
+                 "scrapy_neardup/crawl/search_index.py", "es_integration/search_index.py"]
 
 
 def test_the_known_settings_are_the_documented_ones() -> None:

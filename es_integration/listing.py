@@ -1,0 +1,136 @@
+"""How the ``neardup es`` listings name a page: its URL and title, never only its ``_id``.
+
+A document's ``_id`` is often a hash (the crawler backend's documents and the search-index writer's are
+:func:`~es_integration.backend.doc_id_of` of the URL), so the listings of ``neardup es groups`` and ``neardup es
+search`` print each page's URL (the ``--url-field``, else ``neardup.key``, the page key the crawler backend and
+the search-index writer store) and its title (``--title-field``); the ``_id`` only when a document has neither.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from .indexing import get_field
+from .mapping import F_DUPLICATE_OF, F_KEY, F_STATUS
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+
+    from .collapse import CollapsedHit
+    from .groups import Group
+
+__all__ = [
+    "PageLabel", "duplicate_targets", "group_lines", "hit_line", "label_fields", "label_of", "page_labels",
+    "write_groups",
+]
+
+#: Documents fetched per multi-get.
+_MGET_CHUNK = 1000
+#: Characters of a title (or of the text standing in for one) in a listing line.
+_TITLE_CHARS = 80
+
+
+@dataclass(frozen=True, slots=True)
+class PageLabel:
+    """What a listing shows of a page: ``url`` (None when the document has none) and ``title``."""
+
+    id: str
+    url: str | None = None
+    title: str | None = None
+
+    def text(self) -> str:
+        """``URL  title`` (the ``_id`` stands for a missing URL; the title is left out when there is none)."""
+        name = self.url or self.id
+        return f"{name}  {self.title}" if self.title else name
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "url": self.url, "title": self.title}
+
+
+def label_fields(url_field: str, title_field: str, *, text: bool = False) -> list[str]:
+    """The ``_source`` fields a label is made from (``text``: and a ``text`` field, whose start stands for a
+    missing title; whole pages, so only for the few hits of a search)."""
+    return [url_field, title_field, F_KEY, *(["text"] if text else [])]
+
+
+def label_of(doc_id: str, source: Mapping[str, Any], url_field: str, title_field: str) -> PageLabel:
+    """The label of one document from its ``_source``: the title falls back to the start of a ``text`` field."""
+    url = _text(get_field(dict(source), url_field)) or _text(get_field(dict(source), F_KEY))
+    title = _text(get_field(dict(source), title_field)) or _text(source.get("text"))
+    if title and len(title) > _TITLE_CHARS:
+        title = title[: _TITLE_CHARS - 3] + "..."
+    return PageLabel(doc_id, url, title)
+
+
+def page_labels(
+    client: Elasticsearch, index: str, ids: Iterable[str], *, url_field: str = "url", title_field: str = "title"
+) -> dict[str, PageLabel]:
+    """The labels of the documents ``ids`` of ``index`` (multi-gets of their few label fields); an id with no
+    document is labelled by itself."""
+    wanted = list(dict.fromkeys(ids))
+    labels: dict[str, PageLabel] = {}
+    for start in range(0, len(wanted), _MGET_CHUNK):
+        chunk = wanted[start : start + _MGET_CHUNK]
+        response = client.mget(index=index, ids=chunk, source=label_fields(url_field, title_field))
+        for doc in response["docs"]:
+            if doc.get("found"):
+                labels[doc["_id"]] = label_of(doc["_id"], doc.get("_source") or {}, url_field, title_field)
+    return {doc_id: labels.get(doc_id, PageLabel(doc_id)) for doc_id in wanted}
+
+
+def group_lines(group: Group, labels: Mapping[str, PageLabel]) -> list[str]:
+    """A group as text: a line naming its size and the page kept, then one line per near-duplicate."""
+    keep = labels.get(group.representative, PageLabel(group.representative))
+    lines = [f"group {group.id}: {len(group.members)} pages, keep {keep.text()}"]
+    lines += [f"  duplicate {labels.get(m, PageLabel(m)).text()}" for m in group.members[1:]]
+    return lines
+
+
+def write_groups(
+    out: IO[str], client: Elasticsearch, index: str, groups: Sequence[Group], *, url_field: str = "url",
+    title_field: str = "title", as_json: bool = False,
+) -> None:
+    """The groups as text (:func:`group_lines`), or one JSON object per group with its pages'
+    ``{"id", "url", "title"}`` in ``pages``; labelled a few hundred groups per multi-get round."""
+    for start in range(0, len(groups), 500):
+        chunk = groups[start : start + 500]
+        labels = page_labels(client, index, (m for g in chunk for m in g.members), url_field=url_field,
+                             title_field=title_field)
+        for group in chunk:
+            if as_json:
+                pages = [labels[m].to_json() for m in group.members]
+                out.write(json.dumps({**group.to_json(), "pages": pages}, ensure_ascii=False) + "\n")
+            else:
+                out.write("\n".join(group_lines(group, labels)) + "\n")
+    out.flush()
+
+
+def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str, PageLabel]) -> str:
+    """A search hit as text: rank, title and URL, score, and what it hides (collapsed) or duplicates (not
+    collapsed: ``neardup.duplicate_of``, labelled through ``labels`` when it names a document)."""
+    score = f"{hit.score:.3f}" if isinstance(hit.score, int | float) else "-"
+    name = f"{label.title} - {label.url or label.id}" if label.title else label.url or label.id
+    line = f"{rank:>3}. {name}  score {score}"
+    if hit.omitted:
+        line += f"  ({hit.omitted} similar page{'s' if hit.omitted != 1 else ''} omitted)"
+    source = hit.source or {}
+    original = get_field(source, F_DUPLICATE_OF)
+    if get_field(source, F_STATUS) == "duplicate" and isinstance(original, str):
+        other = labels.get(original)
+        line += f"  (near-duplicate of {other.url or original if other else original})"
+    return line
+
+
+def duplicate_targets(hits: Sequence[CollapsedHit]) -> list[str]:
+    """The ``neardup.duplicate_of`` values of ``hits`` (to label them in one multi-get)."""
+    found = (get_field(h.source or {}, F_DUPLICATE_OF) for h in hits)
+    return [value for value in found if isinstance(value, str)]
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str) and value.strip():
+        return " ".join(value.split())
+    return None

@@ -1,0 +1,377 @@
+"""A crawl's items written to a search index as the crawl runs: :class:`ElasticsearchSearchSink`.
+
+The :class:`~scrapy_neardup.store.search_sink.SearchSink` that ``NEARDUP_SEARCH_INDEX`` switches on (through
+:mod:`scrapy_neardup.crawl.search_index`). Each page becomes one document: the item's fields as they are, plus
+the ``neardup`` object (:mod:`es_integration.mapping`) made from the sketch the crawl's pipeline computed:
+
+* ``_id``: :func:`~es_integration.backend.doc_id_of` of the page's key (its URL), the id the crawler backend
+  gives the key too: the same in every crawl, so a later crawl of a page replaces its document in place;
+* ``neardup.status``: ``kept``, ``duplicate`` or ``unchecked``; ``neardup.group``: the document's own ``_id``,
+  or for a duplicate the ``_id`` of the kept page it near-duplicates (also in ``neardup.duplicate_of``, with the
+  shared positions in ``neardup.shared``), so a search collapsed on ``neardup.group``
+  (:func:`es_integration.collapse.search_with_collapse`) hides the duplicates from the first query on;
+* ``neardup.key``: the page key; the sketch fields (``positions``, ``sig``, ``bands``, ``fingerprint``, ``tag``)
+  when the page was sketched, so ``neardup es groups`` and ``--by-sketch`` work on the index as well.
+
+The index: created when missing with the ``neardup`` mapping only, so its shards, replicas and the mapping of
+the page's own fields come from the cluster's index templates (``mapping.put_template`` installs the component
+template ``neardup-sketch-fields`` for a template of your own); an existing index gets the ``neardup`` mapping
+added. An index holding sketches of other parameters is refused at start.
+
+Writes: ``index`` actions (``delete`` to remove a page) in bulk requests of ``NEARDUP_SEARCH_BATCH_SIZE``
+documents, one request at a time and in order; a batch is sent when full, or after :attr:`flush_interval`
+seconds. A writer waits while a full batch waits for the request before it (back-pressure: the crawl's
+``CONCURRENT_ITEMS`` bound how much is held). A request failing with a connection error, a timeout or HTTP
+429/502/503/504, and the documents a bulk answer refuses with 429/5xx, are retried ``NEARDUP_SEARCH_RETRIES``
+times (backoff :attr:`backoff` seconds, doubled each time: :mod:`es_integration.retry`); any other refusal (a
+mapping error) is final at once. What is final is reported page by page to the crawl
+(:meth:`~scrapy_neardup.store.search_sink.SinkEvents.failed`), which records it; stats:
+``neardup/search_indexed``, ``search_removed``, ``search_retries``, ``search_failed`` and
+``search_failed/<kind>`` (``connection_error``, ``timeout``, ``http_<status>``, or Elasticsearch's
+``error.type``). At the end the index is refreshed, so that the crawl's pages are searchable when it returns.
+
+=========================  ================================================================================
+NEARDUP_SEARCH_INDEX       the index to write to (lowercase; it must not be ``NEARDUP_ES_INDEX``).
+NEARDUP_SEARCH_BATCH_SIZE  documents per bulk request, 1 to 5000 (default 200).
+NEARDUP_SEARCH_RETRIES     retries of a failed bulk request or of refused documents, 0 to 20 (default 5).
+NEARDUP_ES_URL, ...        the connection (``NEARDUP_ES_URL``, ``_API_KEY``, ``_USERNAME``, ``_PASSWORD``,
+                           ``_CA_CERTS``, ``_TIMEOUT``: :mod:`es_integration.settings`), shared with the
+                           crawler backend when the crawl uses it.
+=========================  ================================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scrapy_neardup.errors import NearDupSettingsError
+from scrapy_neardup.store.config import read_int, read_str, settings_error
+from scrapy_neardup.store.search_sink import SearchPage, SearchSink, SinkEvents
+
+from .backend.pages import doc_id_of
+from .client import ConnectionSettings, EsError, connect_async, describe_error, transport_logs_at_debug
+from .indexing import SeqClock
+from .mapping import DUPLICATE, ROOT, TagMismatch, ensure_index_async, error_type, require_tag_async, sketch_fields
+from .retry import RETRY_STATUSES, ShardsUnavailable, is_retryable, retrying
+from .settings import ElasticsearchSettings
+
+if TYPE_CHECKING:
+    from elasticsearch import AsyncElasticsearch
+    from tenacity import RetryCallState
+
+    from scrapy_neardup.store.config import SettingsLike
+
+__all__ = ["ElasticsearchSearchSink"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds at least for one bulk request: a batch of whole pages is megabytes.
+BULK_TIMEOUT = 30.0
+
+
+@dataclass(eq=False, slots=True)
+class _Op:
+    """One bulk action: the page's index action (``page``), or the removal of a key's document."""
+
+    key: str
+    action: dict[str, Any]
+    source: dict[str, Any] | None = None
+    page: SearchPage | None = None
+    #: the last per-item refusal (``error.type``, reason) of a document being retried
+    refused: tuple[str, str] | None = None
+
+
+class ElasticsearchSearchSink(SearchSink):
+    """Writes a crawl's pages to an Elasticsearch or OpenSearch index (see the module doc).
+
+    Args:
+        connection: where and how to connect.
+        index: the index to write to.
+        tag: the sketch parameter tag of the crawl (an index with other tags is refused); ``None``: unchecked.
+        batch_size: documents per bulk request.
+        retries: retries of a failed request, or of documents refused with 429/5xx.
+    """
+
+    #: first backoff in seconds before a retry (doubled per retry)
+    backoff = 0.5
+    #: seconds a partial batch waits before it is sent
+    flush_interval = 1.0
+
+    def __init__(self, connection: ConnectionSettings, index: str, *, tag: str | None = None, batch_size: int = 200,
+                 retries: int = 5) -> None:
+        self.connection = connection
+        self.index = index
+        self.tag = tag
+        self.batch_size = batch_size
+        self.retries = retries
+        self._client: AsyncElasticsearch | None = None
+        self._events: SinkEvents | None = None
+        self._buffer: list[_Op] = []
+        self._lock: asyncio.Lock | None = None
+        self._sending: asyncio.Future[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._clock = SeqClock()
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike, tag: str | None) -> ElasticsearchSearchSink:
+        """The sink ``NEARDUP_SEARCH_*`` and the ``NEARDUP_ES_*`` connection settings describe.
+
+        Raises:
+            NearDupSettingsError: a setting is missing or wrong, or ``NEARDUP_SEARCH_INDEX`` is the crawler
+                backend's ``NEARDUP_ES_INDEX`` (the message names it).
+        """
+        es = ElasticsearchSettings.from_settings(settings, index_setting="NEARDUP_SEARCH_INDEX",
+                                                 needed_by="NEARDUP_SEARCH_INDEX")
+        if read_str(settings, "NEARDUP_ES_INDEX") == es.index:
+            raise NearDupSettingsError(
+                f"NEARDUP_SEARCH_INDEX={es.index!r} is NEARDUP_ES_INDEX, the crawler backend's index of sketches: "
+                "give the search index another name"
+            )
+        batch_size = read_int(settings, "NEARDUP_SEARCH_BATCH_SIZE", "an integer in [1, 5000]")
+        if batch_size is not None and not 1 <= batch_size <= 5000:
+            raise settings_error("NEARDUP_SEARCH_BATCH_SIZE", settings.get("NEARDUP_SEARCH_BATCH_SIZE"),
+                                 "an integer in [1, 5000]")
+        retries = read_int(settings, "NEARDUP_SEARCH_RETRIES", "an integer in [0, 20]")
+        if retries is not None and not 0 <= retries <= 20:
+            raise settings_error("NEARDUP_SEARCH_RETRIES", settings.get("NEARDUP_SEARCH_RETRIES"),
+                                 "an integer in [0, 20]")
+        connection = ConnectionSettings.create(
+            es.url, api_key=es.api_key, username=es.username, password=es.password, ca_certs=es.ca_certs,
+            request_timeout=es.request_timeout,
+        )
+        return cls(connection, es.index, tag=tag, batch_size=200 if batch_size is None else batch_size,
+                   retries=5 if retries is None else retries)
+
+    def __repr__(self) -> str:
+        return f"ElasticsearchSearchSink(url={self.connection.url!r}, index={self.index!r})"
+
+    @property
+    def _es(self) -> AsyncElasticsearch:
+        if self._client is None:
+            raise RuntimeError("ElasticsearchSearchSink used before open() or after close()")
+        return self._client
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    async def open(self, events: SinkEvents) -> None:
+        """Connect, create the index or add the ``neardup`` mapping, refuse sketches of other parameters.
+
+        Raises:
+            NearDupSettingsError: no asyncio event loop runs (the crawl uses another Twisted reactor).
+            EsError: unreachable, refused, or an index that cannot take the fields (the message says which).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise NearDupSettingsError(
+                "NEARDUP_SEARCH_INDEX needs Scrapy's asyncio reactor (TWISTED_REACTOR = "
+                "'twisted.internet.asyncioreactor.AsyncioSelectorReactor', the default)"
+            ) from None
+        self._events = events
+        self._lock = asyncio.Lock()
+        try:
+            with transport_logs_at_debug():
+                connect = functools.partial(connect_async, self.connection, max_retries=0, retry_on_timeout=False)
+                self._client = await self._retried("connecting", connect)
+                await self._retried("preparing the index", self._prepare_index)
+        except TagMismatch:
+            await self._release()
+            raise
+        except EsError as exc:
+            await self._release()
+            raise EsError(f"search index {self.index}: {exc} (check NEARDUP_ES_URL and that the node is up)") from None
+        except BaseException:
+            await self._release()
+            raise
+        self._ticker = asyncio.ensure_future(self._tick())
+        logger.debug("%r open", self)
+
+    async def _prepare_index(self) -> None:
+        es = self._es
+        await ensure_index_async(es, self.index, request_timeout=self.connection.request_timeout,
+                                 cluster_settings=True)
+        if self.tag is not None:
+            await require_tag_async(es, self.index, self.tag)
+
+    async def close(self) -> None:
+        """Send what waits, wait for it, refresh the index (see the module doc), release the connections."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        try:
+            if self._client is not None and self._lock is not None:
+                while self._buffer:
+                    await self._flush()
+                async with self._lock:
+                    if self._sending is not None:
+                        await self._sending
+                        self._sending = None
+                try:
+                    with transport_logs_at_debug():
+                        await self._retried("refreshing the index", self._es.indices.refresh, index=self.index)
+                except EsError as exc:
+                    logger.warning("search index %s was not refreshed: %s", self.index, exc)
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    # -- writes ------------------------------------------------------------------------------------------------
+
+    async def write(self, page: SearchPage) -> None:
+        """Queue ``page``'s document (see the module doc); waits while a full batch waits for its turn.
+
+        An item holding a field named ``neardup`` (the object of the near-duplicate fields) is not written: it
+        is reported failed (``reserved_field``), never overwritten."""
+        if page.fields.get(ROOT) is not None:
+            self._fail(_Op(page.key, {}, page=page), "reserved_field",
+                       f"the item has a field {ROOT!r}, where the search index keeps its near-duplicate fields")
+            return
+        doc_id = doc_id_of(page.key)
+        fields = {name: value for name, value in page.fields.items() if name != ROOT}
+        await self._add(_Op(page.key, {"index": {"_index": self.index, "_id": doc_id}},
+                            {**fields, ROOT: self._near_duplicate_fields(page, doc_id)}, page))
+
+    async def remove(self, key: str) -> None:
+        """Queue the removal of ``key``'s document (none there is fine)."""
+        await self._add(_Op(key, {"delete": {"_index": self.index, "_id": doc_id_of(key)}}))
+
+    def _near_duplicate_fields(self, page: SearchPage, doc_id: str) -> dict[str, Any]:
+        """The ``neardup`` object of a page's document: its sketch (when it has one), key, status and group."""
+        duplicate_of = doc_id_of(page.duplicate_of) if page.status == DUPLICATE and page.duplicate_of else None
+        fields: dict[str, Any] = {"key": page.key, "group": duplicate_of or doc_id, "status": page.status}
+        if duplicate_of is not None:
+            fields.update(duplicate_of=duplicate_of, shared=page.shared)
+        if page.sketch is None:
+            return {**fields, "empty": True, "seq": self._clock()}
+        return sketch_fields(page.sketch, seq=self._clock(), **fields)
+
+    async def _add(self, op: _Op) -> None:
+        self._buffer.append(op)
+        if len(self._buffer) >= self.batch_size:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Start sending the next batch once the request before it is done: one request at a time, in order."""
+        assert self._lock is not None, "write before open"
+        async with self._lock:
+            if self._sending is not None:
+                await self._sending
+                self._sending = None
+            batch, self._buffer = self._buffer[: self.batch_size], self._buffer[self.batch_size :]
+            if batch:
+                self._sending = asyncio.ensure_future(self._send(batch))
+
+    async def _tick(self) -> None:
+        """Send a partial batch every :attr:`flush_interval` seconds while nothing else is sent."""
+        while True:
+            await asyncio.sleep(self.flush_interval)
+            idle = self._sending is None or self._sending.done()
+            if self._buffer and idle and self._lock is not None and not self._lock.locked():
+                await self._flush()
+
+    async def _send(self, batch: list[_Op]) -> None:
+        """One batch, retried (whole, or its refused documents) under the policy of :mod:`es_integration.retry`;
+        whatever is still unwritten in the end is reported failed. Never raises."""
+        todo = batch
+        try:
+            with transport_logs_at_debug():
+                async for attempt in retrying(self.retries, self.backoff, on_retry=self._on_retry):
+                    with attempt:
+                        todo = await self._bulk(todo)
+                        if todo:
+                            raise ShardsUnavailable(f"{len(todo)} document(s) refused for now")
+        except Exception as exc:  # noqa: BLE001 - every failure ends as a reported page, never as a lost one
+            kind, reason = _describe(exc, self.connection.url)
+            for op in todo:
+                if isinstance(exc, ShardsUnavailable) and op.refused is not None:
+                    self._fail(op, *op.refused)
+                else:
+                    self._fail(op, kind, reason)
+
+    async def _bulk(self, todo: list[_Op]) -> list[_Op]:
+        """Send ``todo`` in one bulk request; count what landed, report what was refused for good, and return
+        what was refused for now (HTTP 429/5xx per item)."""
+        operations: list[dict[str, Any]] = []
+        for op in todo:
+            operations.append(op.action)
+            if op.source is not None:
+                operations.append(op.source)
+        es = self._es.options(request_timeout=max(self.connection.request_timeout, BULK_TIMEOUT))
+        response = await es.bulk(operations=operations)
+        again: list[_Op] = []
+        for op, item in zip(todo, response["items"], strict=True):
+            ((verb, result),) = item.items()
+            status = int(result.get("status", 500))
+            if 200 <= status < 300 or (verb == "delete" and status == 404):
+                self._count("search_removed" if verb == "delete" else "search_indexed")
+                continue
+            error = result.get("error")
+            kind = str(error.get("type", f"http_{status}")) if isinstance(error, dict) else f"http_{status}"
+            reason = str(error.get("reason", "")) if isinstance(error, dict) else str(error or "")
+            if status in RETRY_STATUSES:
+                op.refused = (kind, reason)
+                again.append(op)
+            else:
+                self._fail(op, kind, reason)
+        return again
+
+    # -- counts and failures -----------------------------------------------------------------------------------
+
+    def _on_retry(self, state: RetryCallState) -> None:
+        self._count("search_retries")
+        error = state.outcome.exception() if state.outcome is not None else None
+        logger.debug("writing to search index %s failed (%s); retrying", self.index,
+                     _describe(error, self.connection.url)[1] if error is not None else "?")
+
+    def _count(self, name: str, value: int = 1) -> None:
+        if self._events is not None:
+            self._events.count(name, value)
+
+    def _fail(self, op: _Op, kind: str, reason: str) -> None:
+        self._count("search_failed")
+        self._count(f"search_failed/{kind}")
+        if self._events is not None:
+            self._events.failed(op.key, op.page, kind, reason)
+
+    async def _retried(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """``await func(...)`` under the retry policy; a final failure is one :class:`EsError` line."""
+        from elastic_transport import TransportError
+        from elasticsearch import ApiError
+
+        try:
+            async for attempt in retrying(self.retries, self.backoff, on_retry=self._on_retry):
+                with attempt:
+                    return await func(*args, **kwargs)
+        except (ApiError, TransportError) as exc:
+            raise EsError(f"{what}: {describe_error(exc, self.connection.url)}") from None
+        raise AssertionError("unreachable")
+
+
+def _describe(exc: BaseException, url: str) -> tuple[str, str]:
+    """``(kind, reason)`` of a failed bulk request: ``timeout``, ``connection_error``, ``http_<status>`` (or the
+    error's ``error.type``), else the exception's class name."""
+    from elastic_transport import ConnectionError as TransportConnectionError
+    from elastic_transport import ConnectionTimeout
+    from elasticsearch import ApiError
+
+    if isinstance(exc, ConnectionTimeout):
+        kind = "timeout"
+    elif isinstance(exc, TransportConnectionError):
+        kind = "connection_error"
+    elif isinstance(exc, ApiError):
+        kind = error_type(exc) or f"http_{exc.meta.status}"
+    else:
+        kind = type(exc).__name__
+    retryable = " (after retries)" if is_retryable(exc) else ""
+    return kind, describe_error(exc, url) + retryable

@@ -1,0 +1,104 @@
+#!/usr/bin/env python
+"""A small search page over a crawled index, near-duplicates collapsed: each result says how many similar pages
+it hides, and a link lists them.
+
+    python example_project/search_page.py --es-url http://127.0.0.1:9200 --index neardup-demo-pages
+
+The index is one a crawl wrote with ``NEARDUP_SEARCH_INDEX`` (``run_demo.py --search`` does it all). Standard
+library only (http.server), plus :func:`es_integration.collapse.search_with_collapse` for the search itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import html
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from es_integration.client import ConnectionSettings, make_client
+from es_integration.collapse import search_with_collapse
+
+STYLE = ("body{font-family:sans-serif;max-width:46em;margin:2em auto}li{margin:1em 0}.url{color:#060;font-size:90%}"
+         "mark{background:#ff6}.similar{font-size:90%}")
+
+
+def search_body(q: str, group: str | None = None) -> dict[str, Any]:
+    """The request: all words, in the title or the text, with a highlighted snippet; one group's pages only
+    when ``group`` is given (its kept page first)."""
+    query: dict[str, Any] = {"simple_query_string": {"query": q, "fields": ["title^2", "text"],
+                                                     "default_operator": "and"}}
+    body: dict[str, Any] = {"size": 10, "_source": ["url", "title"], "highlight": {
+        "encoder": "html", "pre_tags": ["<mark>"], "post_tags": ["</mark>"],
+        "fields": {"text": {"fragment_size": 180, "number_of_fragments": 1}}}}
+    if group is None:
+        return {**body, "query": query}
+    return {**body, "size": 100, "sort": [{"neardup.status": "desc"}, "_score"],
+            "query": {"bool": {"must": [query], "filter": [{"term": {"neardup.group": group}}]}}}
+
+
+def render(client: Any, index: str, q: str, group: str | None) -> str:
+    """The page: the form, then the results (collapsed), or the pages of one group."""
+    body = ""
+    if q:
+        found = search_with_collapse(client, index, search_body(q, group), collapse=group is None)
+        items = []
+        for hit in found.hits:
+            source, url = hit.source or {}, html.escape(str((hit.source or {}).get("url", hit.id)))
+            snippet = " ".join((hit.hit or {}).get("highlight", {}).get("text", []))
+            similar = ""
+            if hit.omitted:
+                link = "/?" + urlencode({"q": q, "group": hit.group or ""})
+                similar = (f'<a class="similar" href="{html.escape(link)}">{hit.omitted} similar '
+                           f'page{"s" if hit.omitted != 1 else ""} omitted</a>')
+            items.append(f'<li class="hit"><a class="title" href="{url}">{html.escape(str(source.get("title", url)))}'
+                         f'</a><div class="url">{url}</div><div class="snippet">{snippet}</div>{similar}</li>')
+        back = f'<p><a class="back" href="/?{html.escape(urlencode({"q": q}))}">back to all results</a></p>'
+        heading = f"{len(found.hits)} similar pages" if group else f"{found.total} pages match"
+        body = (f'<p class="summary">{heading}</p>{back if group else ""}<ol class="results">{"".join(items)}</ol>'
+                if items else '<p class="summary">no results</p>')
+    return (f'<!doctype html><html><head><meta charset="utf-8"><title>Search</title><style>{STYLE}</style></head>'
+            f'<body><form action="/"><input name="q" value="{html.escape(q)}" size="40" autofocus> '
+            f'<button type="submit">Search</button></form>{body}</body></html>')
+
+
+def serve(client: Any, index: str, port: int = 0) -> ThreadingHTTPServer:
+    """Serve the page on 127.0.0.1 (``port=0``: a free port) from a background thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            params = parse_qs(urlsplit(self.path).query)
+            q, group = params.get("q", [""])[0].strip(), params.get("group", [None])[0]
+            data = render(client, index, q, group).encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="search-page", daemon=True).start()
+    return server
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--es-url", required=True, help="the node, e.g. http://127.0.0.1:9200")
+    parser.add_argument("--index", default="neardup-demo-pages", help="the crawled index (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8001, help="port on 127.0.0.1 (default: %(default)s)")
+    args = parser.parse_args()
+    server = serve(make_client(ConnectionSettings.create(args.es_url)), args.index, args.port)
+    print(f"Search page: http://127.0.0.1:{server.server_port}/ (Ctrl-C to stop)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""The crawl's items written to a search index as they leave the pipelines: :class:`SearchIndexPipeline`.
+
+Enabled by one setting (with the add-on; by hand: ``ITEM_PIPELINES = {"scrapy_neardup.SearchIndexPipeline":
+900}``)::
+
+    ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
+    NEARDUP_SEARCH_INDEX = "pages"          # the index your search serves
+    NEARDUP_ES_URL = "http://127.0.0.1:9200"
+
+Each item that leaves the item pipelines is written to the index with the sketch the near-duplicate pipeline made
+of it (the pipeline hands it over through :mod:`scrapy_neardup.crawl.hooks`: pages are sketched once), as
+``kept`` or, with ``NEARDUP_SEARCH_DUPLICATES = "index"``, each near-duplicate the pipeline dropped (or marked)
+as ``duplicate`` of the kept page, so that a search collapsed on the near-duplicate groups shows the kept page
+with "N similar omitted" from the first query on. ``"skip"`` (the default) leaves duplicates out of the index,
+and removes the document a page had from an earlier crawl when it has become a duplicate since. An item the
+pipeline could not check is written ``unchecked`` (its own group); an item it did not sketch (no text) is
+written without a sketch. A later crawl of a page replaces its document (one id per URL).
+
+The writer itself is a :class:`~scrapy_neardup.store.search_sink.SearchSink`, loaded by dotted path
+(:data:`SINK`: Elasticsearch or OpenSearch, ``es_integration.search_index``, which documents its batching,
+retries and index settings). Nothing is lost silently: an item that could not be written after the retries is
+appended to ``NEARDUP_SEARCH_FAILED_FILE`` (JSON lines: ``{"key", "error", "reason", "status", "item"}``; default
+``<JOBDIR>/neardup-search-failed.jl``, else ``neardup-search-failed.jl`` in the working directory), counted in
+``neardup/search_failed`` (and ``neardup/search_failed/<kind>``), and the crawl ends with exit status 1 (close
+reason :data:`SEARCH_FAILED` when the failure is known before the crawl goes idle). Writes still waiting when
+the process is killed (``kill -9``) are lost with it: at most :attr:`ElasticsearchSearchSink.flush_interval`
+(one second) of items; a graceful stop writes everything.
+
+============================  =================================================================================
+NEARDUP_SEARCH_INDEX          the index (setting it switches the writer on; not ``NEARDUP_ES_INDEX``).
+NEARDUP_SEARCH_DUPLICATES     ``"skip"`` (default) or ``"index"``: near-duplicates written as ``duplicate``.
+NEARDUP_SEARCH_FAILED_FILE    where items that could not be written are recorded (see above).
+NEARDUP_SEARCH_BATCH_SIZE     documents per bulk request (default 200).
+NEARDUP_SEARCH_RETRIES        retries of a failed request or refused documents (default 5).
+============================  =================================================================================
+
+``NEARDUP_ACTION = "mark"`` with ``NEARDUP_MARK_FIELD = "neardup"`` (the default name) is refused at start: the
+search index keeps its near-duplicate fields in the object of that name. Set ``NEARDUP_MARK_FIELD`` to another
+field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal, cast
+
+from itemadapter import ItemAdapter
+from scrapy import signals
+from scrapy.exceptions import CloseSpider, NotConfigured
+from scrapy.utils.misc import load_object
+from scrapy.utils.serialize import ScrapyJSONEncoder
+
+from ..store.config import NearDupSettingsError, SettingsLike, read_choice, read_str
+from ..store.search_sink import SearchPage, SearchSink, SearchStatus
+from .drops import NearDuplicateDropped, RepeatDropped
+from .exit_status import fail_exit_status
+from .hooks import crawl_hooks
+from .settings import NearDupSettings
+from .startup import component_startup, report_startup_failure
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+    from ..core.match import Decision
+    from ..core.sketch import Sketch
+
+logger = logging.getLogger(__name__)
+
+#: The sink this distribution ships (loaded by path: the Scrapy layer never imports es_integration).
+SINK = "es_integration.search_index.ElasticsearchSearchSink"
+#: The object a search document keeps its near-duplicate fields in (an item's mark field must not be it).
+RESERVED_FIELD = "neardup"
+#: Spider close reason when items could not be written to the search index.
+SEARCH_FAILED = "neardup_search_failed"
+FAILED_FILE = "neardup-search-failed.jl"
+Duplicates = Literal["skip", "index"]
+#: Key prefix of an item without a URL that the pipeline did not sketch (the rest: a hash of its fields).
+NO_URL_PREFIX = "no-url:"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchIndexSettings:
+    """The ``NEARDUP_SEARCH_*`` settings the component reads (the sink reads its own)."""
+
+    index: str
+    duplicates: Duplicates = "skip"
+    failed_file: Path = Path(FAILED_FILE)
+
+    @classmethod
+    def from_settings(cls, settings: SettingsLike, pipeline: NearDupSettings) -> SearchIndexSettings:
+        """Raises:
+            NotConfigured: ``NEARDUP_SEARCH_INDEX`` is not set.
+            NearDupSettingsError: a setting is wrong, or the mark field is the reserved ``neardup`` object.
+        """
+        index = read_str(settings, "NEARDUP_SEARCH_INDEX")
+        if index is None:
+            raise NotConfigured("NEARDUP_SEARCH_INDEX is not set")
+        if pipeline.enabled and pipeline.action == "mark" and pipeline.mark_field == RESERVED_FIELD:
+            raise NearDupSettingsError(
+                f"NEARDUP_MARK_FIELD={RESERVED_FIELD!r} is the object where NEARDUP_SEARCH_INDEX documents keep "
+                "their near-duplicate fields: set NEARDUP_MARK_FIELD to another item field (e.g. 'neardup_mark')"
+            )
+        duplicates = cast(Duplicates, read_choice(settings, "NEARDUP_SEARCH_DUPLICATES", "skip", ("skip", "index")))
+        failed = read_str(settings, "NEARDUP_SEARCH_FAILED_FILE")
+        if failed is None:
+            jobdir = read_str(settings, "JOBDIR")
+            failed = str(Path(jobdir) / FAILED_FILE) if jobdir else FAILED_FILE
+        return cls(index, duplicates, Path(failed))
+
+
+class SearchIndexPipeline:
+    """Writes each item to the search index (see the module doc).
+
+    Args:
+        config: the component's settings.
+        sink: the writer (opened in :meth:`open_spider`).
+        pipeline: the near-duplicate pipeline's settings (the URL field names a page).
+        crawler: for stats, signals and the exit status; optional for use outside a crawl.
+    """
+
+    def __init__(self, config: SearchIndexSettings, sink: SearchSink, pipeline: NearDupSettings,
+                 crawler: Crawler | None = None) -> None:
+        self.config = config
+        self.sink = sink
+        self.url_field = pipeline.url_field
+        self.crawler = crawler
+        self.stats: StatsCollector | None = crawler.stats if crawler is not None else None
+        self.counts: dict[str, int] = {}
+        self.failures = 0
+        #: id(item) -> (item, key, sketch, decision), from the pipeline's hook until the item comes by
+        self._decided: dict[int, tuple[Any, str, Sketch, Decision | None]] = {}
+        self._encoder = ScrapyJSONEncoder(ensure_ascii=False)
+        self._failed_file: IO[str] | None = None
+        self._opened = False
+        self._log_level: str | int = "DEBUG"
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> SearchIndexPipeline:
+        """``NotConfigured`` without ``NEARDUP_SEARCH_INDEX``; a wrong setting stops the crawl at start (one line)."""
+        with component_startup(crawler):
+            pipeline = NearDupSettings.from_settings(crawler.settings)
+            config = SearchIndexSettings.from_settings(crawler.settings, pipeline)
+            sink = _sink_class().from_settings(crawler.settings, pipeline.params.tag if pipeline.enabled else None)
+        component = cls(config, sink, pipeline, crawler)
+        component._log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
+        crawl_hooks(crawler).decided.append(component)
+        crawler.signals.connect(component.item_dropped, signal=signals.item_dropped)
+        crawler.signals.connect(component.item_error, signal=signals.item_error)
+        crawler.signals.connect(component.spider_idle, signal=signals.spider_idle)
+        return component
+
+    async def open_spider(self, spider: Any = None) -> None:
+        """Open the sink; a failure (unreachable, an index that cannot take the fields) stops the crawl at start."""
+        try:
+            await self.sink.open(self)
+        except Exception as exc:
+            report_startup_failure(exc, log_level=self._log_level)
+            raise
+        self._opened = True
+
+    async def close_spider(self, spider: Any = None) -> None:
+        """Write what waits; say what was written; a crawl with items not written ends with exit status 1."""
+        if not self._opened:
+            return
+        self._opened = False
+        try:
+            await self.sink.close()
+        finally:
+            if self._failed_file is not None:
+                self._failed_file.close()
+            c = self.counts.get
+            logger.log(logging.WARNING if self.failures else logging.INFO,
+                       "Search index %s: %d documents written, %d removed, %d items not written%s", self.config.index,
+                       c("search_indexed", 0), c("search_removed", 0), self.failures,
+                       f" (recorded in {self.config.failed_file})" if self.failures else "")
+            if self.failures and self.crawler is not None:
+                fail_exit_status(self.crawler, f"{self.failures} items could not be written to search index "
+                                               f"{self.config.index} (recorded in {self.config.failed_file})")
+
+    def spider_idle(self, spider: Any = None) -> None:
+        """A crawl some of whose items could not be written closes with reason :data:`SEARCH_FAILED`."""
+        if self.failures:
+            raise CloseSpider(SEARCH_FAILED)
+
+    # -- items -------------------------------------------------------------------------------------------------
+
+    def page_decided(self, item: Any, key: str, sketch: Sketch, decision: Decision | None) -> None:
+        """The near-duplicate pipeline's hook: remember the item's sketch and decision until it comes by."""
+        self._decided[id(item)] = (item, key, sketch, decision)
+
+    async def process_item(self, item: Any, spider: Any = None) -> Any:
+        """Write the item (or, a duplicate with ``"skip"``, remove its key's document); return it unchanged."""
+        entry = self._decided.pop(id(item), None)
+        if entry is not None and entry[0] is not item:  # an id reused by another object: not this item's
+            entry = None
+        await self._write(item, entry)
+        return item
+
+    async def item_dropped(self, item: Any, response: Any = None, exception: BaseException | None = None,
+                           spider: Any = None) -> None:
+        """A near-duplicate (or a repeat) dropped by the near-duplicate pipeline is written too, as ``process_item``
+        would have; an item another pipeline dropped is not."""
+        entry = self._decided.pop(id(item), None)
+        if entry is not None and entry[0] is item and isinstance(exception, NearDuplicateDropped | RepeatDropped):
+            await self._write(item, entry)
+
+    def item_error(self, item: Any, response: Any = None, spider: Any = None, failure: Any = None) -> None:
+        self._decided.pop(id(item), None)
+
+    async def _write(self, item: Any, entry: tuple[Any, str, Sketch, Decision | None] | None) -> None:
+        fields = self._fields(item)
+        key = entry[1] if entry is not None else self._key(item, fields)
+        if fields is None:
+            self.count("search_failed")
+            self.count("search_failed/not_json")
+            self.failed(key, None, "not_json", f"the item's fields cannot be written as JSON: {item!r}"[:2000])
+            return
+        if entry is None:
+            await self.sink.write(SearchPage(key, fields))
+            return
+        _, key, sketch, decision = entry
+        status: SearchStatus = "kept"
+        duplicate_of, shared = None, None
+        if decision is None:
+            status = "unchecked"
+        elif decision.outcome == "duplicate" and decision.match is not None:
+            if self.config.duplicates == "skip":
+                await self.sink.remove(key)  # a page kept by an earlier crawl may have become a duplicate
+                return
+            status, duplicate_of, shared = "duplicate", decision.match.key, decision.match.shared
+        await self.sink.write(SearchPage(key, fields, sketch, status, duplicate_of, shared))
+
+    def _fields(self, item: Any) -> dict[str, Any] | None:
+        """The item's fields as JSON values (``None``: they cannot be, e.g. bytes; the item is then recorded)."""
+        try:
+            fields = json.loads(self._encoder.encode(ItemAdapter(item).asdict()))
+        except (TypeError, ValueError):
+            return None
+        return fields if isinstance(fields, dict) else None
+
+    def _key(self, item: Any, fields: dict[str, Any] | None) -> str:
+        """The key of an item the pipeline did not sketch: its URL, else a hash of its fields."""
+        url = ItemAdapter(item).get(self.url_field)
+        if url not in (None, ""):
+            return str(url)
+        text = json.dumps(fields, sort_keys=True, ensure_ascii=False) if fields is not None else repr(item)
+        return NO_URL_PREFIX + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+    # -- the sink's events ---------------------------------------------------------------------------------------
+
+    def count(self, name: str, value: int = 1) -> None:
+        """Add ``value`` to ``neardup/<name>``."""
+        self.counts[name] = self.counts.get(name, 0) + value
+        if self.stats is not None:
+            self.stats.inc_value(f"neardup/{name}", value)
+
+    def failed(self, key: str, page: SearchPage | None, kind: str, reason: str) -> None:
+        """Record a page that could not be written: one JSON line in the failed-items file, logged (the first
+        at ERROR, later ones at DEBUG)."""
+        self.failures += 1
+        record: dict[str, Any] = {"key": key, "error": kind, "reason": reason}
+        if page is not None:
+            record.update(status=page.status, duplicate_of=page.duplicate_of, item=dict(page.fields))
+        else:
+            record["remove"] = kind != "not_json"
+        level = logging.ERROR if self.failures == 1 else logging.DEBUG
+        logger.log(level, "could not write %s to search index %s (%s: %s); recorded in %s%s", key, self.config.index,
+                   kind, reason, self.config.failed_file,
+                   "; the crawl ends with a non-zero exit status (later failures are logged at DEBUG and counted "
+                   "in neardup/search_failed)" if self.failures == 1 else "")
+        try:
+            if self._failed_file is None:
+                self.config.failed_file.parent.mkdir(parents=True, exist_ok=True)
+                self._failed_file = self.config.failed_file.open("a", encoding="utf-8")
+            self._failed_file.write(self._encoder.encode(record) + "\n")
+            self._failed_file.flush()
+        except OSError as exc:
+            logger.error("cannot record %s in %s: %s; its item: %s", key, self.config.failed_file, exc,
+                         self._encoder.encode(record))
+            with contextlib.suppress(OSError):
+                if self._failed_file is not None:
+                    self._failed_file.close()
+            self._failed_file = None
+
+
+def _sink_class() -> type[SearchSink]:
+    try:
+        sink = load_object(SINK)
+    except ImportError as exc:
+        raise NearDupSettingsError(
+            f"NEARDUP_SEARCH_INDEX needs the Elasticsearch client ({exc}): pip install scrapy-neardup (with "
+            "elasticsearch), or scrapy-neardup[opensearch] for OpenSearch"
+        ) from None
+    return cast("type[SearchSink]", sink)
+
+
+__all__ = ["SEARCH_FAILED", "SearchIndexPipeline", "SearchIndexSettings"]
