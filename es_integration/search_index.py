@@ -49,6 +49,10 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout, TransportError
+from elasticsearch import ApiError
+
 from scrapy_neardup.errors import NearDupSettingsError
 from scrapy_neardup.store.config import read_int, read_str, settings_error
 from scrapy_neardup.store.search_sink import SearchPage, SearchSink, SinkEvents
@@ -346,9 +350,6 @@ class ElasticsearchSearchSink(SearchSink):
 
     async def _retried(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
         """``await func(...)`` under the retry policy; a final failure is one :class:`EsError` line."""
-        from elastic_transport import TransportError
-        from elasticsearch import ApiError
-
         try:
             async for attempt in retrying(self.retries, self.backoff, on_retry=self._on_retry):
                 with attempt:
@@ -361,10 +362,6 @@ class ElasticsearchSearchSink(SearchSink):
 def _describe(exc: BaseException, url: str) -> tuple[str, str]:
     """``(kind, reason)`` of a failed bulk request: ``timeout``, ``connection_error``, ``http_<status>`` (or the
     error's ``error.type``), else the exception's class name."""
-    from elastic_transport import ConnectionError as TransportConnectionError
-    from elastic_transport import ConnectionTimeout
-    from elasticsearch import ApiError
-
     if isinstance(exc, ConnectionTimeout):
         kind = "timeout"
     elif isinstance(exc, TransportConnectionError):
