@@ -36,7 +36,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from elasticsearch import ApiError, AuthorizationException, BadRequestError, ConflictError
+from elasticsearch import ApiError, AuthorizationException, BadRequestError, ConflictError, NotFoundError
 
 from ..mapping import ALREADY_EXISTS, F_SEQ, REPLICA_SETTINGS, error_type
 from ..retry import ShardsUnavailable
@@ -52,6 +52,8 @@ logger = logging.getLogger("es_integration.backend")
 SPAN = 1024
 #: The order of a batch whose marker is not written yet: after every batch that holds one.
 LATER = 1 << 62
+#: Seconds for an index another process has just created to appear on the node a request reaches.
+_APPEARS_WITHIN = 10.0
 
 
 def sequencer_index(index: str) -> str:
@@ -86,9 +88,24 @@ class Sequencer:
             except BadRequestError as exc:
                 if error_type(exc) != ALREADY_EXISTS:
                     raise
-        mapping = await self._es.indices.get_mapping(index=self.index)
-        meta = next(iter(mapping.body.values()))["mappings"].get("_meta", {})
+        meta = await self._meta()
         self.base = int(meta.get("base", 0))
+
+    async def _meta(self) -> dict[str, Any]:
+        """The sequencer's ``_meta``. Another process may have created the index a moment ago: the node this
+        request reaches may not have applied that cluster state yet (HTTP 404 for a few ms), so wait a little."""
+        delay = _POLL_FIRST
+        deadline = time.monotonic() + _APPEARS_WITHIN
+        while True:
+            try:
+                mapping = await self._es.indices.get_mapping(index=self.index)
+                meta: dict[str, Any] = next(iter(mapping.body.values()))["mappings"].get("_meta", {})
+                return meta
+            except NotFoundError:
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
 
     async def _largest_seq(self) -> int:
         try:

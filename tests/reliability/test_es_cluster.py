@@ -100,7 +100,8 @@ def run_crawlers(site: SiteServer, hosts: str, index: str, workdir: Path,
         # A crawl that passed pages through unchecked fails (NEARDUP_MAX_UNCHECKED = 0, the default); the pages
         # themselves are accounted for below (goal: none).
         failed = result.stat("neardup/unchecked") > 0
-        assert result.returncode == int(failed), (c, result.log[-3000:])
+        if result.returncode != int(failed):
+            pytest.fail(f"crawler {c} exited with {result.returncode}:\n{result.log[-3000:]}")
         assert result.data["finish_reason"] == ("neardup_unchecked" if failed else "finished"), c
         assert result.data["item_errors"] == [], c
     return results
@@ -249,8 +250,8 @@ def test_crawlers_and_groups_on_a_cluster(es_cluster: Any, cluster_client: Any, 
 
 
 def crawl_with_a_kill(es_cluster: Any, cluster_client: Any, cluster_index: str, crawl_dir: Path,
-                      choose: Callable[[str, str], str], crawlers: int) -> tuple[dict[str, Any], dict[str, Any],
-                                                                                  float, int]:
+                      choose: Callable[[str, str], str], crawlers: int,
+                      changes: int = 3) -> tuple[dict[str, Any], dict[str, Any], float, int]:
     """The crawls, with the node ``choose(master, sequencer primary's node)`` names SIGKILLed after a third of
     the group pages; ``(fault, outcome, seconds, kill_at)``. ``fault``: the node, whether it was the master,
     seconds until every primary of both indices was started elsewhere and until both were green again."""
@@ -304,7 +305,8 @@ def crawl_with_a_kill(es_cluster: Any, cluster_client: Any, cluster_index: str, 
             fault["error"] = exc
             recovered.set()
 
-    pages, group_of = shared_site(crawlers)
+    pages, group_of = shared_site(crawlers, changes)
+    group_pairs_near_duplicate(pages, group_of)  # the premise of "one kept page per group"
     site = HookedSite(pages, hook, delay=0.05)
     site.start()
     started = time.monotonic()
@@ -320,7 +322,27 @@ def crawl_with_a_kill(es_cluster: Any, cluster_client: Any, cluster_index: str, 
     outcome = account(results, pages, group_of, site.url)
     # The kill landed mid-crawl: group pages were still served after it.
     assert site.served == GROUPS * crawlers and kill_at < site.served
+    # What the crawlers warned of (not the transport's per-node lines), shown when a check below fails.
+    outcome["warnings"] = [f"crawler {c}: {line}" for c, r in results.items() for line in r.log.splitlines()
+                           if ("WARNING:" in line or "ERROR:" in line) and "node_pool" not in line]
     return fault, outcome, elapsed, kill_at
+
+
+def group_pairs_near_duplicate(pages: dict[str, Page], group_of: dict[str, int]) -> None:
+    """Every two pages of a group share ``>= t`` positions: then exactly one page per group is the outcome to
+    expect (a pair below ``t`` would rightly be kept twice)."""
+    from es_integration.mapping import stored_values
+    from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.core.theory import min_shared_for
+
+    sketcher, t = Sketcher(), min_shared_for(0.9, 128)
+    members: dict[int, list[Any]] = {}
+    for path, g in group_of.items():
+        members.setdefault(g, []).append(stored_values(sketcher.sketch(pages[path].body).signature))
+    for g, values in members.items():
+        for i, a in enumerate(values):
+            for b in values[i + 1:]:
+                assert int((a == b).sum()) >= t, f"group {g} holds two pages sharing fewer than {t} positions"
 
 
 def check_after_a_kill(cluster_client: Any, cluster_index: str, outcome: dict[str, Any]) -> None:
@@ -330,7 +352,21 @@ def check_after_a_kill(cluster_client: Any, cluster_index: str, outcome: dict[st
     assert outcome["lost"] == set()
     assert outcome["bad_drops"] == {}
     assert outcome["per_group"].count(0) == 0, outcome["per_group"]
-    assert outcome["exactly_one"] >= 0.99, outcome["per_group"]
+    if outcome["exactly_one"] < 0.99:
+        twice = [g for g, n in enumerate(outcome["per_group"]) if n > 1]
+        cluster_client.indices.refresh(index=cluster_index)
+        found = cluster_client.search(index=cluster_index, size=10_000, query={"match_all": {}},
+                                      source=["neardup.key", "neardup.status", "neardup.seq", "neardup.writer",
+                                              "neardup.duplicate_of"], seq_no_primary_term=True)["hits"]["hits"]
+        rows = sorted((h["_source"]["neardup"].get("seq", -1), h["_source"]["neardup"]["key"].rsplit("/", 2)[-2:],
+                       h["_source"]["neardup"]["status"], h["_source"]["neardup"].get("writer"),
+                       str(h["_source"]["neardup"].get("duplicate_of", "")).rsplit("/", 2)[-2:], h["_seq_no"])
+                      for h in found if any(h["_source"]["neardup"]["key"].endswith(f"/g{g}") for g in twice))
+        markers = cluster_client.search(index=sequencer_index(cluster_index), size=10_000,
+                                        query={"match_all": {}}, seq_no_primary_term=True)["hits"]["hits"]
+        pytest.fail(f"groups with more than one kept page: {twice}:\n" + "\n".join(map(str, rows)) + "\nmarkers: "
+                    + ", ".join(f"{m['_id']}={m['_seq_no']}" for m in sorted(markers, key=lambda m: m["_seq_no"]))
+                    + "\n" + "\n".join(outcome["warnings"][-60:]))
     assert outcome["unchecked_indexed"] == len(outcome["unchecked"])
     docs = index_docs(cluster_client, cluster_index)
     statuses = {d["key"]: d["status"] for d in docs.values()}
@@ -376,8 +412,10 @@ def test_data_node_killed_while_eight_crawlers_write(es_cluster: Any, cluster_cl
             raise RuntimeError(f"every primary of {cluster_index} is on the sequencer's node {sequencer}")
         return choices[0]
 
+    # Light edits of 2 words (of 300): with 8 variants of a group, 3-word edits leave two pairs of the site
+    # below the threshold, which are then rightly both kept.
     fault, outcome, elapsed, kill_at = crawl_with_a_kill(
-        es_cluster, cluster_client, cluster_index, crawl_dir, data_node, crawlers)
+        es_cluster, cluster_client, cluster_index, crawl_dir, data_node, crawlers, changes=2)
     print("\n" + describe_kill(fault, outcome, elapsed, kill_at, crawlers))
     assert not fault["was_sequencer"]
     check_after_a_kill(cluster_client, cluster_index, outcome)

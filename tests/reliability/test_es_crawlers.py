@@ -31,7 +31,7 @@ CRAWLERS = 4
 GROUPS = 40
 
 
-def shared_site(crawlers: int = CRAWLERS) -> tuple[dict[str, Page], dict[str, int]]:
+def shared_site(crawlers: int = CRAWLERS, changes: int = 3) -> tuple[dict[str, Page], dict[str, int]]:
     """Pages and path -> group. Crawler ``c`` starts at ``/c{c}/``, which links to ``/c{c}/g{g}`` for every
     group ``g``: a light edit (3 words of 300) of group ``g``'s article, different in each crawler."""
     pages: dict[str, Page] = {}
@@ -40,7 +40,7 @@ def shared_site(crawlers: int = CRAWLERS) -> tuple[dict[str, Page], dict[str, in
         links = []
         for g in range(GROUPS):
             path = f"/c{c}/g{g}"
-            words = edit_words(article_words(2000 + g, 300), changes=3, seed=100 * g + c)
+            words = edit_words(article_words(2000 + g, 300), changes=changes, seed=100 * g + c)
             pages[path] = Page(html_page(f"Story {g}", words))
             group_of[path] = g
             links.append(path)
