@@ -187,9 +187,12 @@ def synthetic_values(docs: int, seed: int = 3) -> np.ndarray:
     return values
 
 
-def index_synthetic(es: Any, docs: int) -> dict[str, Any]:
+def index_synthetic(es: Any, docs: int, *, backend: bool = False, shards: int = 1) -> dict[str, Any]:
     """Documents holding only the neardup fields of :func:`synthetic_values` (no page, no sketching): the
-    fastest way to a 1M-document index for the groups and query figures (documented as such in the README)."""
+    fastest way to a 1M-document index for the groups and query figures (documented as such in the README).
+
+    ``backend``: the documents as the crawler backend writes them (no position tokens, ``best_compression``,
+    a page key, ``shards`` primaries), for its latency and size figures."""
 
     from es_integration.mapping import KEPT, stored_fields
     from scrapy_neardup.core.stored import StoredSignature
@@ -197,14 +200,19 @@ def index_synthetic(es: Any, docs: int) -> dict[str, Any]:
     tag = Sketcher(num_perm=K).tag
     values = synthetic_values(docs)
     index = f"bench-synthetic-{uuid.uuid4().hex[:6]}"
-    ensure_index(es, index, shards=1, settings={"number_of_replicas": 0, "refresh_interval": "30s"})
+    settings: dict[str, Any] = {"number_of_replicas": 0, "refresh_interval": "30s"}
+    if backend:
+        settings["codec"] = "best_compression"
+    ensure_index(es, index, shards=shards, settings=settings)
 
     def actions() -> Iterator[dict[str, Any]]:
         for i in range(docs):
             stored = StoredSignature(values[i], tag)
-            yield {"_index": index, "_id": f"doc-{i}", "_source": {"neardup": {
-                **stored_fields(stored), "fingerprint": f"{i:016x}", "tag": tag, "empty": False, "seq": i + 1,
-                "group": f"doc-{i}", "status": KEPT}}}
+            fields = {**stored_fields(stored, positions=not backend), "fingerprint": f"{i:016x}", "tag": tag,
+                      "empty": False, "seq": i + 1, "group": f"doc-{i}", "status": KEPT}
+            if backend:
+                fields["key"] = f"https://site{i % 997}.example.org/section-{i % 31}/page-{i}.html"
+            yield {"_index": index, "_id": f"doc-{i}", "_source": {"neardup": fields}}
 
     done, seconds = _bulk_load(es, index, actions())
     print(f"  indexed {done} synthetic signatures (no pages) in {seconds:.0f}s", flush=True)

@@ -1,15 +1,16 @@
 """The Elasticsearch crawler backend at crawl speed, against the embedded store in the same run.
 
-* checks/s: one process deciding batches (``check_and_add_many``, ``--batch`` pages, the size a busy crawl
-  hands it) and pages one at a time (the old rate), and 4 processes on one index (targets: >= 400 and >= 600
-  checks/s); the embedded store on the same pages; half the pages kept, half near-duplicates (3 of 128
-  positions changed) of a kept page;
+* checks/s: 1, 4 and 8 processes deciding batches (``check_and_add_many``, ``--batch`` pages, the size a busy
+  crawl hands it) on an index of 1 and of ``--shards`` (default 3) primary shards, and one process checking
+  pages one at a time; the embedded store on the same pages; half the pages kept, half near-duplicates (3 of
+  128 positions changed) of a kept page; the bytes per page of the index the run wrote;
 * check latency per batch with 10,000 and ``--big`` (default 1,000,000) pages already in the index (target:
-  within 2x); the big index holds synthetic sketch fields only (``bench_es.index_synthetic``);
+  within 2x), and the bytes per page there (target <= 1.2 KB); the big index holds synthetic pages as the
+  backend writes them (``bench_es.index_synthetic(backend=True)``);
 * a crawl of a local site (``bench_crawl.build_site``, served on 127.0.0.1) with the Elasticsearch backend and
   with the embedded store (target: within 1.5x).
 
-    python benchmarks/bench_es_backend.py [--pages 4000] [--big 1000000] [--skip rate,latency,crawl]
+    python benchmarks/bench_es_backend.py [--pages 4000] [--big 1000000] [--shards 3] [--skip rate,latency,crawl]
 """
 
 from __future__ import annotations
@@ -72,9 +73,10 @@ def embedded_rate(pages: list[tuple[str, Sketch]]) -> float:
     return len(pages) / (time.perf_counter() - started)
 
 
-async def es_run(url: str, index: str, pages: list[tuple[str, Sketch]], batch: int) -> dict[str, Any]:
+async def es_run(url: str, index: str, pages: list[tuple[str, Sketch]], batch: int,
+                 shards: int = 1) -> dict[str, Any]:
     backend = ElasticsearchBackend(url=url, index=index, params=SketchParams.from_tag(TAG, min_shared=T),
-                                   request_timeout=30)
+                                   request_timeout=30, shards=shards)
     await backend.open()
     latencies: list[float] = []
     kept = 0
@@ -94,34 +96,62 @@ async def es_run(url: str, index: str, pages: list[tuple[str, Sketch]], batch: i
 
 
 def worker(url: str, index: str, n: int, batch: int, seed: int, start_at: float) -> None:
-    """Child process of the 4-process run: waits for the common start, prints its figures."""
+    """Child process of the multi-process runs: waits for the common start, prints its figures."""
     pages = workload(n, seed, f"w{seed}-")
     time.sleep(max(0.0, start_at - time.time()))
     print(json.dumps(asyncio.run(es_run(url, index, pages, batch))))
 
 
-def bench_rates(url: str, n: int, batch: int) -> dict[str, Any]:
-    pages = workload(n, 1, "p")
-    out: dict[str, Any] = {"embedded": embedded_rate(pages)}
-    out["es_batch"] = asyncio.run(es_run(url, f"bench-backend-{uuid.uuid4().hex[:6]}", pages, batch))
-    single = pages[: max(200, n // 10)]
-    out["es_one_at_a_time"] = asyncio.run(es_run(url, f"bench-backend-{uuid.uuid4().hex[:6]}", single, 1))
+def processes_rate(es: Any, url: str, n: int, batch: int, processes: int, shards: int) -> dict[str, Any]:
+    """``n`` pages checked by ``processes`` processes at once on a new index of ``shards`` primaries."""
     index = f"bench-backend-{uuid.uuid4().hex[:6]}"
-    asyncio.run(es_run(url, index, workload(2, 0, "x"), 1))  # creates the index before the race
+    asyncio.run(es_run(url, index, workload(2, 0, "x"), 1, shards))  # creates the index before the race
     start_at = time.time() + 3.0
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", url, index, str(n // 4), str(batch),
-                               str(10 + p), str(start_at)], stdout=subprocess.PIPE, text=True) for p in range(4)]
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", url, index, str(n // processes), str(batch),
+                               str(10 + p), str(start_at)], stdout=subprocess.PIPE, text=True)
+             for p in range(processes)]
     results = [json.loads(proc.communicate()[0].strip().splitlines()[-1]) for proc in procs]
     wall = max(r["seconds"] for r in results)
-    out["es_4_processes"] = {"rate": sum(r["pages"] for r in results) / wall, "per_process": results,
-                             "errors": sum(r["errors"] for r in results)}
-    e, b, s, f = out["embedded"], out["es_batch"]["rate"], out["es_one_at_a_time"]["rate"], out["es_4_processes"]
-    print(f"checks/s on {n} pages (half kept, half near-duplicates), batches of {batch}:")
-    print(f"  embedded store          {e:10.0f}")
-    print(f"  ES, 1 process, batches  {b:10.0f}   (target >= 400; {b / s:.1f}x one at a time, {e / b:.0f}x below "
-          f"embedded)")
-    print(f"  ES, 1 process, singly   {s:10.0f}")
-    print(f"  ES, 4 processes, total  {f['rate']:10.0f}   (target >= 600; {f['rate'] / b:.2f}x one process)")
+    out = {"rate": sum(r["pages"] for r in results) / wall, "per_process": results,
+           "errors": sum(r["errors"] for r in results), "bytes_per_page": bytes_per_page(es, index)}
+    drop_backend_index(es, index)
+    return out
+
+
+def bytes_per_page(es: Any, index: str) -> float:
+    """Store bytes per document of ``index``'s primaries once merged to one segment per shard."""
+    es.indices.refresh(index=index)
+    es.options(request_timeout=3600).indices.forcemerge(index=index, max_num_segments=1)
+    stats = es.indices.stats(index=index, metric="store,docs")["indices"][index]["primaries"]
+    return stats["store"]["size_in_bytes"] / max(1, stats["docs"]["count"])
+
+
+def drop_backend_index(es: Any, index: str) -> None:
+    from es_integration.backend.sequencer import sequencer_index
+
+    es.indices.delete(index=f"{index},{sequencer_index(index)}", ignore_unavailable=True)
+
+
+def bench_rates(es: Any, url: str, n: int, batch: int, shards: int) -> dict[str, Any]:
+    pages = workload(n, 1, "p")
+    out: dict[str, Any] = {"embedded": embedded_rate(pages)}
+    single = pages[: max(200, n // 10)]
+    index = f"bench-backend-{uuid.uuid4().hex[:6]}"
+    out["es_one_at_a_time"] = asyncio.run(es_run(url, index, single, 1))
+    drop_backend_index(es, index)
+    for count in (1, shards):
+        for processes in (1, 4, 8):
+            out[f"es_{processes}p_{count}s"] = processes_rate(es, url, n, batch, processes, count)
+    e, s = out["embedded"], out["es_one_at_a_time"]["rate"]
+    one = out["es_1p_1s"]["rate"]
+    print(f"checks/s on {n} pages (half kept, half near-duplicates), batches of {batch}; embedded store {e:.0f}, "
+          f"one page at a time {s:.0f}:")
+    print("  processes  shards   checks/s   vs 1 process on 1 shard   bytes/page")
+    for count in (1, shards):
+        for processes in (1, 4, 8):
+            run = out[f"es_{processes}p_{count}s"]
+            print(f"  {processes:9d} {count:7d} {run['rate']:10.0f} {run['rate'] / one:17.2f}x "
+                  f"{run['bytes_per_page']:18.0f}")
     return out
 
 
@@ -140,30 +170,33 @@ def clone_index(es: Any, source: str) -> dict[str, Any]:
     return {"index": name, "docs": int(es.count(index=name)["count"])}
 
 
-def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: int,
+def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: int, shards: int,
                   big_index: str | None = None) -> dict[str, Any]:
     from bench_es import index_synthetic
 
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"shards": shards}
     # A freshly started node answers its first requests several times slower (JIT, caches): warm it up first, so
     # that the small index (measured first) is not penalized.
     warm = f"bench-warmup-{uuid.uuid4().hex[:6]}"
     asyncio.run(es_run(url, warm, workload(batch * batches, 5, "warm-"), batch))
-    es.indices.delete(index=warm)
+    drop_backend_index(es, warm)
     for docs in (small, big):
-        built = clone_index(es, big_index) if big_index and docs == big else index_synthetic(es, docs)
+        built = (clone_index(es, big_index) if big_index and docs == big
+                 else index_synthetic(es, docs, backend=True, shards=shards))
         docs = built["docs"]
-        es.indices.forcemerge(index=built["index"], max_num_segments=8, request_timeout=3600)
+        es.options(request_timeout=3600).indices.forcemerge(index=built["index"], max_num_segments=8)
         probe = workload(batch * batches, 77, f"probe-{docs}-")
         run = asyncio.run(es_run(url, built["index"], probe, batch))
         stats = es.indices.stats(index=built["index"], metric="store,docs")["indices"][built["index"]]["primaries"]
-        out[str(docs)] = {**run, "store_bytes": stats["store"]["size_in_bytes"], "docs": stats["docs"]["count"]}
-        print(f"  {docs:>9} pages in the index: batch of {batch} p50 {run['batch_ms_p50']:.1f} ms, p99 "
-              f"{run['batch_ms_p99']:.1f} ms ({run['rate']:.0f} checks/s); shard "
-              f"{stats['store']['size_in_bytes'] / 2**20:.0f} MiB")
-        es.indices.delete(index=built["index"])
-    (a, b), big = out.values(), docs
-    print(f"latency ratio {big} / {small}: p50 {b['batch_ms_p50'] / a['batch_ms_p50']:.2f}x, p99 "
+        per_page = stats["store"]["size_in_bytes"] / stats["docs"]["count"]
+        out[str(docs)] = {**run, "store_bytes": stats["store"]["size_in_bytes"], "docs": stats["docs"]["count"],
+                          "bytes_per_page": per_page}
+        print(f"  {docs:>9} pages in the index ({shards} shards): batch of {batch} p50 {run['batch_ms_p50']:.1f} ms, "
+              f"p99 {run['batch_ms_p99']:.1f} ms ({run['rate']:.0f} checks/s); {per_page:.0f} bytes a page "
+              f"(target <= 1200), {stats['store']['size_in_bytes'] / 2**20:.0f} MiB", flush=True)
+        drop_backend_index(es, built["index"])
+    a, b = out[str(small)], out[str(docs)]
+    print(f"latency ratio {docs} / {small}: p50 {b['batch_ms_p50'] / a['batch_ms_p50']:.2f}x, p99 "
           f"{b['batch_ms_p99'] / a['batch_ms_p99']:.2f}x (target <= 2x)")
     return out
 
@@ -249,6 +282,7 @@ def main() -> int:
     parser.add_argument("--big", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--heap", default="1g")
+    parser.add_argument("--shards", type=int, default=3, help="primary shards of the multi-shard runs")
     parser.add_argument("--skip", default="", help="comma-separated: rate,latency,crawl")
     parser.add_argument("--url", help="a running node to use instead of starting one")
     parser.add_argument("--big-index", help="an index of the node at --url to clone as the big index (e.g. the "
@@ -279,11 +313,12 @@ def main() -> int:
     result: dict[str, Any] = {"pages": args.pages, "batch": args.batch}
     try:
         if "rate" not in skip:
-            result["rates"] = bench_rates(url, args.pages, args.batch)
+            result["rates"] = bench_rates(es, url, args.pages, args.batch, args.shards)
         if "crawl" not in skip:
             result["crawl"] = bench_crawl(url, args.pages, args.rounds)
         if "latency" not in skip:
-            result["latency"] = bench_latency(es, url, args.small, args.big, args.batch, 40, args.big_index)
+            result["latency"] = bench_latency(es, url, args.small, args.big, args.batch, 40, args.shards,
+                                              args.big_index)
     finally:
         es.close()
         if cluster is not None:

@@ -218,6 +218,28 @@ def band_query(
     return {"bool": body}
 
 
+def ranked_band_query(
+    stored: StoredSignature,
+    *,
+    statuses: Sequence[str] = (),
+    exclude_ids: Sequence[str] = (),
+) -> dict[str, Any]:
+    """:func:`band_query` scoring each document by the number of band tokens it shares with ``stored``.
+
+    For an index without position tokens, when a page has more band hits than one search returns: the hits
+    sharing most bands come first. Sharing ``j`` of the ``b`` bands means at least ``j * r`` equal positions
+    (``r`` positions a band), so a document sharing ``>= t`` positions ranks among the first unless more than a
+    search's worth of documents share more bands with the page (each then verified on its signature).
+    """
+    query = band_query(stored, statuses=statuses, exclude_ids=exclude_ids)
+    body = query["bool"]
+    body["filter"] = [f for f in body["filter"] if F_BANDS not in f.get("terms", {})]
+    body["should"] = [{"constant_score": {"filter": {"term": {F_BANDS: token}}, "boost": 1.0}}
+                      for token in stored.band_tokens()]
+    body["minimum_should_match"] = 1
+    return query
+
+
 def band_search(
     stored: StoredSignature,
     *,

@@ -372,9 +372,13 @@ def sketch_fields(sketch: Sketch, *, seq: int | None = None, **extra: Any) -> di
     return fields
 
 
-def stored_fields(stored: StoredSignature) -> dict[str, Any]:
-    """The fields holding a stored signature: ``positions``, ``sig`` and ``bands`` (by short name)."""
-    return {"positions": stored.tokens(), "sig": stored.encode(), "bands": stored.band_tokens()}
+def stored_fields(stored: StoredSignature, *, positions: bool = True) -> dict[str, Any]:
+    """The fields holding a stored signature: ``positions`` (unless ``positions=False``: an index whose
+    candidates come from the band query needs none; they are 55% of a page's size), ``sig`` and ``bands``."""
+    fields: dict[str, Any] = {"sig": stored.encode(), "bands": stored.band_tokens()}
+    if positions:
+        fields["positions"] = stored.tokens()
+    return fields
 
 
 def error_type(exc: Any) -> str:

@@ -7,11 +7,12 @@ built, so a wrong value stops the crawl before any request with one
 
 ====================  ========================================================================================
 NEARDUP_ES_URL        ``http(s)://host:port`` of the cluster, or several nodes' URLs separated by commas (required).
-NEARDUP_ES_INDEX      index of kept sketches, lowercase (required; created with one primary shard when missing).
+NEARDUP_ES_INDEX      index of kept sketches, lowercase (required; created when missing).
 NEARDUP_ES_API_KEY    encoded API key; or NEARDUP_ES_USERNAME and NEARDUP_ES_PASSWORD (both or neither).
 NEARDUP_ES_CA_CERTS   PEM file of the CA that signed the cluster's certificate.
 NEARDUP_ES_TIMEOUT    seconds per request (default 10).
 NEARDUP_ES_BATCH_SIZE pages decided together in one round of requests (default 100, Scrapy's CONCURRENT_ITEMS).
+NEARDUP_ES_SHARDS     primary shards of the index the backend creates (default 1).
 ====================  ========================================================================================
 """
 
@@ -51,6 +52,7 @@ class ElasticsearchSettings:
     ca_certs: str | None = None
     request_timeout: float = 10.0
     batch_size: int = 100
+    shards: int = 1
 
     def __repr__(self) -> str:
         secrets = ", api_key=***" if self.api_key else ""
@@ -129,6 +131,7 @@ class ElasticsearchSettings:
             ca_certs=ca_certs,
             request_timeout=10.0 if timeout is None else timeout,
             batch_size=_batch_size(settings),
+            shards=_shards(settings),
         )
 
 
@@ -141,4 +144,16 @@ def _batch_size(settings: SettingsLike) -> int:
         return 100
     if not 1 <= value <= 500:
         raise settings_error("NEARDUP_ES_BATCH_SIZE", settings.get("NEARDUP_ES_BATCH_SIZE"), expected)
+    return value
+
+
+def _shards(settings: SettingsLike) -> int:
+    """``NEARDUP_ES_SHARDS``: primary shards of the index the backend creates, 1 to 1024 (default 1: one shard
+    holds some 10-40 million pages; an existing index keeps its own count)."""
+    expected = "an integer in [1, 1024]"
+    value = read_int(settings, "NEARDUP_ES_SHARDS", expected)
+    if value is None:
+        return 1
+    if not 1 <= value <= 1024:
+        raise settings_error("NEARDUP_ES_SHARDS", settings.get("NEARDUP_ES_SHARDS"), expected)
     return value

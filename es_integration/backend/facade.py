@@ -1,7 +1,8 @@
 """The crawler backend as the pipeline sees it: :class:`ElasticsearchBackend`, a
 :class:`~scrapy_neardup.store.backend.Backend` assembled from the bases of this package (see its doc).
 
-Here: its settings and lifecycle (``open`` creates the index with one primary shard or checks the existing one,
+Here: its settings and lifecycle (``open`` creates the index, ``NEARDUP_ES_SHARDS`` primary shards, and its
+sequencer, or checks the existing ones,
 and decides whether candidates may come from the band query), host templates, and
 :meth:`~ElasticsearchBackend.check_and_add_many`, which runs the rounds of :mod:`.protocol` one call at a time
 and, when a call fails, remembers its pages in the queue of :mod:`.unchecked`.
@@ -45,6 +46,7 @@ from ..templates import ensure_templates_index_async, load_template_async, save_
 from .pages import doc_id_of
 from .protocol import _MAX_BATCH, _batches, _Rounds
 from .requests import _POLL_FIRST, _POLL_MAX
+from .sequencer import Sequencer
 from .unchecked import _UNCHECKED_BATCH, _Unchecked, _UncheckedPages
 
 if TYPE_CHECKING:
@@ -71,7 +73,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
 
     Args:
         url: ``http(s)://host:port``.
-        index: index of kept sketches (created with one primary shard when missing).
+        index: index of kept sketches (created when missing; see ``shards``).
         params: the sketch parameters (``Sketcher.params``): ``k = params.num_perm`` signature positions, and
             ``t = params.min_shared``: a page shares ``>= t`` of ``k`` positions with a kept page to be its
             near-duplicate; pages of resemblance ``r`` are flagged with probability ``P[Binomial(k, r) >= t]``.
@@ -82,14 +84,18 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         ca_certs: CA certificate of the cluster's TLS.
         request_timeout: seconds per request.
         crawl_id: the identity of this crawl (repeats: see :mod:`.protocol`); ``None``: a new random one.
+        shards: primary shards of the index when it is created (an existing index, of any shard count, is used
+            as it is): the order of the fleet's writes comes from the sequencer (:mod:`.sequencer`), so the
+            count is a matter of capacity (about 1.1 KB per page), not of correctness.
         num_perm: deprecated (with ``min_shared`` and ``tag``, instead of ``params``; a ``DeprecationWarning``):
             ``k``, which the tag must name.
         min_shared: deprecated: ``t``.
         tag: deprecated: the sketch parameter tag, read into ``params`` with ``min_shared``.
     """
 
-    #: attempts after the first for a retryable failure
-    retries = 3
+    #: attempts after the first for a retryable failure: with ``backoff`` 0.1 s, 3.1 s of waits in all, longer
+    #: than a primary's failover (0.6-1.6 s measured on a 3-node cluster), which a check then rides out
+    retries = 5
     #: first backoff in seconds (doubled per retry)
     backoff = 0.1
     #: seconds to wait for a page another process left ``pending`` before ignoring it
@@ -113,6 +119,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         ca_certs: str | None = None,
         request_timeout: float = 10.0,
         crawl_id: str | None = None,
+        shards: int = 1,
         num_perm: int | None = None,
         min_shared: int | None = None,
         tag: str | None = None,
@@ -144,7 +151,9 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         #: marks this process's pending writes (``writer``: this token and the round), see :meth:`_is_pending`
         self._writer = uuid.uuid4().hex
         self._round_no = 0
-        self._checkpoints = True
+        #: primary shards of the index when this backend creates it (an existing index keeps its own)
+        self.shards = shards
+        self._batch_orders: dict[str, int] = {}
         self._unchecked: dict[str, _Unchecked] = {}
         self._unchecked_retry_at = 0.0
         self._unchecked_error = ""
@@ -170,7 +179,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         backend = cls(
             url=es.url, index=es.index, params=params,
             api_key=es.api_key, username=es.username, password=es.password, ca_certs=es.ca_certs,
-            request_timeout=es.request_timeout, crawl_id=crawl_identity(settings),
+            request_timeout=es.request_timeout, crawl_id=crawl_identity(settings), shards=es.shards,
         )
         backend.open_hint = " (check NEARDUP_ES_URL and that the node is up)"
         backend.max_batch = es.batch_size
@@ -206,10 +215,10 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Connect, and create the index (one primary shard) or check the existing one.
+        """Connect, and create the index and its sequencer (:mod:`.sequencer`) or check the existing ones.
 
         Raises:
-            EsError: unreachable, wrong credentials, TLS failure, or an index with several primary shards.
+            EsError: unreachable, wrong credentials, TLS failure.
         """
         self._lock = asyncio.Lock()
         try:
@@ -247,18 +256,14 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
 
     async def _ensure_index(self) -> None:
         es = self._es
-        await ensure_index_async(es, self.index, shards=1, request_timeout=self.settings.request_timeout)
-        settings = await es.indices.get_settings(index=self.index, name="index.number_of_shards")
-        for name, body in settings.items():
-            shards = int(body["settings"]["index"]["number_of_shards"])
-            if shards != 1:
-                raise EsError(
-                    f"index {name} has {shards} primary shards; the crawler backend needs an index with one "
-                    "(it orders concurrent writes by _seq_no): use another NEARDUP_ES_INDEX"
-                )
+        # best_compression: the stored fields are a page's largest part (~15% smaller pages, measured)
+        await ensure_index_async(es, self.index, shards=self.shards, settings={"codec": "best_compression"},
+                                 request_timeout=self.settings.request_timeout)
         # A store of other sketches: one clear line, no silent mix.
         await self._settling(lambda: require_tag_async(es, self.index, self.tag))
         self._bands = await self._bands_usable()
+        self._sequencer = Sequencer(es, self.index, pending_timeout=self.pending_timeout)
+        await self._sequencer.open()
 
     async def _count_settling(self, query: dict[str, Any]) -> int | None:
         """Count ``query``'s documents once the index answers (:meth:`_settling`); ``None``: it still does not."""
@@ -295,6 +300,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         or pending document lacks the band fields (written by an older version: then positions are used for
         the whole run, so that such documents stay candidates; ``neardup es backfill`` adds the fields)."""
         if self.min_shared < band_layout(self.num_perm):
+            await self._require_positions()
             return False
         query = {"bool": {
             "filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_STATUS: [KEPT, PENDING]}},
@@ -311,6 +317,28 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
                 "slower position query; `neardup es backfill` adds the fields", old, self.index,
             )
         return old == 0
+
+    async def _require_positions(self) -> None:
+        """A threshold below the band layout's needs the position query, hence position tokens on every kept
+        page; pages written by crawlers with a higher threshold carry none (they need only bands).
+
+        Raises:
+            EsError: the index holds kept or pending pages without position tokens (the message says what to do).
+        """
+        query = {"bool": {
+            "filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_STATUS: [KEPT, PENDING]}},
+                       {"exists": {"field": F_SIG}}],
+            "must_not": [{"exists": {"field": F_POSITIONS}}],
+        }}
+        lacking = await self._count_settling(query)
+        if lacking:
+            t0 = band_layout(self.num_perm)
+            raise EsError(
+                f"index {self.index} holds {lacking} pages stored without position tokens (written with a threshold "
+                f"of at least {t0}/{self.num_perm} shared positions), which this crawl's threshold of "
+                f"{self.min_shared}/{self.num_perm} needs: use another NEARDUP_ES_INDEX, or a NEARDUP_THRESHOLD "
+                f"of at least {t0 / self.num_perm:.3f}"
+            )
 
     # -- check and add ---------------------------------------------------------------------------------------
 

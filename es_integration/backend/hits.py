@@ -17,26 +17,23 @@ import numpy as np
 
 from scrapy_neardup.core.stored import StoredSignature, decode_many, distinct_band_tokens, verified
 
-from ..candidates import band_query, candidate_query, hit_signatures
+from ..candidates import band_query, candidate_query, hit_signatures, ranked_band_query
 from ..mapping import F_BANDS, F_FINGERPRINT, F_KEY, F_SEQ, F_SIG, F_STATUS, F_TAG, F_WRITER, KEPT, PENDING, ROOT
 from ..retry import ShardsUnavailable
 from .pages import _Candidate, _Page
 from .requests import _Requests
+from .sequencer import LATER
 
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")
 
-#: Raw hits of one page's band query at most (beyond, the position query, which ranks server-side), and
-#: candidates of its position query at most.
+#: Raw hits of one page's band query at most (beyond, the ranked band query), and candidates of its position
+#: query at most.
 _CANDIDATES = 1000
 #: Raw hits of a batch's one band query at most (beyond, one query per page).
 _UNION_HITS = 10_000
-
-
-def _order(doc: Mapping[str, Any]) -> int:
-    """A document's place in the write order: its final ``seq``, or the ``_seq_no`` of its pending write."""
-    source = doc.get("_source", {}).get(ROOT, {})
-    return int(source.get("seq", doc.get("_seq_no", -1)))
+#: Hits of a page's ranked band query (its band hits beyond :data:`_CANDIDATES`), each verified.
+_RANKED = 10_000
 
 
 def _search_kwargs(body: dict[str, Any]) -> dict[str, Any]:
@@ -53,8 +50,20 @@ class _Searches(_Requests):
     _bands: bool
     _writer: str
     _abandoned: set[tuple[str, int | None]]
+    #: the order of other crawlers' batches whose pending pages this round met (writer token -> order)
+    _batch_orders: dict[str, int]
 
-    def _search_body(self, stored: StoredSignature, exclude: str | None, *, positions: bool) -> dict[str, Any]:
+    def _order(self, doc: Mapping[str, Any]) -> int:
+        """A document's place in the write order: its final ``seq``, else (pending) its batch's, from the
+        batch's marker (:mod:`.sequencer`; after every batch with a marker when its marker is not known)."""
+        source = doc.get("_source", {}).get(ROOT, {})
+        if "seq" in source:
+            return int(source["seq"])
+        return self._batch_orders.get(str(source.get("writer", "")), LATER)
+
+    def _search_body(
+        self, stored: StoredSignature, exclude: str | None, *, positions: bool, ranked: bool = False
+    ) -> dict[str, Any]:
         """The candidate search of one page (kept or pending documents; not ``exclude``, its own)."""
         statuses, exclude_ids = (KEPT, PENDING), [exclude] if exclude else []
         source = {"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]}
@@ -63,21 +72,17 @@ class _Searches(_Requests):
                                     exclude_ids=exclude_ids)
             return {"query": query, "size": _CANDIDATES, "seq_no_primary_term": True, "_source": source,
                     "track_total_hits": False}
-        return {"query": band_query(stored, statuses=statuses, exclude_ids=exclude_ids), "size": _CANDIDATES,
-                "seq_no_primary_term": True, "_source": source, "docvalue_fields": [{"field": F_SIG}],
-                "track_total_hits": False}
+        make = ranked_band_query if ranked else band_query
+        return {"query": make(stored, statuses=statuses, exclude_ids=exclude_ids),
+                "size": _RANKED if ranked else _CANDIDATES, "seq_no_primary_term": True, "_source": source,
+                "docvalue_fields": [{"field": F_SIG}], "track_total_hits": False}
 
     def _parse_hits(
         self, response: Mapping[str, Any], stored: StoredSignature, *, positions: bool
     ) -> list[tuple[dict[str, Any], int]] | None:
         """Candidates sharing ``>= t`` positions, with the count; ``None`` when the band query has
-        :data:`_CANDIDATES` raw hits or more (then the position query, which ranks server-side, is used)."""
-        if "error" in response:
-            raise ShardsUnavailable(f"a candidate search failed: {str(response['error'])[:200]}")
-        shards = response["_shards"]
-        if shards["successful"] < shards["total"]:
-            raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
-        raw: list[dict[str, Any]] = response["hits"]["hits"]
+        :data:`_CANDIDATES` raw hits or more (then the ranked band query is used)."""
+        raw: list[dict[str, Any]] = self._checked(response)["hits"]["hits"]
         if positions:
             if len(raw) >= _CANDIDATES:
                 logger.warning("a page has %d or more kept candidates in %s; only those were compared", len(raw),
@@ -90,15 +95,33 @@ class _Searches(_Requests):
 
     async def _search(self, stored: StoredSignature, exclude: str | None) -> list[tuple[dict[str, Any], int]]:
         """One page's candidates (kept or pending, sharing ``>= t`` positions) with their shared positions: the
-        band query (verified on the hits' compact signatures) when :attr:`_bands` allows it, else positions."""
+        band query (verified on the hits' compact signatures) when :attr:`_bands` allows it, else positions.
+        A page with :data:`_CANDIDATES` band hits or more: up to :data:`_RANKED` of them, those sharing most
+        bands first (the pages carry no position tokens to rank by)."""
         positions = not self._bands
-        while True:
-            body = self._search_body(stored, exclude, positions=positions)
-            response = await self._es.search(index=self.index, **_search_kwargs(body))
-            hits = self._parse_hits(response.body, stored, positions=positions)
-            if hits is not None:
-                return hits
-            positions = True
+        body = self._search_body(stored, exclude, positions=positions)
+        response = await self._es.search(index=self.index, **_search_kwargs(body))
+        hits = self._parse_hits(response.body, stored, positions=positions)
+        if hits is not None:
+            return hits
+        body = self._search_body(stored, exclude, positions=False, ranked=True)
+        response = await self._es.search(index=self.index, **_search_kwargs(body))
+        raw: list[dict[str, Any]] = self._checked(response.body)["hits"]["hits"]
+        if len(raw) >= _RANKED:
+            logger.warning("a page shares bands with %d or more kept pages in %s; those sharing most were compared",
+                           len(raw), self.index)
+        sigs, valid = hit_signatures(raw, self.num_perm)
+        return [(raw[i], shared) for i, shared in verified(sigs, valid, stored.values, self.min_shared)]
+
+    @staticmethod
+    def _checked(response: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``response``, unless it failed or missed a shard (then retried: never read as "no candidate")."""
+        if "error" in response:
+            raise ShardsUnavailable(f"a candidate search failed: {str(response['error'])[:200]}")
+        shards = response["_shards"]
+        if shards["successful"] < shards["total"]:
+            raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
+        return response
 
     async def _search_many(
         self, stored: list[StoredSignature], exclude: list[str]
@@ -176,9 +199,9 @@ class _Searches(_Requests):
             source = doc["_source"][ROOT]
             if source.get("status") != KEPT:
                 continue
-            if before is not None and _order(hit) >= before:
+            if before is not None and self._order(hit) >= before:
                 continue  # written after the page: the page is a candidate of its check, not the reverse
-            order = _order(doc)
+            order = self._order(doc)
             if before is not None and order >= before:
                 continue
             if doc is not hit:  # settled since the search: its content may have been replaced (a recrawl)

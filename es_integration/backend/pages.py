@@ -54,14 +54,15 @@ class _Page:
     prior: tuple[int, int] | None = None
     own: _Version | None = None
     fields: dict[str, Any] = field(default_factory=dict)
-    seq: int = -1
+    seq: int = -1  # the ``_seq_no`` of its pending write on its shard (-1: not written yet)
+    order: int = -1  # its place in the fleet's write order (:mod:`.sequencer`), once its batch holds a marker
     conflict: bool = False
     decided: bool = False
     new_content: bool = False  # kept or revisited: later pages of the batch compare with its content
     decision: Decision | None = None
 
     def reset(self) -> None:
-        self.prior, self.own, self.fields, self.seq = None, None, {}, -1
+        self.prior, self.own, self.fields, self.seq, self.order = None, None, {}, -1, -1
         self.conflict = self.decided = self.new_content = False
         self.decision = None
 

@@ -16,29 +16,33 @@ a. One search for the candidates of every page (one band query on the union of t
    one (nothing written), unless it near-duplicates an earlier page of the batch that is being written; every
    other page (new, or a stored key whose content changed) is written.
 b. One bulk request writes those pages as ``pending`` (``create``, or ``index`` conditional on the
-   ``_seq_no`` read in (a)); the bulk's items keep their order on the one shard, so ``_seq_no`` follows the
-   batch order. A page whose key another crawler wrote meanwhile (a conflict) is decided again in a next round.
-c. Wait until the local checkpoint of every started copy of the shard reaches the batch's last ``_seq_no``
-   (every earlier write is applied wherever the search may run), refresh once, and search again, considering
-   for each page only candidates written *before* it (``seq < its own``; pending ones of other crawlers
-   settled as in (a)), plus, resolved locally, the earlier pages of the batch that ended kept and the stored
-   versions of later ones (as each page checked alone in turn would see them). A page whose key was stored is a
+   ``_seq_no`` read in (a)), over whatever shards they route to. A page whose key another crawler wrote
+   meanwhile (a conflict) is decided again in a next round.
+c. Once they are acknowledged, the batch takes its place in the fleet's order: one marker document in the
+   sequencer index (:mod:`.sequencer`), whose ``_seq_no`` orders batches and the batch's order its pages
+   (``order``). Wait until every copy of the sequencer's shard has applied every marker up to it (every batch
+   ordered earlier had its pending pages acknowledged, i.e. on every copy of their shards), refresh the index
+   once, and search again, considering for each page only candidates ordered *before* it (a settled page's
+   ``seq``; a pending page's batch marker, read in real time: none yet means after; pending ones of other
+   crawlers settled as in (a)), plus, resolved locally, the earlier pages of the batch that ended kept and the
+   stored versions of later ones (as each page checked alone in turn would see them). A page whose key was stored is a
    **changed revisit** when its stored version is its best match (ties go to it) or nothing matches (its new
    content replaces the stored one), else a duplicate of the better kept page (its document becomes
    ``duplicate``: no longer a candidate, so its former copies are judged afresh). A new page is a duplicate
    of the best candidate, else kept.
-d. One bulk request writes the final statuses (``kept``/``duplicate``) and ``seq``.
+d. One bulk request writes the final statuses (``kept``/``duplicate``) and ``seq`` (the page's order).
 
 Why waiting ends: a pending page's outcome depends only on pages written before it, and before a process waits
 for another crawler's page in (c) it writes the decisions it has already taken (those of its batch's earlier
 pages). So a wait is never on a decision that is itself held back by a wait: the earliest pending page of all
-waits for nobody, and is written; then the next one. (Without that write, two crawlers whose batches interleave
-in the write order, ``a1 < b1 < a2 < b2``, would wait for each other: ``a2`` for ``b1``, written with ``b2``,
-which waits for ``a1``, written with ``a2``; both gave up after ``pending_timeout`` and kept two near-duplicates.)
+waits for nobody, and is written; then the next one. (A batch's pages are contiguous in the order, so batches
+cannot interleave; the early write still keeps an abandoned wait from holding back the batch's own earlier
+decisions.)
 Uncontended batches pay nothing for this; a batch that waits pays one more bulk request per wait.
 
-A batch costs about seven requests whatever its size: search, multi-get, bulk, index
-stats (polled until the checkpoint is reached), refresh, search, bulk; a batch answered in (a) alone costs two
+A batch costs about eight requests whatever its size: search, multi-get, bulk, marker, the sequencer's
+stats (polled until its checkpoint is reached), refresh, search, bulk (and a multi-get of markers when pending
+pages of other crawlers are met); a batch answered in (a) alone costs two
 (three with unchanged revisits this crawl had not met yet: see "Repeats within one crawl").
 
 Guarantees
@@ -52,9 +56,10 @@ Guarantees
   - no two kept pages share ``>= t`` positions (of two near-duplicates written in steps b, the later one sees
     the earlier one, settled, in step c), except a revisited page whose new content is closer to its own stored
     version than to another kept page (the revisit rule, the same in the embedded store);
-  - the kept pages and the answers are those of the embedded index run over the pages in write order
-    (``_seq_no``), except that a page answered in step (a) names the best kept match visible at that moment
-    (a better one may still be pending): it is a duplicate either way; and a page written while another
+  - the kept pages and the answers are those of the embedded index run over the pages in the fleet's order
+    (the batches' markers, :mod:`.sequencer`), whatever the number of primary shards, except that a page
+    answered in step (a) names the best kept match visible at that moment (a better one may still be
+    pending): it is a duplicate either way; and a page written while another
     crawler replaces a kept page's content is compared with the content being written, not the old one. In
     particular, of concurrent near-duplicates of one page exactly one is kept, the earliest writer, and every
     other names it; of two crawlers recrawling one key at once, one writes (a changed revisit) and the other
@@ -63,8 +68,8 @@ Guarantees
   its pages stay ``pending``; others wait up to ``pending_timeout`` (default 30 s) for them, then ignore them
   (a warning is logged), and a later check of the same key replaces the abandoned document. If that process
   was only slow and later keeps its page, two near-duplicates may both be kept. Also weaker without the
-  ``monitor`` privilege on the index (no checkpoint wait; a warning is logged once): a write that is still in
-  flight when a later page refreshes may be missed, in a window of microseconds.
+  ``monitor`` privilege on the sequencer index (no checkpoint wait; a warning is logged once): a marker that
+  is still in flight when a later batch reads the markers may be missed, in a window of microseconds.
 
 Repeats within one crawl
 ------------------------
@@ -109,10 +114,11 @@ from ..mapping import (
     F_WRITER,
     KEPT,
     PENDING,
+    ROOT,
     fingerprint_hex,
     stored_fields,
 )
-from .hits import _order, _Searches
+from .hits import _Searches
 from .pages import _best, _Candidate, _Page, doc_id_of
 from .requests import _POLL_FIRST, _POLL_MAX
 from .writes import _Writes
@@ -211,14 +217,21 @@ class _Rounds(_Writes, _Searches):
         again += noted
         if not written:
             return again
-        # (c) every earlier write applied on every copy, refreshed; candidates written before each page.
-        await self._call("waiting for earlier writes", self._settle_writes, max(p.seq for p in written))
+        # (c) the batch's place in the fleet's order; every earlier batch's writes visible on every copy;
+        # candidates written before each page.
+        marker = await self._call("ordering the batch", self._sequencer.acquire, token)
+        for place, page in enumerate(written):
+            page.order = self._sequencer.order(marker, place)
+        await self._call("waiting for earlier writes", self._settle_writes, marker)
         ours = {page.doc_id for page in written}
         hits = await self._call("searching candidates", self._search_many, [p.stored for p in written],
                                 [p.doc_id for p in written])
+        self._batch_orders = await self._call("reading the order of pending pages", self._sequencer.orders, {
+            str(hit["_source"][ROOT].get("writer", "")) for page_hits in hits for hit, _ in page_hits
+            if hit["_id"] not in ours and self._is_pending(hit) and "seq" not in hit["_source"][ROOT]})
         # Only pages written before each one are waited for, and the decisions taken are written before any
         # wait, so waits never form a cycle (module doc, "Why waiting ends").
-        foreign = [{hit["_id"]: hit for hit, _ in page_hits if hit["_id"] not in ours and _order(hit) < page.seq}
+        foreign = [{hit["_id"]: hit for hit, _ in page_hits if hit["_id"] not in ours and self._order(hit) < page.order}
                    for page, page_hits in zip(written, hits, strict=True)]
         waiting = {i for before in foreign for i, hit in before.items() if self._waits_for(hit)}
         # One read first: most pending candidates have settled meanwhile, and those need no wait.
@@ -228,7 +241,7 @@ class _Rounds(_Writes, _Searches):
             if unsettled:
                 await self._call("writing the decisions", self._write_decisions, written[:i])
                 settled.update(await self._read_settled(unsettled))
-            kept = [c for c in self._kept(page_hits, settled, page, before=page.seq) if c.id not in ours]
+            kept = [c for c in self._kept(page_hits, settled, page, before=page.order) if c.id not in ours]
             kept += self._local_matches(page, written[:i], later=written[i + 1 :])
             self._conclude(page, kept)
         # (d) the decisions not written yet.
@@ -239,7 +252,7 @@ class _Rounds(_Writes, _Searches):
         """A written page's decision from its kept candidates and its own stored version (ties go to it)."""
         best = _best(kept) if kept else None
         own = page.own
-        page.fields["seq"] = page.seq
+        page.fields["seq"] = page.order
         if own is not None:
             shared = int(shared_counts(own.values, page.stored.values))
             mine = (False, shared)  # not exact: an exact own version is an unchanged revisit, decided in (a)
@@ -258,7 +271,7 @@ class _Rounds(_Writes, _Searches):
         """Kept candidates among the batch's written pages, as a page checked alone in turn would see them: the
         new content of earlier ones decided kept (or revisited), the stored version of later revisited keys."""
         versions: list[tuple[_Page, np.ndarray, str, int]] = [
-            (other, other.stored.values, other.fingerprint, other.seq)
+            (other, other.stored.values, other.fingerprint, other.order)
             for other in earlier
             if other.decision is None or other.new_content  # in (a) its outcome is not known yet
         ]
@@ -273,9 +286,11 @@ class _Rounds(_Writes, _Searches):
         return out
 
     def _pending_fields(self, page: _Page, token: str) -> dict[str, Any]:
+        # Position tokens only where the position query needs them (a threshold below the band layout's).
+        stored = stored_fields(page.stored, positions=not self._bands)
         return {
-            "key": page.key, "tag": self.tag, **stored_fields(page.stored), "fingerprint": page.fingerprint,
-            "empty": False, "status": PENDING, "group": page.doc_id, "writer": token, "crawl": [self.crawl_id],
+            "key": page.key, "tag": self.tag, **stored, "fingerprint": page.fingerprint, "empty": False,
+            "status": PENDING, "group": page.doc_id, "writer": token, "crawl": [self.crawl_id],
         }
 
     def _match(self, candidate: _Candidate) -> Match:

@@ -165,7 +165,7 @@ class _UncheckedPages(_Searches):
     def _unchecked_fields(self, entry: _Unchecked) -> dict[str, Any]:
         """The ``neardup`` object of an unchecked page: no ``seq``, as it took no part in the write order."""
         return {
-            "key": entry.key, "tag": self.tag, **stored_fields(entry.stored),
+            "key": entry.key, "tag": self.tag, **stored_fields(entry.stored, positions=not self._bands),
             "fingerprint": fingerprint_hex(entry.fingerprint), "empty": False, "status": UNCHECKED,
             "group": entry.doc_id,
         }

@@ -1,12 +1,12 @@
 """The writes of a round (module doc of :mod:`.protocol`): the pages written ``pending`` in step (b), the wait
-of step (c) for every copy of the shard to apply them, and the decisions of step (d).
+of step (c) for every earlier batch's writes to be visible, and the decisions of step (d).
 
 Replicas and failover
 ---------------------
 With replicas (``auto_expand_replicas: 0-1`` gives one on a cluster of two or more nodes) a search or a
-multi-get may run on any started copy; hence the wait in (c) covers every copy. Writes are acknowledged once
-every in-sync copy has them, so a replica promoted after its primary dies holds every acknowledged write, with
-its ``_seq_no`` (the new primary continues the sequence). A request in flight when the primary died is retried
+multi-get may run on any started copy. Writes are acknowledged once every in-sync copy has them, so a replica
+promoted after its primary dies holds every acknowledged write (and the sequencer's markers, see
+:mod:`.sequencer`). A request in flight when the primary died is retried
 by Elasticsearch on the new primary, or fails and is retried here (on another node when ``url`` lists several);
 a ``create`` that had landed answers "conflict" and its ``_seq_no`` is read back. Answers that cover no copy of
 the shard (a search or refresh with failed shards, a multi-get item with an error) count as retryable failures
@@ -15,17 +15,16 @@ or as "still pending", never as "no such page".
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from typing import Any
 
-from elasticsearch import AuthorizationException, ConflictError
+from elasticsearch import ConflictError
 
 from ..mapping import F_WRITER, ROOT
 from ..retry import ShardsUnavailable
 from .pages import _Page
-from .requests import _POLL_FIRST, _POLL_MAX, _Requests
+from .requests import _Requests
+from .sequencer import Sequencer
 
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")
@@ -40,7 +39,7 @@ class _Writes(_Requests):
 
     pending_timeout: float
     crawl_id: str
-    _checkpoints: bool
+    _sequencer: Sequencer
 
     async def _write_pending(self, pages: list[_Page], token: str) -> list[_Page]:
         """Write the pages as ``pending`` (created, or replacing the document read in (a) if unchanged since:
@@ -151,39 +150,11 @@ class _Writes(_Requests):
         if refused:
             raise ShardsUnavailable(f"the bulk request refused {refused} decision(s)")
 
-    async def _settle_writes(self, seq: int) -> None:
-        """Wait until every write up to ``seq`` is applied on every started copy, then refresh (module doc)."""
-        delay = _POLL_FIRST
-        deadline = time.monotonic() + self.pending_timeout
-        while self._checkpoints and time.monotonic() < deadline:
-            try:
-                stats = await self._es.indices.stats(index=self.index, metric="docs", level="shards")
-            except AuthorizationException:
-                logger.warning(
-                    "no 'monitor' privilege on %s: cannot wait for the write checkpoint; concurrent crawlers "
-                    "are then ordered slightly less strictly", self.index,
-                )
-                self._checkpoints = False
-                break
-            if _local_checkpoint(stats.body) >= seq:
-                break
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _POLL_MAX)
+    async def _settle_writes(self, marker: int) -> None:
+        """Wait until every marker up to the batch's (``marker``) is applied on every started copy of the
+        sequencer, then refresh the pages' index: every earlier batch's pending writes are then visible on every
+        copy of every shard (:mod:`.sequencer`)."""
+        await self._sequencer.wait(marker)
         response = await self._es.indices.refresh(index=self.index)
         if response["_shards"].get("failed", 0):
             raise ShardsUnavailable(f"the refresh failed on {response['_shards']['failed']} shard copy(ies)")
-
-
-def _local_checkpoint(stats: dict[str, Any]) -> int:
-    """The lowest local checkpoint among the started copies of the (single) shard, from index stats at shard
-    level; -1 while no primary is started (e.g. during a failover). A search may run on any started copy."""
-    checkpoints: list[int] = []
-    primary = False
-    for index_stats in stats["indices"].values():
-        for copies in index_stats["shards"].values():
-            for copy in copies:
-                if copy["routing"]["state"] != "STARTED":
-                    continue
-                primary = primary or bool(copy["routing"]["primary"])
-                checkpoints.append(int(copy["seq_no"]["local_checkpoint"]))
-    return min(checkpoints) if primary else -1

@@ -28,7 +28,7 @@ from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch, Sketcher
 from scrapy_neardup.core.stored import StoredSignature
 from scrapy_neardup.core.theory import min_shared_for
-from scrapy_neardup.store.backend import Backend
+from scrapy_neardup.store.backend import Backend, Decision
 
 pytestmark = pytest.mark.es
 
@@ -42,7 +42,7 @@ PARAMS = SketchParams.from_tag(SKETCHER.tag, min_shared=T)
 def index_name(es_client: Elasticsearch) -> Iterator[str]:
     name = f"nd-backend-{uuid.uuid4().hex[:10]}"
     yield name
-    es_client.indices.delete(index=name, ignore_unavailable=True)
+    es_client.indices.delete(index=f"{name},{name}-order", ignore_unavailable=True)
 
 
 def make_backend(url: str, index: str, **kwargs: Any) -> ElasticsearchBackend:
@@ -83,7 +83,7 @@ def stream(seed: int, n: int) -> list[tuple[str, str]]:
 def test_constructor_signature_and_protocol() -> None:
     params = inspect.signature(ElasticsearchBackend).parameters
     assert list(params) == ["url", "index", "params", "api_key", "username", "password", "ca_certs",
-                            "request_timeout", "crawl_id", "num_perm", "min_shared", "tag"]  # the last three deprecated
+                            "request_timeout", "crawl_id", "shards", "num_perm", "min_shared", "tag"]  # 3 deprecated
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
     assert params["request_timeout"].default == 10.0 and params["api_key"].default is None
     assert params["crawl_id"].default is None  # a crawl of its own (a new random identity)
@@ -339,14 +339,22 @@ def test_input_errors(es_url: str, es_client: Elasticsearch, index_name: str) ->
         make_backend(es_url, "Bad")
 
 
-def test_multi_shard_index_is_refused(es_url: str, es_client: Elasticsearch, index_name: str) -> None:
+def test_an_existing_multi_shard_index_is_used(es_url: str, es_client: Elasticsearch, index_name: str) -> None:
+    """Any shard count is accepted: the order comes from the sequencer index, which ``open`` creates."""
     es_client.indices.create(index=index_name, settings={"number_of_shards": 2, "number_of_replicas": 0})
+    a, b = SKETCHER.sketch_many(near_duplicates(seed=31, count=2))
 
-    async def run() -> None:
-        await make_backend(es_url, index_name).open()
+    async def run() -> list[Decision]:
+        backend = make_backend(es_url, index_name)
+        await backend.open()
+        try:
+            return await backend.check_and_add_many([("a", a), ("b", b)])
+        finally:
+            await backend.close()
 
-    with pytest.raises(EsError, match="2 primary shards"):
-        asyncio.run(run())
+    first, second = asyncio.run(run())
+    assert first.kept and second.match is not None and second.match.key == "a"
+    assert es_client.indices.exists(index=f"{index_name}-order")
 
 
 def test_unreachable_node_fails_after_bounded_retries() -> None:

@@ -31,16 +31,16 @@ CRAWLERS = 4
 GROUPS = 40
 
 
-def shared_site() -> tuple[dict[str, Page], dict[str, int]]:
+def shared_site(crawlers: int = CRAWLERS, changes: int = 3) -> tuple[dict[str, Page], dict[str, int]]:
     """Pages and path -> group. Crawler ``c`` starts at ``/c{c}/``, which links to ``/c{c}/g{g}`` for every
     group ``g``: a light edit (3 words of 300) of group ``g``'s article, different in each crawler."""
     pages: dict[str, Page] = {}
     group_of: dict[str, int] = {}
-    for c in range(CRAWLERS):
+    for c in range(crawlers):
         links = []
         for g in range(GROUPS):
             path = f"/c{c}/g{g}"
-            words = edit_words(article_words(2000 + g, 300), changes=3, seed=100 * g + c)
+            words = edit_words(article_words(2000 + g, 300), changes=changes, seed=100 * g + c)
             pages[path] = Page(html_page(f"Story {g}", words))
             group_of[path] = g
             links.append(path)
@@ -52,11 +52,12 @@ def shared_site() -> tuple[dict[str, Page], dict[str, int]]:
 def es_index(es_client: Any) -> Iterator[str]:
     name = f"neardup-rel-crawlers-{uuid.uuid4().hex[:8]}"
     yield name
-    es_client.indices.delete(index=name, ignore_unavailable=True)
+    es_client.indices.delete(index=f"{name},{name}-order", ignore_unavailable=True)
 
 
+@pytest.mark.parametrize("shards", [1, 3])
 def test_four_crawlers_share_one_index(es_url: str, es_client: Any, es_index: str, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                       monkeypatch: pytest.MonkeyPatch, shards: int) -> None:
     monkeypatch.setattr(neardup_testkit, "CRAWL_TIMEOUT", 110)
     pages, group_of = shared_site()
     server = SiteServer(pages).start()
@@ -68,7 +69,7 @@ def test_four_crawlers_share_one_index(es_url: str, es_client: Any, es_index: st
             results[c] = run_crawl_process(
                 tmp_path,
                 settings={"NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": es_url, "NEARDUP_ES_INDEX": es_index,
-                          "CONCURRENT_REQUESTS": 8},
+                          "NEARDUP_ES_SHARDS": shards, "CONCURRENT_REQUESTS": 8},
                 spider={"start_url": f"{server.url}/c{c}/"}, name=f"crawler{c}",
             )
         except BaseException as exc:  # reported below
@@ -135,3 +136,5 @@ def test_four_crawlers_share_one_index(es_url: str, es_client: Any, es_index: st
     docs = [hit["_source"]["neardup"] for hit in response["hits"]["hits"]]
     assert [d for d in docs if d["status"] == "pending"] == []
     assert {d["key"] for d in docs if d["status"] == "kept"} == kept_set
+    settings = es_client.indices.get_settings(index=es_index)[es_index]["settings"]["index"]
+    assert int(settings["number_of_shards"]) == shards

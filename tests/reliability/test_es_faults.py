@@ -12,7 +12,7 @@ answers chosen requests with HTTP 429 (``es_rejected_execution_exception``), rej
   The crawl then ends with close reason ``neardup_unchecked`` and exit status 1 (NEARDUP_MAX_UNCHECKED = 0, the
   default), its summary saying how many pages went unchecked and how many were written to the index.
   Before the kill, the same crawl meets a *stalled* node: the proxy accepts and never answers until one check
-  has timed out on every attempt (NEARDUP_ES_TIMEOUT=0.5, 1 + 3 retries with backoff); it passes unchecked.
+  has timed out on every attempt (NEARDUP_ES_TIMEOUT=0.5, 1 + 5 retries with backoff); it passes unchecked.
   Afterwards every unchecked page is in the index (status ``unchecked``) and a groups pass groups it with its
   near-duplicates.
 * ``test_unreachable_at_start_is_a_clear_error``: nothing listens: the crawl stops before fetching a page,
@@ -780,21 +780,24 @@ def test_unreachable_at_start_is_a_clear_error(crawl_dir: Path) -> None:
 def test_429_bursts_during_a_crawl(es_url: str, es_client: Any, es_index: str, crawl_dir: Path,
                                    ledger: Ledger) -> None:
     """Bursts of HTTP 429 while the crawl checks pages in batches (about 100 requests): bursts of up to
-    ``retries`` (3) answers, on any request, on the pending writes (a ``_create`` or a ``_bulk``), on the
-    refresh and on the search, are absorbed by the backend's retries; a burst of 4 makes one check fail: the
-    pages of that batch (one or more) pass through unchecked and are written to the index once the node accepts
-    requests again (the first bulk request writing them meets a per-item 429 on every item, so a later one
-    writes them)."""
+    ``retries`` (``ElasticsearchBackend.retries``) answers, on any request, on the pending writes (a ``_create``
+    or a ``_bulk``), on the refresh and on the search, are absorbed by the backend's retries; a burst of one more
+    makes one check fail: the pages of that batch (one or more) pass through unchecked and are written to the
+    index once the node accepts requests again (the first bulk request writing them meets a per-item 429 on
+    every item, so a later one writes them)."""
+    from es_integration.backend import ElasticsearchBackend
+
+    retries = ElasticsearchBackend.retries
     proxy = FaultProxy(target_of(es_url), http=True)
     faults = [proxy.add(fault) for fault in (
-        Fault("reject", 3, start=8),  # whatever request comes: absorbed by the retries of one call
-        Fault("reject", 3, body=PENDING_WRITE, start=16),  # a `_create` or a bulk of pending writes
-        Fault("reject", 3, path="/_refresh", start=24),
+        Fault("reject", retries, start=8),  # whatever request comes: absorbed by the retries of one call
+        Fault("reject", retries, body=PENDING_WRITE, start=16),  # a `_create` or a bulk of pending writes
+        Fault("reject", retries, path="/_refresh", start=24),
         Fault("reject", 2, path="/_search", start=32),
-        Fault("reject", 4, start=40),  # one more than the retries: one check (a batch) fails
+        Fault("reject", retries + 1, start=40),  # one more than the retries: one check (a batch) fails
         Fault("bulk_items", 1, path="/_bulk", body=UNCHECKED_WRITE, every=1),  # the first write of its pages
     )]
-    absorbed = 3 + 3 + 3 + 2 + 3  # retries that succeed, and the 3 of the failed check
+    absorbed = 3 * retries + 2 + retries  # retries that succeed, and those of the failed check
 
     # Pages 0.1 s apart (two at a time): batches of one to a few pages, so the crawl makes enough rounds for
     # each burst to meet a different one.
@@ -819,7 +822,7 @@ def test_429_bursts_during_a_crawl(es_url: str, es_client: Any, es_index: str, c
     assert all(fault.count == 0 for fault in faults), "a burst was not injected"
     # One failed check: its batch passed through unchecked (every page of it), each page counted once.
     unchecked = len(outcome["unchecked"])
-    assert proxy.injected == {"reject": 15, "bulk_items": unchecked}
+    assert proxy.injected == {"reject": 4 * retries + 3, "bulk_items": unchecked}
     assert result.stat("neardup/backend_retries") >= absorbed
     assert unchecked >= 1
     assert unchecked == result.stat("neardup/unchecked") == result.stat("neardup/backend_errors")
