@@ -165,13 +165,13 @@ def test_no_secrets_in_logs_or_messages(
 
 
 def test_backend_with_api_key_and_least_privileges(secure_es_node: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """A key limited to its index (no cluster or monitor privilege) is enough; the checkpoint wait is skipped
-    with one warning."""
+    """A key limited to its index and the index's siblings (``<index>-*``: the sequencer, templates, hosts), with
+    no cluster or monitor privilege, is enough; the checkpoint wait is skipped with one warning."""
     index = f"nd-least-{uuid.uuid4().hex[:8]}"
     key = secure_es_node.create_api_key(
         "neardup-least",
         expiration="1h",
-        role_descriptors={"crawler": {"indices": [{"names": [index], "privileges": [
+        role_descriptors={"crawler": {"indices": [{"names": [index, f"{index}-*"], "privileges": [
             "read", "write", "create_index", "view_index_metadata", "maintenance"]}]}},
     )
     a, b = SKETCHER.sketch_many(["x " + " ".join(f"w{i}" for i in range(100)), " ".join(f"w{i}" for i in range(100))])
@@ -193,4 +193,4 @@ def test_backend_with_api_key_and_least_privileges(secure_es_node: Any, caplog: 
         assert caplog.text.count("no 'monitor' privilege") == 1
     finally:
         with secure_es_node.client() as es:
-            es.indices.delete(index=index, ignore_unavailable=True)
+            es.indices.delete(index=f"{index},{index}-order", ignore_unavailable=True)
