@@ -15,6 +15,7 @@ or as "still pending", never as "no such page".
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -151,10 +152,13 @@ class _Writes(_Requests):
             raise ShardsUnavailable(f"the bulk request refused {refused} decision(s)")
 
     async def _settle_writes(self, marker: int) -> None:
-        """Wait until every marker up to the batch's (``marker``) is applied on every started copy of the
-        sequencer, then refresh the pages' index: every earlier batch's pending writes are then visible on every
-        copy of every shard (:mod:`.sequencer`)."""
-        await self._sequencer.wait(marker)
+        """Refresh the pages' index and wait until every marker up to the batch's (``marker``) is applied on
+        every started copy of the sequencer: every earlier batch's pending writes are then visible on every copy
+        of every shard, and its marker readable (:mod:`.sequencer`). The two at once: every earlier batch's
+        pending writes were acknowledged before this batch's marker was, so the refresh need not wait."""
+        await asyncio.gather(self._sequencer.wait(marker), self._refresh())
+
+    async def _refresh(self) -> None:
         response = await self._es.indices.refresh(index=self.index)
         if response["_shards"].get("failed", 0):
             raise ShardsUnavailable(f"the refresh failed on {response['_shards']['failed']} shard copy(ies)")
