@@ -171,7 +171,7 @@ def clone_index(es: Any, source: str) -> dict[str, Any]:
 
 
 def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: int, shards: int,
-                  big_index: str | None = None) -> dict[str, Any]:
+                  big_index: str | None = None, keep_big: bool = False) -> dict[str, Any]:
     from bench_es import index_synthetic
 
     out: dict[str, Any] = {"shards": shards}
@@ -180,12 +180,13 @@ def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: 
     warm = f"bench-warmup-{uuid.uuid4().hex[:6]}"
     asyncio.run(es_run(url, warm, workload(batch * batches, 5, "warm-"), batch))
     drop_backend_index(es, warm)
-    for docs in (small, big):
-        built = (clone_index(es, big_index) if big_index and docs == big
-                 else index_synthetic(es, docs, backend=True, shards=shards))
+    for target in (small, big):
+        built = (clone_index(es, big_index) if big_index and target == big
+                 else index_synthetic(es, target, backend=True, shards=shards))
         docs = built["docs"]
         es.options(request_timeout=3600).indices.forcemerge(index=built["index"], max_num_segments=8)
-        probe = workload(batch * batches, 77, f"probe-{docs}-")
+        # New pages each run (a kept or cloned index holds an earlier run's probes, which would be revisits).
+        probe = workload(batch * batches, int(time.time()), f"probe-{uuid.uuid4().hex[:8]}-")
         run = asyncio.run(es_run(url, built["index"], probe, batch))
         stats = es.indices.stats(index=built["index"], metric="store,docs")["indices"][built["index"]]["primaries"]
         per_page = stats["store"]["size_in_bytes"] / stats["docs"]["count"]
@@ -194,7 +195,10 @@ def bench_latency(es: Any, url: str, small: int, big: int, batch: int, batches: 
         print(f"  {docs:>9} pages in the index ({shards} shards): batch of {batch} p50 {run['batch_ms_p50']:.1f} ms, "
               f"p99 {run['batch_ms_p99']:.1f} ms ({run['rate']:.0f} checks/s); {per_page:.0f} bytes a page "
               f"(target <= 1200), {stats['store']['size_in_bytes'] / 2**20:.0f} MiB", flush=True)
-        drop_backend_index(es, built["index"])
+        if keep_big and target == big:
+            print(f"  kept the big index: {built['index']}")
+        else:
+            drop_backend_index(es, built["index"])
     a, b = out[str(small)], out[str(docs)]
     print(f"latency ratio {docs} / {small}: p50 {b['batch_ms_p50'] / a['batch_ms_p50']:.2f}x, p99 "
           f"{b['batch_ms_p99'] / a['batch_ms_p99']:.2f}x (target <= 2x)")
@@ -283,6 +287,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--heap", default="1g")
     parser.add_argument("--shards", type=int, default=3, help="primary shards of the multi-shard runs")
+    parser.add_argument("--batches", type=int, default=100, help="batches checked against each latency index")
+    parser.add_argument("--keep-big", action="store_true",
+                        help="keep the big latency index (reuse it with --big-index NAME, which clones it)")
     parser.add_argument("--skip", default="", help="comma-separated: rate,latency,crawl")
     parser.add_argument("--url", help="a running node to use instead of starting one")
     parser.add_argument("--big-index", help="an index of the node at --url to clone as the big index (e.g. the "
@@ -317,8 +324,8 @@ def main() -> int:
         if "crawl" not in skip:
             result["crawl"] = bench_crawl(url, args.pages, args.rounds)
         if "latency" not in skip:
-            result["latency"] = bench_latency(es, url, args.small, args.big, args.batch, 40, args.shards,
-                                              args.big_index)
+            result["latency"] = bench_latency(es, url, args.small, args.big, args.batch, args.batches, args.shards,
+                                              args.big_index, args.keep_big)
     finally:
         es.close()
         if cluster is not None:
