@@ -1,11 +1,11 @@
 """Soft-404 templates: what a host answers, with status 200, for a path that cannot exist. No frameworks here;
 the Scrapy layer probes hosts and feeds this (:mod:`scrapy_neardup.crawl.soft404`).
 
-A probe asks for ``/<random>`` and, where a host's pages live under several first path segments, for
-``/<segment>/<random>`` (a few per host at most): sites often answer unknown URLs of one section with that
-section's own "not found" page. A probe answered 200 gives a template: its sketch. A page whose sketch agrees
-with one of its host's templates in at least ``t`` of ``k`` positions (the near-duplicate rule of the whole
-package: ``P(flag) = P[Binomial(k, r) >= t]`` for resemblance ``r``) is a soft 404.
+A probe asks for ``/<random>`` and, for each first path segment a host's pages live under, for
+``/<segment>/<random>``: sites often answer unknown URLs of one section with that section's own "not found" page. A
+page is compared with the root's template and its own segment's. A probe answered 200 gives a template: its sketch.
+A page whose sketch agrees with one of its host's templates in at least ``t`` of ``k`` positions (the near-duplicate
+rule of the whole package: ``P(flag) = P[Binomial(k, r) >= t]`` for resemblance ``r``) is a soft 404.
 
 Many "not found" pages name the URL asked for ("The requested URL /a/b.html was not found"). In ``"auto"`` mode
 the message is most of what a soft-404 page says (its template is left out), so both sides are sketched without

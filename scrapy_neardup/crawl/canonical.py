@@ -63,7 +63,7 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 #: Characters of a page looked at for its ``<head>`` (a canonical link further down is not one).
 HEAD_LIMIT = 256 * 1024
 #: One ``<url>; params`` element of a ``Link`` header; params may hold quoted commas.
-_LINK = re.compile(r'<([^>]*)>((?:\s*;\s*[^;,"]+(?:=(?:"[^"]*"|[^;,]*))?)*)')
+_LINK = re.compile(r'<([^>]*)>((?:\s*;\s*[^;,="]+(?:=(?:"[^"]*"|[^;,]*))?)*)')
 _REL = re.compile(r'(?:^|;)\s*rel\s*=\s*(?:"([^"]*)"|([^;,\s]*))', re.IGNORECASE)
 
 

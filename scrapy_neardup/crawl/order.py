@@ -27,6 +27,11 @@ pages of which less than ``NEARDUP_MIRROR_SHARE`` have twins on a host holding t
 flight still wait); with it off, until it has ``NEARDUP_MIRROR_MIN_PAGES`` checked pages. The host met first, and
 pages of hosts no request was scheduled for (the pipeline driven without a crawl), never wait.
 
+Waiting pages keep their responses in Scrapy's scraper, and a scraper holding ``SCRAPER_SLOT_MAX_ACTIVE_SIZE``
+stops the downloads, those of the pages waited for included: pages wait only while the waiting ones take up less
+than half of it (the add-on raises it to 100 MB); beyond, a page is checked at once (``neardup/copy_waits_full``,
+said once at INFO).
+
 What stays open: a copy under another path that reaches the pipeline more than ``NEARDUP_COPY_WAIT`` before the
 earlier host's copy is kept (raise the setting for such hosts); the earlier host's copy then names it, and the
 mirror rule calls the host holding most kept copies the original (:mod:`scrapy_neardup.core.mirrors`). A pending
@@ -74,13 +79,19 @@ class KeepOrder:
         wait: ``NEARDUP_COPY_WAIT``, seconds; 0 switches the waiting off.
         min_pages: ``NEARDUP_MIRROR_MIN_PAGES``: checked pages after which a host no judge speaks for is settled.
         count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
+        room: characters of content that may wait at once: half of Scrapy's ``SCRAPER_SLOT_MAX_ACTIVE_SIZE``, so
+            that waiting pages never stop the downloads (of the very pages they wait for); ``None``: no bound.
     """
 
-    def __init__(self, hooks: CrawlHooks, wait: float, min_pages: int, count: Callable[[str, int], Any]) -> None:
+    def __init__(self, hooks: CrawlHooks, wait: float, min_pages: int, count: Callable[[str, int], Any],
+                 room: int | None = None) -> None:
         self.hooks = hooks
         self.wait = wait
         self.min_pages = min_pages
+        self.room = room
         self._count = count
+        self._waiting_size = 0
+        self._full_logged = False
         self._checked: dict[str, int] = {}  # host -> pages checked
         # hash of a path and query -> rank -> pages pending there (requests not answered, items not decided)
         self._pending: dict[int, dict[int, int]] = {}
@@ -175,10 +186,25 @@ class KeepOrder:
             settled = self._checked.get(host, 0) >= self.min_pages
         return not settled
 
-    async def wait_turn(self, key: str) -> None:
-        """Wait as the module doc says when page ``key`` :meth:`must_wait`; return at once otherwise."""
+    async def wait_turn(self, key: str, size: int = 0) -> None:
+        """Wait as the module doc says when page ``key`` (``size``: the length of its content) :meth:`must_wait`;
+        return at once otherwise."""
         if not self.must_wait(key):
             return
+        if self.room is not None and self._waiting_size + size > self.room:
+            self._count("copy_waits_full", 1)
+            if not self._full_logged:
+                self._full_logged = True
+                logger.info("pages waiting for an earlier host's copies fill half of SCRAPER_SLOT_MAX_ACTIVE_SIZE; "
+                            "more pages are checked without waiting (counted in neardup/copy_waits_full)")
+            return
+        self._waiting_size += size
+        try:
+            await self._wait_turn(key)
+        finally:
+            self._waiting_size -= size
+
+    async def _wait_turn(self, key: str) -> None:
         where = _where(key)
         assert where is not None
         path = hash(where[0])

@@ -8,7 +8,10 @@ Enable it with the add-on (:class:`~scrapy_neardup.crawl.addon.NearDuplicateAddo
 Each item's text (``NEARDUP_TEXT_FIELD``) is sketched and checked against the pages kept so far. When it
 shares at least ``t`` of ``k`` signature positions with one of them, the item is dropped
 (:class:`NearDuplicateDropped`, naming the kept page and the estimated resemblance) or marked; otherwise the
-page is kept and later pages are checked against it. First seen is kept.
+page is kept and later pages are checked against it. The first checked is kept; of two hosts serving the same
+pages, a later host's copy waits for the earlier host's (:mod:`scrapy_neardup.crawl.order`). A page whose
+canonical link names a page checked earlier is its duplicate whatever its text (:class:`CanonicalDropped`,
+:mod:`scrapy_neardup.crawl.canonical`).
 
 Concurrency: Scrapy runs ``process_item`` for up to ``CONCURRENT_ITEMS`` items at a time. The check and the
 insert of one item must not interleave with another's, or two near-duplicates checked at the same time could
@@ -158,6 +161,7 @@ class NearDuplicatePipeline:
         crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
         if pipeline.order is not None:
             order = pipeline.order
+            order.room = crawler.settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") // 2
             crawler.signals.connect(order.request_scheduled, signal=signals.request_scheduled)
             crawler.signals.connect(order.request_dropped, signal=signals.request_dropped)
             crawler.signals.connect(order.response_received, signal=signals.response_received)
@@ -306,8 +310,8 @@ class NearDuplicatePipeline:
             return self._skip(SKIP_EMPTY, item)
         key = self._key(adapter, sketch)
         self._inc("checked")
-        if self.order is not None:
-            await self.order.wait_turn(key)  # a later host's copy waits for the earlier host's
+        if self.order is not None:  # a later host's copy waits for the earlier host's
+            await self.order.wait_turn(key, len(cast("Content", content)))
         canonical = self.canonicals.named(key, content, self.hooks) if self.canonicals is not None else None
         holder = self.canonicals.holder(canonical) if self.canonicals is not None and canonical else None
         if holder is not None and holder != key:

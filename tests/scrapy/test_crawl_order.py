@@ -25,7 +25,7 @@ RunCrawl = Callable[..., CrawlResult]
 ADDON = {"scrapy_neardup.NearDuplicateAddon": 300}
 SEGMENTS = ["news", "lib", "docs", "blog", "help"]
 PER_SEGMENT = 8
-RUNS = 5
+RUNS = 6
 #: Each section's own "not found" page; /blog/, /help/ and the root answer with the root's.
 NOT_FOUND = {
     "": "Page not found. Sorry, we could not find the page you asked for. It may have moved, or the link you followed "
@@ -196,5 +196,6 @@ def test_two_start_urls_serving_one_site_start_url_order_decides(
     assert result.stat("neardup/mirror_requests_skipped") > 0
     fetched = [p for p in second.requests if "neardup-soft404-probe-" not in p]
     assert len(fetched) < len(second.pages)
+    print(f"second host: {len(fetched)} of its {len(second.pages)} pages fetched")
     # The copies waited for the original's: counted, and the first host's pages never did.
     assert result.stat("neardup/copy_waits") > 0
