@@ -65,6 +65,65 @@ def _site(nav: str, other_hosts: list[str]) -> dict[str, Page]:
     return pages
 
 
+# -- the rule, without a crawl -----------------------------------------------------------------------------------
+
+
+class _Judge:
+    def __init__(self) -> None:
+        self.settled_hosts: set[str] = set()
+
+    def settled(self, host: str) -> bool:
+        return host in self.settled_hosts
+
+
+def test_which_pages_wait() -> None:
+    from scrapy_neardup.core.mirrors import host_of
+    from scrapy_neardup.crawl.hooks import CrawlHooks
+    from scrapy_neardup.crawl.order import KeepOrder
+
+    a, b = "http://a.test", "http://b.test"
+    hooks = CrawlHooks()
+    order = KeepOrder(hooks, wait=2.0, min_pages=3, count=lambda name, n: None)
+    assert not order.must_wait(f"{a}/x")  # no request scheduled for its host: the pipeline driven on its own
+    hooks.meet(host_of(a))  # type: ignore[arg-type]
+    hooks.meet(host_of(b))  # type: ignore[arg-type]
+    assert not order.must_wait(f"{a}/x")  # the host met first never waits
+    assert order.must_wait(f"{b}/x")
+    for i in range(3):  # without a judge, a host's first min_pages pages wait
+        order.checked(f"{b}/own-{i}")
+    assert not order.must_wait(f"{b}/x")
+    judge = _Judge()
+    hooks.copy_judges.append(judge)  # the mirror middleware: it decides
+    assert order.must_wait(f"{b}/x")
+    judge.settled_hosts.add(host_of(b))  # type: ignore[arg-type]
+    assert not order.must_wait(f"{b}/x")
+    assert not KeepOrder(hooks, wait=0.0, min_pages=3, count=lambda name, n: None).must_wait(f"{b}/y")
+
+
+def test_a_page_whose_path_an_earlier_host_checked_goes_on_at_once() -> None:
+    import asyncio
+
+    from scrapy_neardup.core.mirrors import host_of
+    from scrapy_neardup.crawl.hooks import CrawlHooks
+    from scrapy_neardup.crawl.order import KeepOrder
+
+    a, b = "http://a.test", "http://b.test"
+    hooks = CrawlHooks()
+    for host in (a, b):
+        hooks.meet(host_of(host))  # type: ignore[arg-type]
+    counts: dict[str, int] = {}
+
+    def count(name: str, n: int) -> None:
+        counts[name] = counts.get(name, 0) + n
+
+    order = KeepOrder(hooks, wait=60.0, min_pages=3, count=count, room=1000)
+    order.checked(f"{a}/news/1.html?p=2")
+    asyncio.run(asyncio.wait_for(order.wait_turn(f"{b}/news/1.html?p=2", 10), 1.0))  # no wait: checked on a
+    assert counts == {}
+    asyncio.run(asyncio.wait_for(order.wait_turn(f"{b}/news/2.html", 2000), 1.0))  # no room left: no wait either
+    assert counts == {"copy_waits_full": 1}
+
+
 @dataclass
 class FourHosts:
     original: SiteServer
@@ -199,3 +258,19 @@ def test_two_start_urls_serving_one_site_start_url_order_decides(
     print(f"second host: {len(fetched)} of its {len(second.pages)} pages fetched")
     # The copies waited for the original's: counted, and the first host's pages never did.
     assert result.stat("neardup/copy_waits") > 0
+
+
+def test_without_waiting_the_host_whose_pages_were_kept_is_the_original(
+    two_copies: tuple[SiteServer, SiteServer], tmp_path: Path,
+) -> None:
+    """The control: with ``NEARDUP_COPY_WAIT = 0`` the second host, whose probes answer first, runs ahead and its
+    copies are checked first and kept. The mirror rule then agrees with the pipeline: the first host, whose pages
+    were dropped, is the mirror, and the second, whose pages were kept, is never skipped."""
+    first, second = two_copies
+    result = _run(tmp_path, "crawl", {"start_url": first.url + "/", "extra_starts": [second.url + "/"]},
+                  NEARDUP_COPY_WAIT=0)
+    kept_on_second = [url for url in result.kept_urls if url.startswith(second.url)]
+    assert len(kept_on_second) > len(result.kept_urls) // 2, sorted(result.kept_urls)
+    assert result.stat("neardup/copy_waits") == 0
+    assert _outcome(result).mirror_decisions in ((), ((first.url, second.url),))
+    assert set(second.requests) >= set(second.pages)  # never skipped
