@@ -95,15 +95,18 @@ NEARDUP_SEARCH_INDEX = os.environ.get("NEARDUP_SEARCH_INDEX")
 NEARDUP_SEARCH_DUPLICATES = "index"
 
 # Soft 404s: each host is asked once for a URL that cannot exist, /neardup-soft404-probe-<random>, with the
-# crawl's user agent (and once per first path segment, /news/..., up to NEARDUP_SOFT404_PROBES_PER_HOST probes);
-# a page that near-duplicates what it answered with status 200 is dropped as Soft404Dropped, none of them kept.
+# crawl's user agent (and once per first path segment, /news/..., up to NEARDUP_SOFT404_PROBES_PER_HOST probes,
+# 20 by default); a page is compared with what the root and its own segment answered with status 200, and one that
+# near-duplicates it is dropped as Soft404Dropped, none of them kept.
 # A page waits at most NEARDUP_SOFT404_TIMEOUT seconds for them.
 NEARDUP_SOFT404_ENABLED = True
-NEARDUP_SOFT404_PROBES_PER_HOST = 3
+NEARDUP_SOFT404_PROBES_PER_HOST = 20
 NEARDUP_SOFT404_TIMEOUT = 30
 
-# Mirror hosts: once a host has NEARDUP_MIRROR_MIN_PAGES checked pages and NEARDUP_MIRROR_SHARE of them have a
-# near-duplicate on a host seen before it, its remaining requests are skipped before download. The price: its
+# Mirror hosts: once a host has NEARDUP_MIRROR_MIN_PAGES checked pages, NEARDUP_MIRROR_SHARE of them have a
+# near-duplicate on another host, and that host holds the kept copies, its remaining requests are skipped before
+# download. Of two hosts serving the same pages, the copies of the host met first are kept: a later host's page
+# waits (NEARDUP_COPY_WAIT, 2 s or four DOWNLOAD_DELAY) for the earlier host's copy. The price: its
 # pages not fetched yet that exist nowhere else are not crawled (at most about 1 - share of them); a share of
 # 1.0 skips only perfect mirrors. The default of 20 pages is lowered here because the demo site is tiny.
 NEARDUP_MIRRORS_ENABLED = True

@@ -2,18 +2,22 @@
 downloading it. No Scrapy, Twisted or Elasticsearch here; the Scrapy layer feeds the table
 (:mod:`scrapy_neardup.crawl.mirrors`).
 
-A host is ``scheme://hostname:port`` (:func:`host_of`). For a pair of hosts (B, A), ``twins(B, A)`` is the set of
-*checked* pages of B that have a near-duplicate on A, learnt in either direction: B's page dropped naming A's
-page, or A's page dropped naming B's page (per-host download slots fetch two hosts side by side, so either may
-hold the first copy). With ``n_B`` the checked pages of B, B is a *mirror* of A when
+A host is ``scheme://hostname:port`` (:func:`host_of`). Every checked page is kept or dropped naming the kept page
+it near-duplicates; a kept page and the pages dropped naming it are one *content*, and the host of the kept page
+*holds* it (or the host of the content's canonical page, when one came later: :meth:`MirrorTable.record`). For
+a pair of hosts (B, A), ``twins(B, A)`` is the set of *checked* pages of B whose content has a page on A, however
+the two met: B's page dropped naming A's, A's page dropped naming B's, or both dropped naming a third host's (a
+site reprinting part of both). ``holds(A, B)`` counts the contents of both held by A. With ``n_B`` the checked
+pages of B, B is a *mirror* of A when
 
-    n_B >= min_pages   and   |twins(B, A)| / n_B >= share,
+    n_B >= min_pages,   |twins(B, A)| / n_B >= share,   and A holds their contents: holds(A, B) > holds(B, A)
 
-and A was first seen before B (the host first seen of the two is the one kept). A host that is a mirror of
-nothing is never skipped, whatever share of its pages the other hosts copy; a host that copies only part of
-another (below ``share``) is never skipped either. The price of a skip: pages of B not fetched yet that exist
-nowhere else are not crawled; at most ``1 - share`` of B's checked pages had no twin, and the same share is
-expected among the unfetched ones. ``share = 1.0`` skips only perfect mirrors.
+(on a tie, A was met first). So the mirror is always the host whose pages were dropped as copies, and the host
+whose pages were kept is never skipped: the table agrees with the pipeline on which host is the original. A
+host that is a mirror of nothing is never skipped, whatever share of its pages the other hosts copy; a host that
+copies only part of another (below ``share``) is never skipped either. The price of a skip: pages of B not
+fetched yet that exist nowhere else are not crawled; at most ``1 - share`` of B's checked pages had no twin, and
+the same share is expected among the unfetched ones. ``share = 1.0`` skips only perfect mirrors.
 
 State (:meth:`MirrorTable.save`, :meth:`MirrorTable.load`): a small JSON file written atomically; decisions are
 not stored but recomputed from the counts with the current ``min_pages`` and ``share``.
@@ -22,11 +26,14 @@ A fleet (several crawler processes on one shared store, :class:`HostStore`): eac
 (:meth:`MirrorTable.local_counts`, a :class:`HostCounts`) and pulls the sum over the *other* processes
 (:meth:`MirrorTable.set_fleet`); the rule above then runs on the totals
 
-    n_B = own n_B + others' n_B,   |twins(B, A)| = own + others',   first_seen(H) = min over the fleet,
+    n_B = own n_B + others' n_B,   |twins(B, A)| = own + others',   holds(A, B) = own + others',
+    first_seen(H) = min over the fleet,
 
-so every process reaches the same decision from the same totals, at its next pull at the latest. "Seen
-first" compares first-seen wall-clock times (``time.time()``; a tie keeps both hosts). A page checked by two
-processes counts twice on both sides of the share, which leaves it about unchanged.
+so every process reaches the same decision from the same totals, at its next pull at the latest (a store that
+does not keep ``holds`` leaves each process its own). "Met first" compares first-seen wall-clock times
+(``time.time()``; the crawl layer calls :meth:`MirrorTable.see` in the order requests are scheduled, start URLs
+in their order first). A page checked by two processes counts twice on both sides of the share, which leaves it
+about unchanged.
 """
 
 from __future__ import annotations
@@ -90,11 +97,22 @@ class HostCounts:
         checked: host -> checked pages ``n_H``.
         first_seen: host -> when it was first met (``time.time()`` seconds; pulled: the fleet's minimum).
         twins: ``(B, A)`` -> ``|twins(B, A)|``, checked pages of B with a near-duplicate on A.
+        holds: ``(A, B)`` -> contents with pages on both A and B whose kept copy is on A (a store may leave it
+            empty: each process then goes by its own).
     """
 
     checked: dict[str, int] = field(default_factory=dict)
     first_seen: dict[str, float] = field(default_factory=dict)
     twins: dict[tuple[str, str], int] = field(default_factory=dict)
+    holds: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Content:
+    """One content: the hosts its checked pages are on (host -> their keys) and the host holding its kept copy."""
+
+    pages: dict[str, set[str]]
+    holder: str
 
 
 class HostStore(ABC):
@@ -123,7 +141,8 @@ class HostStore(ABC):
 
 
 class MirrorTable:
-    """Counts, per pair of hosts, the checked pages of one that have a near-duplicate on the other.
+    """Counts, per pair of hosts, the checked pages of one whose content has a page on the other, and which of
+    the two holds the kept copies (see the module doc).
 
     Args:
         min_pages: ``N``, checked pages a host needs before it can be called a mirror.
@@ -139,20 +158,31 @@ class MirrorTable:
         self._last_seen = 0.0
         self._checked: dict[str, int] = {}
         self._twins: dict[str, dict[str, set[str]]] = {}  # B -> A -> B's pages with a twin on A
+        # Contents with pages on two hosts or more, by the key of their kept page (a kept page alone is no pair).
+        self._contents: dict[str, _Content] = {}
+        self._holds: dict[str, dict[str, int]] = {}  # A -> B -> contents of A and B held by A
         self._mirror_of: dict[str, MirrorDecision] = {}
         self._fleet = HostCounts()  # the other processes' sums (set_fleet)
         self._fleet_twins: dict[str, dict[str, int]] = {}  # B -> A -> others' |twins(B, A)|
+        self._fleet_holds: dict[str, dict[str, int]] = {}  # A -> B -> others' holds(A, B)
 
     # -- feeding ---------------------------------------------------------------------------------------------
 
     def see(self, host: str) -> None:
-        """Record that ``host`` was met (its first request); the first seen of two mirrors is kept."""
+        """Record that ``host`` was met; of two hosts holding as many contents of each other, the one met first
+        is the original."""
         if host not in self._seen:
             # Strictly increasing, so that two hosts met within one clock tick keep their order.
             self._last_seen = self._seen[host] = max(time.time(), self._last_seen + 1e-6)
 
-    def record(self, key: str, duplicate_of: str | None) -> list[MirrorDecision]:
-        """Record one checked page: kept (``duplicate_of=None``) or found a near-duplicate of ``duplicate_of``.
+    def record(self, key: str, duplicate_of: str | None, representative_of: str | None = None) -> list[MirrorDecision]:
+        """Record one checked page: kept (``duplicate_of=None``) or found a near-duplicate of the kept page
+        ``duplicate_of``.
+
+        Args:
+            representative_of: the kept page whose content this page is the canonical copy of (the earlier page
+                named this one its canonical URL): the content is then held by this page's host, whether this
+                page was dropped (naming ``duplicate_of``) or kept.
 
         Returns the hosts this page made mirrors (usually none).
         """
@@ -161,14 +191,33 @@ class MirrorTable:
             return []
         self.see(host)
         self._checked[host] = self._checked.get(host, 0) + 1
-        other = host_of(duplicate_of) if duplicate_of is not None else None
-        if other is None or other == host:
+        kept = duplicate_of if duplicate_of is not None else representative_of
+        kept_host = host_of(kept) if kept is not None else None
+        if kept is None or kept_host is None:
             return self._decide(host)
-        self.see(other)
-        self._twins.setdefault(host, {}).setdefault(other, set()).add(key)
-        assert duplicate_of is not None
-        self._twins.setdefault(other, {}).setdefault(host, set()).add(duplicate_of)
-        return self._decide(host) + self._decide(other)
+        self.see(kept_host)
+        content = self._contents.get(kept)
+        if content is None:
+            content = self._contents[kept] = _Content({kept_host: {kept}}, kept_host)
+        self._count_holds(content, -1)
+        for other, pages in content.pages.items():
+            if other != host:
+                self._twins.setdefault(host, {}).setdefault(other, set()).add(key)
+                self._twins.setdefault(other, {}).setdefault(host, set()).update(pages)
+        content.pages.setdefault(host, set()).add(key)
+        if representative_of is not None:
+            content.holder = host
+        self._count_holds(content, +1)
+        decisions: list[MirrorDecision] = []
+        for member in content.pages:
+            decisions += self._decide(member)
+        return decisions
+
+    def _count_holds(self, content: _Content, sign: int) -> None:
+        row = self._holds.setdefault(content.holder, {})
+        for other in content.pages:
+            if other != content.holder:
+                row[other] = row.get(other, 0) + sign
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -184,13 +233,39 @@ class MirrorTable:
         """Checked pages of ``host`` with a near-duplicate on ``on``, the fleet's included."""
         return len(self._twins.get(host, {}).get(on, ())) + self._fleet_twins.get(host, {}).get(on, 0)
 
+    def holds(self, host: str, of: str) -> int:
+        """Contents with pages on both ``host`` and ``of`` whose kept copy is on ``host``, the fleet's included."""
+        return self._holds.get(host, {}).get(of, 0) + self._fleet_holds.get(host, {}).get(of, 0)
+
     def first_seen(self, host: str) -> float:
         """When ``host`` was first met by this process or the fleet (``inf``: never)."""
         return min(self._seen.get(host, float("inf")), self._fleet.first_seen.get(host, float("inf")))
 
+    def original_of_pair(self, one: str, other: str) -> str:
+        """Which of two hosts is the original: the one holding more of their common contents, else the one met
+        first."""
+        mine, theirs = self.holds(one, other), self.holds(other, one)
+        if mine != theirs:
+            return one if mine > theirs else other
+        return one if self.first_seen(one) <= self.first_seen(other) else other
+
+    def copy_share(self, host: str) -> float:
+        """The largest share of ``host``'s checked pages with a twin on one host it is a copy of (whose pages
+        hold their contents); 0.0 when none."""
+        checked = self.checked(host)
+        if checked == 0:
+            return 0.0
+        shares = [self.copies(host, other) / checked for other in self.twin_hosts(host)
+                  if self.original_of_pair(host, other) == other]
+        return max(shares, default=0.0)
+
     @property
     def decisions(self) -> list[MirrorDecision]:
         return list(self._mirror_of.values())
+
+    def twin_hosts(self, host: str) -> set[str]:
+        """The hosts with a page whose content ``host`` has a page of too."""
+        return self._twins.get(host, {}).keys() | self._fleet_twins.get(host, {}).keys()
 
     def _decide(self, host: str) -> list[MirrorDecision]:
         if host in self._mirror_of:
@@ -198,12 +273,12 @@ class MirrorTable:
         checked = self.checked(host)
         if checked < self.min_pages:
             return []
-        seen = self.first_seen(host)
         best: MirrorDecision | None = None
-        for other in self._twins.get(host, {}).keys() | self._fleet_twins.get(host, {}).keys():
+        for other in self.twin_hosts(host):
             copies = self.copies(host, other)
-            # Only a host seen earlier is kept at this one's expense (the tolerance absorbs 0.9 * 10 != 9.0).
-            qualifies = self.first_seen(other) < seen and copies >= self.share * checked - 1e-9
+            # Only the host holding the kept copies is kept at this one's expense (the tolerance absorbs
+            # 0.9 * 10 != 9.0).
+            qualifies = copies >= self.share * checked - 1e-9 and self.original_of_pair(host, other) == other
             if qualifies and (best is None or copies > best.copies):
                 best = MirrorDecision(host, other, copies, checked)
         if best is None:
@@ -219,6 +294,7 @@ class MirrorTable:
             checked=dict(self._checked),
             first_seen=dict(self._seen),
             twins={(b, a): len(pages) for b, row in self._twins.items() for a, pages in row.items()},
+            holds={(a, b): n for a, row in self._holds.items() for b, n in row.items() if n},
         )
 
     def set_fleet(self, others: HostCounts) -> list[MirrorDecision]:
@@ -228,6 +304,9 @@ class MirrorTable:
         self._fleet_twins = {}
         for (b, a), copies in others.twins.items():
             self._fleet_twins.setdefault(b, {})[a] = copies
+        self._fleet_holds = {}
+        for (a, b), held in others.holds.items():
+            self._fleet_holds.setdefault(a, {})[b] = held
         decisions: list[MirrorDecision] = []
         for host in self._checked.keys() | others.checked.keys():
             decisions += self._decide(host)
@@ -241,10 +320,13 @@ class MirrorTable:
             "hosts": sorted(self._seen, key=self._seen.__getitem__),
             "checked": self._checked,
             "twins": [[b, a, sorted(pages)] for b, row in self._twins.items() for a, pages in row.items()],
+            "holds": [[a, b, n] for a, row in self._holds.items() for b, n in row.items() if n],
         }
 
     def merge_json(self, data: dict[str, Any]) -> list[MirrorDecision]:
-        """Add saved counts to this table; returns the decisions they imply with this table's settings."""
+        """Add saved counts to this table; returns the decisions they imply with this table's settings.
+
+        A file without ``holds`` (written before the table counted them) leaves the pairs to "met first"."""
         if not isinstance(data, dict) or data.get("format") != MIRRORS_FORMAT:
             raise ValueError("not a mirror table of format 1")
         for host in data["hosts"]:
@@ -255,6 +337,9 @@ class MirrorTable:
             self.see(b)
             self.see(a)
             self._twins.setdefault(b, {}).setdefault(a, set()).update(map(str, pages))
+        for a, b, held in data.get("holds", []):
+            row = self._holds.setdefault(str(a), {})
+            row[str(b)] = row.get(str(b), 0) + int(held)
         decisions: list[MirrorDecision] = []
         for host in list(self._seen):
             decisions += self._decide(host)

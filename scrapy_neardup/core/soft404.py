@@ -1,11 +1,11 @@
 """Soft-404 templates: what a host answers, with status 200, for a path that cannot exist. No frameworks here;
 the Scrapy layer probes hosts and feeds this (:mod:`scrapy_neardup.crawl.soft404`).
 
-A probe asks for ``/<random>`` and, where a host's pages live under several first path segments, for
-``/<segment>/<random>`` (a few per host at most): sites often answer unknown URLs of one section with that
-section's own "not found" page. A probe answered 200 gives a template: its sketch. A page whose sketch agrees
-with one of its host's templates in at least ``t`` of ``k`` positions (the near-duplicate rule of the whole
-package: ``P(flag) = P[Binomial(k, r) >= t]`` for resemblance ``r``) is a soft 404.
+A probe asks for ``/<random>`` and, for each first path segment a host's pages live under, for
+``/<segment>/<random>``: sites often answer unknown URLs of one section with that section's own "not found" page. A
+page is compared with the root's template and its own segment's. A probe answered 200 gives a template: its sketch.
+A page whose sketch agrees with one of its host's templates in at least ``t`` of ``k`` positions (the near-duplicate
+rule of the whole package: ``P(flag) = P[Binomial(k, r) >= t]`` for resemblance ``r``) is a soft 404.
 
 Many "not found" pages name the URL asked for ("The requested URL /a/b.html was not found"). In ``"auto"`` mode
 the message is most of what a soft-404 page says (its template is left out), so both sides are sketched without
@@ -16,6 +16,7 @@ still says what it says.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -71,7 +72,12 @@ class Soft404Match:
 
 
 class Soft404Templates:
-    """The soft-404 templates of each host.
+    """The soft-404 templates of each host, by the first path segment their probe was sent under.
+
+    A page is compared with its host's root template (the probe ``/<random>``, segment ``None``) and with the
+    template of its own first path segment (``/news/<random>`` for ``/news/a.html``): what the host answers for
+    a URL that cannot exist where the page lives. Which other sections were probed does not matter, so the
+    verdict on a page is the same whatever order the crawl met the host's sections in.
 
     Args:
         min_shared: ``t``, positions a page must share with a template to be a soft 404 (the pipeline's ``t``).
@@ -79,18 +85,26 @@ class Soft404Templates:
 
     def __init__(self, min_shared: int) -> None:
         self.min_shared = min_shared
-        self._templates: dict[str, list[tuple[str, Sketch]]] = {}
+        self._templates: dict[str, dict[str | None, tuple[str, Sketch]]] = {}
 
-    def add(self, host: str, probe_url: str, sketch: Sketch) -> None:
-        self._templates.setdefault(host, []).append((probe_url, sketch))
+    def add(self, host: str, segment: str | None, probe_url: str, sketch: Sketch) -> None:
+        """The probe of ``host`` under ``segment`` (``None``: the root) answered 200 with ``sketch``."""
+        self._templates.setdefault(host, {})[segment] = (probe_url, sketch)
 
     def has_templates(self, host: str) -> bool:
         return host in self._templates
 
-    def match(self, host: str, sketch: Sketch) -> Soft404Match | None:
-        """The template of ``host`` that ``sketch`` shares most positions with, if at least ``t``."""
+    def match(self, host: str, sketch: Sketch, segments: Iterable[str | None] | None = None) -> Soft404Match | None:
+        """The template of ``host`` that ``sketch`` shares most positions with, if at least ``t``.
+
+        Args:
+            segments: the templates to compare with, by segment (``None``: the root's); by default every
+                template of the host.
+        """
+        templates = self._templates.get(host, {})
+        chosen = templates.values() if segments is None else [templates[s] for s in segments if s in templates]
         best: Soft404Match | None = None
-        for probe_url, template in self._templates.get(host, ()):
+        for probe_url, template in chosen:
             shared = template.shared_positions(sketch)
             if shared >= self.min_shared and (best is None or shared > best.shared):
                 best = Soft404Match(probe_url, shared, sketch.num_perm)

@@ -6,14 +6,15 @@
 
 It is more than the pipeline (docs/addon.md). It adds
 :class:`~scrapy_neardup.crawl.pipeline.NearDuplicatePipeline` to ``ITEM_PIPELINES`` at priority
-:data:`PIPELINE_PRIORITY` (300), and two downloader middlewares to ``DOWNLOADER_MIDDLEWARES``: the mirror-host
-middleware (60), which skips the requests to a host found to copy another, and the soft-404 middleware (70), which
-sends a few requests of its own per host (``/neardup-soft404-probe-<random>``, with the crawl's user agent) —
-both before ``RobotsTxtMiddleware`` (100), so that a skipped mirror's robots.txt is not fetched, and the soft-404
-middleware sees the final response of a page (after redirects). A component the project lists already (by class
+:data:`PIPELINE_PRIORITY` (300), and three downloader middlewares to ``DOWNLOADER_MIDDLEWARES``: the mirror-host
+middleware (60), which skips the requests to a host found to copy another, the soft-404 middleware (70), which
+sends a few requests of its own per host (``/neardup-soft404-probe-<random>``, with the crawl's user agent), and
+the canonical-link middleware (75), which reads each page's canonical URL (``Link`` header and HTML) — all before
+``RobotsTxtMiddleware`` (100), so that a skipped mirror's robots.txt is not fetched, and the other two see the
+final response of a page (after redirects). A component the project lists already (by class
 or by any import path of it) keeps its own priority. The ``NEARDUP_*`` settings work as with ``ITEM_PIPELINES``,
 which keeps working on its own (the pipeline alone: no probes, no skipped requests); switch the middlewares off
-with ``NEARDUP_SOFT404_ENABLED`` / ``NEARDUP_MIRRORS_ENABLED`` = False.
+with ``NEARDUP_SOFT404_ENABLED`` / ``NEARDUP_MIRRORS_ENABLED`` / ``NEARDUP_CANONICAL`` = False.
 
 With ``NEARDUP_SEARCH_INDEX`` set it also adds :class:`~scrapy_neardup.crawl.search_index.SearchIndexPipeline`
 (priority :data:`SEARCH_INDEX_PRIORITY`, 900: after the project's pipelines that change items), which writes each
@@ -32,9 +33,11 @@ from __future__ import annotations
 
 from scrapy.settings import BaseSettings
 
+from .canonical import CanonicalLinkMiddleware
 from .exporters import CSV_EXPORTER
 from .mirrors import MirrorHostsMiddleware
 from .pipeline import NearDuplicatePipeline
+from .search_index import SearchIndexPipeline
 from .soft404 import Soft404Middleware
 from .templates import HOLD_ACTIVE_SIZE
 
@@ -43,6 +46,7 @@ from .templates import HOLD_ACTIVE_SIZE
 PIPELINE_PRIORITY = 300
 MIRRORS_PRIORITY = 60
 SOFT404_PRIORITY = 70
+CANONICAL_PRIORITY = 75
 #: Where the search-index writer runs: after the project's pipelines, so that it writes the items they made.
 SEARCH_INDEX_PRIORITY = 900
 
@@ -58,9 +62,10 @@ class NearDuplicateAddon:
             "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY
         )
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", Soft404Middleware, SOFT404_PRIORITY)
+        settings.setdefault_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", CanonicalLinkMiddleware, CANONICAL_PRIORITY
+        )
         if settings.get("NEARDUP_SEARCH_INDEX"):
-            from .search_index import SearchIndexPipeline
-
             settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", SearchIndexPipeline,
                                                            SEARCH_INDEX_PRIORITY)
         # Per key, below the project's priority: a project's own csv exporter stands, its other formats too.
@@ -71,4 +76,4 @@ class NearDuplicateAddon:
             settings.set("SCRAPER_SLOT_MAX_ACTIVE_SIZE", HOLD_ACTIVE_SIZE, priority="addon")
 
 
-__all__ = ["HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "SEARCH_INDEX_PRIORITY", "NearDuplicateAddon"]
+__all__ = ["CANONICAL_PRIORITY", "HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "SEARCH_INDEX_PRIORITY", "NearDuplicateAddon"]

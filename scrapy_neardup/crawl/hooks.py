@@ -1,26 +1,51 @@
 """The small hook through which the pipeline and the host middlewares of one crawl talk.
 
-The pipeline asks whether a page was found to be a soft 404 (:mod:`scrapy_neardup.crawl.soft404` fills that in
-before the response reaches the spider) and reports each checked page, kept or naming the kept page it
-duplicates (:mod:`scrapy_neardup.crawl.mirrors` counts them per host pair). It also hands each decided item
-with its sketch and decision to the search-index writer (:mod:`scrapy_neardup.crawl.search_index`), so that the
-page is written with the sketch the pipeline made, never sketched twice. One :class:`CrawlHooks` per crawler;
-a component that is not enabled simply never registers, and the hook then answers "nothing to do".
+* The pipeline asks whether a page was found to be a soft 404 (:mod:`scrapy_neardup.crawl.soft404` fills that in
+  before the response reaches the spider) and what canonical URL its response named in an HTTP ``Link`` header or
+  in its HTML (:mod:`scrapy_neardup.crawl.canonical`).
+* The pipeline reports each checked page to the *observers*: kept, or naming the kept page it duplicates, and
+  whether it is the canonical page of an earlier kept copy (:meth:`CrawlHooks.page_checked`).
+  :mod:`scrapy_neardup.crawl.mirrors` counts them per host pair; a search index can make such a page its
+  group's representative.
+* The pipeline hands each decided item, with its sketch and decision, to the search-index writer
+  (:mod:`scrapy_neardup.crawl.search_index`), so that the page is written with the sketch the pipeline made,
+  never sketched twice.
+* The order hosts were met in (the order their first requests were scheduled: start URLs in their order, then
+  hosts as links lead to them) and whether a host is known not to copy an earlier one
+  (:mod:`scrapy_neardup.crawl.order`, which decides which copy is kept).
+
+One :class:`CrawlHooks` per crawler; a middleware that is not enabled simply never registers, and the hook then
+answers "nothing to do".
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
+
+from ..core.mirrors import host_of
 
 if TYPE_CHECKING:
     from ..core.match import Decision
     from ..core.sketch import Sketch
     from ..core.soft404 import Soft404Match
 
+#: Canonical URLs remembered at most for responses whose items have not reached the pipeline yet.
+MAX_CANONICAL_LINKS = 10_000
+
 
 class CheckedObserver(Protocol):
-    def page_checked(self, key: str, duplicate_of: str | None) -> None: ...
+    def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,
+                     canonical: str | None = None) -> None:
+        """Page ``key`` was checked: kept (``duplicate_of=None``) or a duplicate of the kept page
+        ``duplicate_of``; ``representative_of``: the kept page of which this page is the canonical copy (see
+        :meth:`CrawlHooks.page_checked`); ``canonical``: the canonical URL the page named, when not itself."""
+
+
+class CopyJudge(Protocol):
+    def settled(self, host: str) -> bool:
+        """Whether ``host`` is known not to copy a host met before it (its pages need not wait for theirs)."""
 
 
 class DecidedObserver(Protocol):
@@ -35,15 +60,69 @@ class CrawlHooks:
         self.soft404_pages: dict[str, Soft404Match] = {}
         self.observers: list[CheckedObserver] = []
         self.decided: list[DecidedObserver] = []
+        #: who tells whether a host may still copy an earlier one (the mirror middleware, when enabled).
+        self.copy_judges: list[CopyJudge] = []
+        #: whether a middleware reads canonical links from responses (else the pipeline reads its text field).
+        self.reads_canonical_links = False
+        self._canonical_links: OrderedDict[str, str] = OrderedDict()
+        self._ranks: dict[str, int] = {}
+
+    # -- soft 404s and canonical links, from the responses ---------------------------------------------------
 
     def soft404(self, url: str) -> Soft404Match | None:
         """The soft-404 template that the page at ``url`` near-duplicates, if any."""
         return self.soft404_pages.get(url) if self.soft404_pages else None
 
-    def page_checked(self, key: str, duplicate_of: str | None) -> None:
-        """The pipeline checked page ``key``: kept (``None``) or a near-duplicate of ``duplicate_of``."""
+    def add_canonical_link(self, url: str, canonical: str) -> None:
+        """The response of ``url`` names ``canonical`` (normalized, not ``url`` itself) its canonical URL. The
+        oldest entries are forgotten beyond :data:`MAX_CANONICAL_LINKS` (responses that never became items)."""
+        links = self._canonical_links
+        links[url] = canonical
+        links.move_to_end(url)
+        while len(links) > MAX_CANONICAL_LINKS:
+            links.popitem(last=False)
+
+    def canonical_link(self, url: str) -> str | None:
+        """The canonical URL the response of ``url`` named, if another one."""
+        return self._canonical_links.get(url) if self._canonical_links else None
+
+    # -- checked pages ---------------------------------------------------------------------------------------
+
+    def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,
+                     canonical: str | None = None) -> None:
+        """The pipeline checked page ``key``: kept (``None``) or a duplicate of the kept page ``duplicate_of``.
+
+        ``representative_of`` names a kept page that named ``key`` its canonical URL: the feed holds that earlier
+        page (an emitted item cannot be taken back) while this page, dropped naming it or kept, is the one a
+        search index should show for their content. ``canonical``: the canonical URL ``key`` named, when not
+        itself (the key stays the page's URL).
+        """
         for observer in self.observers:
-            observer.page_checked(key, duplicate_of)
+            observer.page_checked(key, duplicate_of, representative_of=representative_of, canonical=canonical)
+
+    # -- the order hosts were met in -------------------------------------------------------------------------
+
+    def meet(self, host: str) -> None:
+        """``host``'s first request was scheduled (ranks follow the order of these calls)."""
+        if host not in self._ranks:
+            self._ranks[host] = len(self._ranks)
+
+    def request_scheduled(self, request: Any, spider: Any = None) -> None:
+        """Scrapy's ``request_scheduled`` signal: start requests in the spider's order, then every other."""
+        host = host_of(request.url)
+        if host is not None:
+            self.meet(host)
+
+    def rank(self, host: str) -> int | None:
+        """0 for the host met first, 1 for the next...; ``None`` for a host no request was scheduled for."""
+        return self._ranks.get(host)
+
+    def settled(self, host: str) -> bool | None:
+        """Whether a judge (the mirror middleware) knows ``host`` does not copy an earlier host; ``None``
+        without a judge."""
+        if not self.copy_judges:
+            return None
+        return all(judge.settled(host) for judge in self.copy_judges)
 
 
     def page_decided(self, item: Any, key: str, sketch: Sketch, decision: Decision | None) -> None:
@@ -61,7 +140,12 @@ def crawl_hooks(crawler: Any) -> CrawlHooks:
     hooks = _HOOKS.get(crawler)
     if hooks is None:
         hooks = _HOOKS[crawler] = CrawlHooks()
+        signals = getattr(crawler, "signals", None)
+        if signals is not None:
+            from scrapy import signals as scrapy_signals
+
+            signals.connect(hooks.request_scheduled, signal=scrapy_signals.request_scheduled)
     return hooks
 
 
-__all__ = ["CheckedObserver", "CrawlHooks", "DecidedObserver", "crawl_hooks"]
+__all__ = ["MAX_CANONICAL_LINKS", "CheckedObserver", "CopyJudge", "CrawlHooks", "DecidedObserver", "crawl_hooks"]

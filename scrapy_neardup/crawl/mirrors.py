@@ -6,11 +6,14 @@ Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}
 
 The pipeline reports every checked page, kept or naming the kept page it near-duplicates
 (:class:`~scrapy_neardup.crawl.hooks.CrawlHooks`); a :class:`~scrapy_neardup.core.mirrors.MirrorTable` counts,
-per pair of hosts, the checked pages of one with a twin on the other. When host B has at least
-``NEARDUP_MIRROR_MIN_PAGES`` checked pages and at least ``NEARDUP_MIRROR_SHARE`` of them have a twin on host
-A, seen before B, B is a mirror of A: one INFO line is logged ("host B mirrors host A: 23 of 24 pages are
-copies; skipping its requests") and every later request to B is dropped before download (``IgnoreRequest``,
-counted in ``neardup/mirror_requests_skipped``). Requests already in the downloader finish normally.
+per pair of hosts, the checked pages of one with a twin on the other, and which of the two holds the kept copies.
+When host B has at least ``NEARDUP_MIRROR_MIN_PAGES`` checked pages, at least ``NEARDUP_MIRROR_SHARE`` of them
+have a twin on host A, and A holds more of their kept copies than B (on a tie: A was met first, i.e. its first
+request was scheduled first), B is a mirror of A: one INFO line is logged ("host B mirrors host A: 23 of 24 pages
+are copies; skipping its requests") and every later request to B is dropped before download (``IgnoreRequest``,
+counted in ``neardup/mirror_requests_skipped``). Requests already in the downloader finish normally. The host
+whose pages the pipeline kept is thus never the one skipped; which copy the pipeline keeps when two hosts serve
+the same pages is :mod:`scrapy_neardup.crawl.order`'s business.
 
 With the embedded backend and a state directory (``NEARDUP_STATE_DIR``, default ``<JOBDIR>/neardup``) the table
 is saved there on close (``neardup-hosts.json``, written atomically) and loaded on open, so a resumed or
@@ -39,6 +42,7 @@ from ..store.config import NearDupSettingsError
 from ..store.embedded import EmbeddedBackend, state_settings
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature
+from .order import FEW_PAGES
 from .settings import NearDupSettings
 from .startup import component_startup
 
@@ -75,7 +79,9 @@ class MirrorHostsMiddleware:
         self._store_warned = False
         self._closing = False
         self._spider_open = False
-        crawl_hooks(crawler).observers.append(self)
+        hooks = crawl_hooks(crawler)
+        hooks.observers.append(self)
+        hooks.copy_judges.append(self)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MirrorHostsMiddleware:
@@ -83,6 +89,7 @@ class MirrorHostsMiddleware:
         # Reads the state settings and builds the backend's host store: a wrong setting is met here first.
         with component_startup(crawler):
             middleware = cls(crawler, config, hosts)
+        crawler.signals.connect(middleware.request_scheduled, signal=signals.request_scheduled)
         crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         return middleware
@@ -101,6 +108,13 @@ class MirrorHostsMiddleware:
         if self.store is not None and self._spider_open:  # not when the crawl failed to start (backend down)
             await self._close_store()
 
+    def request_scheduled(self, request: Request, spider: Any = None) -> None:
+        """Hosts are met in the order their first requests are scheduled: start URLs in the spider's order (the
+        downloader's own order follows its slots, not the spider)."""
+        host = host_of(request.url)
+        if host is not None:
+            self.table.see(host)
+
     def process_request(self, request: Request, spider: Any = None) -> None:
         self._sync_soon()
         host = host_of(request.url)
@@ -111,11 +125,25 @@ class MirrorHostsMiddleware:
             self._inc("mirror_requests_skipped")
             raise IgnoreRequest(f"{host} mirrors {self.table.mirror_of(host).original}")  # type: ignore[union-attr]
 
-    def page_checked(self, key: str, duplicate_of: str | None) -> None:
+    def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,
+                     canonical: str | None = None) -> None:
         """Called by the pipeline for each checked page (see :mod:`scrapy_neardup.crawl.hooks`)."""
-        for decision in self.table.record(key, duplicate_of):
+        for decision in self.table.record(key, duplicate_of, representative_of):
             self._decided(decision)
         self._sync_soon()
+
+    def settled(self, host: str) -> bool:
+        """``host`` is no mirror and is not on its way to be one: it has the checked pages a decision needs and
+        less than ``NEARDUP_MIRROR_SHARE`` of them have a twin on a host holding their kept copies, or it has
+        :data:`~scrapy_neardup.crawl.order.FEW_PAGES` checked pages without a twin anywhere. Its pages need not wait
+        for an earlier host's (:mod:`scrapy_neardup.crawl.order`)."""
+        table = self.table
+        if table.mirror_of(host) is not None:
+            return False
+        checked = table.checked(host)
+        if checked >= FEW_PAGES and not table.twin_hosts(host):
+            return True
+        return checked >= table.min_pages and table.copy_share(host) < table.share
 
     # -- the fleet's store -----------------------------------------------------------------------------------
 

@@ -8,7 +8,10 @@ Enable it with the add-on (:class:`~scrapy_neardup.crawl.addon.NearDuplicateAddo
 Each item's text (``NEARDUP_TEXT_FIELD``) is sketched and checked against the pages kept so far. When it
 shares at least ``t`` of ``k`` signature positions with one of them, the item is dropped
 (:class:`NearDuplicateDropped`, naming the kept page and the estimated resemblance) or marked; otherwise the
-page is kept and later pages are checked against it. First seen is kept.
+page is kept and later pages are checked against it. The first checked is kept; of two hosts serving the same
+pages, a later host's copy waits for the earlier host's (:mod:`scrapy_neardup.crawl.order`). A page whose
+canonical link names a page checked earlier is its duplicate whatever its text (:class:`CanonicalDropped`,
+:mod:`scrapy_neardup.crawl.canonical`).
 
 Concurrency: Scrapy runs ``process_item`` for up to ``CONCURRENT_ITEMS`` items at a time. The check and the
 insert of one item must not interleave with another's, or two near-duplicates checked at the same time could
@@ -37,7 +40,6 @@ default any) fail the crawl: close reason ``neardup_unchecked``, exit status 1. 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,20 +48,26 @@ from scrapy import signals
 from scrapy.exceptions import CloseSpider, NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from ..core.dedupe import SKIP_EMPTY, SKIP_MISSING, SKIP_NOT_TEXT, skip_reason
+from ..core.dedupe import SKIP_EMPTY, SKIP_NOT_TEXT, skip_reason
 from ..core.match import Match
 from ..core.theory import describe_rule
 from ..errors import BinaryContent, MarkFieldError
 from ..store.backend import Backend, BackendError, Decision
 from .batcher import CheckBatcher
+from .canonical import CanonicalDropped, CanonicalLinks
+from .check_failures import CheckFailures
 from .drops import NearDuplicateDropped, RepeatDropped, RevisitDropped, describe
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
-from .outage import UNCHECKED, BackendOutage, close_crawl, describe_unchecked, too_many_unchecked
+from .host_settings import HostSettings
+from .item_fields import MARK_FIELD_MISSING, TEXT_FIELD_PROBE, ItemFieldChecks, check_mark_field
+from .order import KeepOrder
+from .outage import UNCHECKED, BackendOutage, describe_unchecked, too_many_unchecked
 from .page_sketcher import PageSketcher
 from .settings import NearDupSettings, NearDupSettingsError
 from .soft404 import Soft404Dropped
 from .startup import component_startup, report_startup_failure
+from .summary import SKIP_STATS, summarize
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -72,16 +80,6 @@ logger = logging.getLogger(__name__)
 
 #: Prefix of every stat this pipeline writes.
 STATS_PREFIX = "neardup/"
-#: Stat names by reason an item was not checked (see :func:`scrapy_neardup.core.dedupe.skip_reason`).
-SKIP_STATS = {
-    SKIP_MISSING: "skipped_no_text",
-    SKIP_NOT_TEXT: "skipped_bad_text",
-    SKIP_EMPTY: "skipped_empty",
-}
-#: Spider close reason when NEARDUP_ACTION='mark' meets an item class without the mark field.
-MARK_FIELD_MISSING = "neardup_mark_field_missing"
-#: Items looked at before warning that none of them has NEARDUP_TEXT_FIELD.
-TEXT_FIELD_PROBE = 20
 #: Key prefix for items without a URL; the rest is the text's exact fingerprint, so the key is stable.
 NO_URL_PREFIX = "no-url:"
 
@@ -99,11 +97,14 @@ class NearDuplicatePipeline:
             for use outside a crawl.
         backend: the store to check against (opened in :meth:`open_spider`); ``None``: :meth:`make_backend`
             builds the one ``NEARDUP_BACKEND`` names.
+        hosts: the host-level settings this pipeline reads: ``NEARDUP_COPY_WAIT`` and
+            ``NEARDUP_MIRROR_MIN_PAGES`` (which copy is kept: :mod:`scrapy_neardup.crawl.order`),
+            ``NEARDUP_CANONICAL`` (:mod:`scrapy_neardup.crawl.canonical`); ``None``: their defaults.
     """
 
     def __init__(
         self, config: NearDupSettings, stats: StatsCollector | None = None, crawler: Crawler | None = None,
-        backend: Backend | None = None,
+        backend: Backend | None = None, hosts: HostSettings | None = None,
     ) -> None:
         self.config = config
         self.stats = stats
@@ -114,20 +115,21 @@ class NearDuplicatePipeline:
         self._opened = False
         self._batcher: CheckBatcher | None = None
         self._counts: dict[str, int] = {}
-        self._mark_checked: dict[type, bool] = {}  # item class -> can it hold the mark field?
-        self._probed = 0  # items looked at for NEARDUP_TEXT_FIELD, until one has it
-        self._probe_fields: set[str] = set()  # the fields those items have
-        self._text_field_seen = False
-        self._text_field_warned = False
-        self._backend_error_logged = False
-        self._stopping = False
+        self.fields = ItemFieldChecks(config, crawler, self._inc)
         # What a check the backend cannot answer does (NEARDUP_ON_BACKEND_DOWN: pass, pause, stop).
         self.outage = BackendOutage(config.outage, crawler, self._inc)
+        self.failures = CheckFailures(config, self.outage, self._inc)
         # Content to sketch: in the worker process, under the host's template (crawl.page_sketcher).
         self.pages = PageSketcher(config.sketcher(), config.sketch_process, config.template_sample, crawler, self._inc)
         self._log_level: str | int = "DEBUG"  # the crawl's LOG_LEVEL: whether start-up failures show a traceback
-        # Soft-404 verdicts in, checked pages out (scrapy_neardup.crawl.soft404 and .mirrors, when enabled).
+        # Soft-404 verdicts and canonical links in, checked pages out (crawl.soft404, .canonical, .mirrors).
         self.hooks: CrawlHooks | None = crawl_hooks(crawler) if crawler is not None else None
+        hosts = hosts or HostSettings()
+        #: which copy is kept when hosts serve the same pages (None: outside a crawl)
+        self.order = (KeepOrder(self.hooks, hosts.copy_wait, hosts.mirror_min_pages, self._inc)
+                      if self.hooks is not None else None)
+        #: the canonical links met (None: NEARDUP_CANONICAL is off)
+        self.canonicals = CanonicalLinks(self._inc) if hosts.canonical else None
 
     @property
     def sketcher(self) -> Sketcher:
@@ -152,10 +154,17 @@ class NearDuplicatePipeline:
             config = NearDupSettings.from_settings(crawler.settings)
             if not config.enabled:
                 raise NotConfigured("NEARDUP_ENABLED is False")
+            hosts = HostSettings.from_settings(crawler.settings)
             backend = config.make_backend(crawler.settings)
-        pipeline = cls(config, stats=crawler.stats, crawler=crawler, backend=backend)
+        pipeline = cls(config, stats=crawler.stats, crawler=crawler, backend=backend, hosts=hosts)
         pipeline._log_level = log_level
         crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
+        if pipeline.order is not None:
+            order = pipeline.order
+            order.room = crawler.settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") // 2
+            crawler.signals.connect(order.request_scheduled, signal=signals.request_scheduled)
+            crawler.signals.connect(order.request_dropped, signal=signals.request_dropped)
+            crawler.signals.connect(order.response_received, signal=signals.response_received)
         return pipeline
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -179,7 +188,7 @@ class NearDuplicatePipeline:
             report_startup_failure(exc, log_level=self._log_level)
             raise
         self._opened = True
-        self._check_csv_feeds()
+        self.fields.check_csv_feeds()
         self.pages.open(self.backend)
         # What opening found (EmbeddedBackend: sketches loaded, replayed from the journal, torn records).
         self._add_backend_stats()
@@ -208,7 +217,7 @@ class NearDuplicatePipeline:
                 self._inc("backend_paused_seconds", round(self.outage.paused_seconds))
             # A crawl in which no item had the text field checked nothing, or in which pages went unchecked:
             # say it at WARNING, again.
-            quiet = not self._no_text_field() and not self._counts.get("unchecked")
+            quiet = not self.fields.no_text_field() and not self._counts.get("unchecked")
             logger.log(logging.INFO if quiet else logging.WARNING, "%s", self.summary())
             self._fail_if_too_many_unchecked()
 
@@ -232,32 +241,6 @@ class NearDuplicatePipeline:
             f"(NEARDUP_MAX_UNCHECKED={self.config.outage.max_unchecked:g})"
         ))
 
-    def _check_csv_feeds(self) -> None:
-        """Mark mode with a CSV feed whose exporter is Scrapy's own: say once that the mark would be a Python dict
-        repr there, and how to get JSON text (:mod:`scrapy_neardup.crawl.exporters`; the add-on sets it)."""
-        if self.config.action != "mark" or self.crawler is None:
-            return
-        settings = self.crawler.settings
-        feeds = [str(uri) for uri, options in settings.getdict("FEEDS").items()
-                 if isinstance(options, dict) and options.get("format") == "csv"]
-        if not feeds:
-            return
-        from scrapy.utils.misc import load_object
-
-        from .exporters import CSV_EXPORTER, CsvItemExporter
-
-        try:
-            exporter = load_object(settings.getwithbase("FEED_EXPORTERS").get("csv"))
-        except (ImportError, NameError, TypeError, ValueError, AttributeError):
-            return  # Scrapy's feed exporter reports it
-        if isinstance(exporter, type) and issubclass(exporter, CsvItemExporter):
-            return
-        logger.warning(
-            "NEARDUP_ACTION='mark' with a CSV feed (%s): Scrapy's CSV exporter writes the %r mark as a Python dict "
-            "repr; set FEED_EXPORTERS = {'csv': %r} (the add-on does) to get JSON text", ", ".join(feeds),
-            self.config.mark_field, CSV_EXPORTER,
-        )
-
     def _add_backend_stats(self) -> None:
         """Add what the backend's counters (:meth:`Backend.stats`) grew by since the last read: read after
         opening (what it found), and after closing, because closing may still write: retries (Elasticsearch:
@@ -272,50 +255,27 @@ class NearDuplicatePipeline:
 
     def summary(self) -> str:
         """One line with what the pipeline did so far."""
-        c = self._counts.get
-        skipped = sum(c(name, 0) for name in SKIP_STATS.values())
-        verdict = f"marked {c('marked', 0)}" if self.config.action == "mark" else f"dropped {c('dropped', 0)}"
-        line = (
-            f"Near-duplicates: checked {c('checked', 0)} items, kept {c('kept', 0)}, {verdict} "
-            f"({c('exact_duplicates', 0)} exact), passed through {skipped} without usable text"
-        )
-        if c("revisited", 0) or c("changed", 0):
-            line += f", revisited {c('revisited', 0)} unchanged and {c('changed', 0)} changed pages"
-            if c("revisits_dropped", 0):
-                line += f" ({c('revisits_dropped')} unchanged dropped)"
-        if c("repeats", 0):
-            line += (f", {c('repeats')} repeats {'marked' if self.config.action == 'mark' else 'dropped'} (pages "
-                     "met again in this crawl, unchanged)")
-        if c("soft404", 0):
-            line += f", {c('soft404')} soft 404s {'marked' if self.config.action == 'mark' else 'dropped'}"
-        if c("backend_errors", 0):
-            line += f", the backend failed to check {c('backend_errors')} pages"
-        if c("unchecked", 0):
-            line += f"; {describe_unchecked(c('unchecked', 0), c('checked', 0))} passed through unchecked"
-            if c("unchecked_indexed", 0) or c("unchecked_unindexed", 0):
-                line += (f" ({c('unchecked_indexed', 0)} written to the index afterwards, "
-                         f"{c('unchecked_unindexed', 0)} not)")
-        if self.outage.pauses:
-            line += (f"; the crawl paused {self.outage.pauses} time(s), {self.outage.paused_seconds:.1f} s in all, "
-                     "while the backend was down")
-        if c("missing_url", 0):
-            line += f", {c('missing_url')} without {self.config.url_field!r}"
-        if c("mark_field_missing", 0):
-            line += (f", {c('mark_field_missing')} passed through unmarked and unchecked (their item class has "
-                     f"no field {self.config.mark_field!r})")
-        if self._no_text_field():
-            line += "; " + self._text_field_missing(f"all {self._probed} items")
-        return line
+        fields = self.fields
+        note = fields.text_field_missing(f"all {fields.probed} items") if fields.no_text_field() else None
+        return summarize(self._counts, self.config, self.outage, note)
 
     # -- items -----------------------------------------------------------------------------------------------
 
     async def process_item(self, item: Any, spider: Any = None) -> Any:
         """Return ``item`` when kept, skipped or marked; raise :class:`NearDuplicateDropped` when dropped."""
         adapter = ItemAdapter(item)
-        if self.config.action == "mark" and not self._can_mark(item, adapter):
+        # In the pipeline until decided: pages of later hosts with its path wait for it (crawl.order).
+        entered = self.order.enter(adapter.get(self.config.url_field)) if self.order is not None else None
+        try:
+            return await self._process(item, adapter)
+        finally:
+            if self.order is not None:
+                self.order.leave(entered)
+
+    async def _process(self, item: Any, adapter: ItemAdapter) -> Any:
+        if self.config.action == "mark" and not self.fields.can_mark(item, adapter):
             return item
-        if not self._text_field_seen:
-            self._probe_text_field(adapter)
+        self.fields.probe_text_field(adapter)
         if self.hooks is not None:
             soft404 = self.hooks.soft404(str(adapter.get(self.config.url_field)))
             if soft404 is not None:
@@ -335,11 +295,11 @@ class NearDuplicatePipeline:
                 return self._skip(SKIP_NOT_TEXT, item)
             except BackendError:  # the host's template could not be loaded or saved: no decision can be made
                 failures += 1
-                if await self._retry_after_failure(str(url), failures):
+                if await self.failures.retry_after_failure(str(url), failures):
                     worker = self.pages.worker()
                     continue
                 self._inc("checked")  # it went to the check, as every page with usable text
-                return self._unchecked(item, adapter)
+                return self.failures.unchecked(item, adapter)
             except Exception:
                 logger.warning("could not sketch the text of an item; passing it through", exc_info=True)
                 return self._skip(SKIP_NOT_TEXT, item)
@@ -350,6 +310,12 @@ class NearDuplicatePipeline:
             return self._skip(SKIP_EMPTY, item)
         key = self._key(adapter, sketch)
         self._inc("checked")
+        if self.order is not None:  # a later host's copy waits for the earlier host's
+            await self.order.wait_turn(key, len(cast("Content", content)))
+        canonical = self.canonicals.named(key, content, self.hooks) if self.canonicals is not None else None
+        holder = self.canonicals.holder(canonical) if self.canonicals is not None and canonical else None
+        if holder is not None and holder != key:
+            return self._canonical_duplicate(item, adapter, key, cast(str, canonical), holder)
         while True:
             try:
                 decision = await self._decide(key, sketch)
@@ -358,25 +324,57 @@ class NearDuplicatePipeline:
                 # marked unchecked (when it can hold the mark field) so that a later pass can cover it - unless
                 # NEARDUP_ON_BACKEND_DOWN='pause' has it wait for the backend and try again.
                 failures += 1
-                if await self._retry_after_failure(key, failures):
+                if await self.failures.retry_after_failure(key, failures):
                     continue
                 if self.hooks is not None:
                     self.hooks.page_decided(item, key, sketch, None)
-                return self._unchecked(item, adapter)
+                return self.failures.unchecked(item, adapter)
             break
         self.outage.answered()
         if self.hooks is not None:
             self.hooks.page_decided(item, key, sketch, decision)
         if decision.outcome == "repeat" and not key.startswith(NO_URL_PREFIX):
             return self._repeat(item, adapter, key)  # counted once already, also by the mirror table
-        if self.hooks is not None:
-            self.hooks.page_checked(key, None if decision.match is None else decision.match.key)
+        duplicate_of = None if decision.match is None else decision.match.key
+        representative_of = self._checked(key, duplicate_of, canonical)
         if decision.outcome in ("revisit", "repeat"):
             return self._revisit(item, adapter, key, decision.changed)
         if decision.match is None:
             self._inc("kept")
             return item
-        return self._duplicate(item, adapter, key, decision.match)
+        return self._duplicate(item, adapter, key, decision.match, representative=representative_of is not None)
+
+    def _checked(self, key: str, duplicate_of: str | None, canonical: str | None) -> str | None:
+        """Tell the crawl's observers, the canonical links and the host order that ``key`` was checked; returns
+        the kept page that named ``key`` its canonical URL earlier, if one did."""
+        representative_of = None
+        if self.canonicals is not None:
+            representative_of = self.canonicals.claimed_by(key)
+            self.canonicals.checked(key, duplicate_of or key, canonical)
+            if representative_of is not None:
+                self._inc("canonical_representatives")
+                logger.log(logging.INFO if self.config.debug else logging.DEBUG,
+                           "%s is the canonical page of %s, kept earlier", key, representative_of)
+        if self.order is not None:
+            self.order.checked(key)
+        if self.hooks is not None:
+            self.hooks.page_checked(key, duplicate_of, representative_of=representative_of, canonical=canonical)
+        return representative_of
+
+    def _canonical_duplicate(self, item: Any, adapter: ItemAdapter, key: str, canonical: str, holder: str) -> Any:
+        """A page naming as canonical URL a page checked earlier, whose content ``holder`` holds: dropped as
+        :class:`CanonicalDropped` or marked ``{"duplicate_of": holder, "canonical": canonical}``, never kept."""
+        self._checked(key, holder, canonical)
+        self._inc("canonical")
+        level = logging.INFO if self.config.debug else logging.DEBUG
+        verb = "Marked" if self.config.action == "mark" else "Dropped"
+        logger.log(level, "%s %s: its canonical link names %s, kept as %s", verb, key, canonical, holder)
+        if self.config.action == "mark":
+            adapter[self.config.mark_field] = {"duplicate_of": holder, "canonical": canonical}
+            self._inc("marked")
+            return item
+        self._inc("dropped")
+        raise CanonicalDropped(key, canonical, holder)
 
     async def _decide(self, key: str, sketch: Sketch) -> Decision:
         """The backend's decision for one page (a batch of one: see :meth:`Backend.check_and_add_many`)."""
@@ -393,18 +391,19 @@ class NearDuplicatePipeline:
             self._batcher = CheckBatcher(backend, backend.max_batch)
         return await maybe_deferred_to_future(self._batcher.check(key, sketch))
 
-    def _duplicate(self, item: Any, adapter: ItemAdapter, key: str, match: Match) -> Any:
+    def _duplicate(self, item: Any, adapter: ItemAdapter, key: str, match: Match, representative: bool = False) -> Any:
+        """A near-duplicate of the kept page ``match.key``: dropped or marked; ``representative``: it is the
+        canonical page of that content, met after it (the mark says ``"representative": True``)."""
         if match.exact:
             self._inc("exact_duplicates")
         level = logging.INFO if self.config.debug else logging.DEBUG
         verb = "Marked" if self.config.action == "mark" else "Dropped"
         logger.log(level, "%s near-duplicate %s of %s (%s)", verb, key, match.key, describe(match))
         if self.config.action == "mark":
-            adapter[self.config.mark_field] = {
-                "duplicate_of": match.key,
-                "resemblance": match.resemblance,
-                "exact": match.exact,
-            }
+            mark: dict[str, Any] = {"duplicate_of": match.key, "resemblance": match.resemblance, "exact": match.exact}
+            if representative:
+                mark["representative"] = True
+            adapter[self.config.mark_field] = mark
             self._inc("marked")
             return item
         self._inc("dropped")
@@ -466,120 +465,10 @@ class NearDuplicatePipeline:
         self._inc(SKIP_STATS[reason])
         return item
 
-    # -- mark mode -------------------------------------------------------------------------------------------
-
     @staticmethod
     def check_mark_field(item_class: type, field: str) -> None:
         """Raise :class:`MarkFieldError` when ``item_class`` declares its fields and ``field`` is not one."""
-        names = ItemAdapter.get_field_names_from_class(item_class)
-        if names is not None and field not in names:
-            raise MarkFieldError(
-                f"NEARDUP_ACTION='mark' needs item field NEARDUP_MARK_FIELD={field!r}, which "
-                f"{item_class.__module__}.{item_class.__qualname__} does not declare: add "
-                f"`{field} = scrapy.Field()` (or a dataclass/attrs field) to the item class, or set "
-                "NEARDUP_MARK_FIELD to a declared field"
-            )
-
-    def _can_mark(self, item: Any, adapter: ItemAdapter) -> bool:
-        """Whether ``item`` can hold the mark field; if so it gets ``None`` unless it holds a value already,
-        so that every item of a mark-mode crawl carries the field (feed exports then have a stable schema:
-        Scrapy's CSV exporter takes its columns from the first item).
-
-        An item of a class that does not declare the field is passed through unmarked and unchecked (counted
-        in ``neardup/mark_field_missing``; never lost, never dropped); the first one logs the error, stops the
-        crawl (close reason ``neardup_mark_field_missing``) and makes its exit status non-zero.
-        """
-        cls = type(item)
-        can = self._mark_checked.get(cls)
-        if can is None:
-            try:
-                self.check_mark_field(cls, self.config.mark_field)
-            except MarkFieldError as exc:
-                self._stop_crawl(str(exc))
-                can = False
-            else:
-                can = True
-            self._mark_checked[cls] = can
-        if not can:
-            self._inc("mark_field_missing")
-            return False
-        with contextlib.suppress(KeyError, TypeError, AttributeError):  # a field the class cannot hold
-            if adapter.get(self.config.mark_field) is None:
-                adapter[self.config.mark_field] = None
-        return True
-
-    def _stop_crawl(self, message: str) -> None:
-        """Log ``message`` once, close the spider and make the crawl's exit status non-zero: a
-        misconfiguration must not let the crawl run on, nor look like a success to whoever scheduled it."""
-        if self._stopping:
-            return
-        self._stopping = True
-        logger.error(message)
-        if self.crawler is None:
-            return
-        field = self.config.mark_field
-        close_crawl(self.crawler, MARK_FIELD_MISSING,
-                    f"NEARDUP_MARK_FIELD={field!r} is missing from an item class (see above)")
-
-    # -- a text field that no item has -----------------------------------------------------------------------
-
-    def _probe_text_field(self, adapter: ItemAdapter) -> None:
-        """Warn once when the first :data:`TEXT_FIELD_PROBE` items all lack ``NEARDUP_TEXT_FIELD`` (a wrong
-        setting turns the pipeline into a no-op otherwise), naming the fields they do have."""
-        if adapter.get(self.config.text_field) is not None:
-            self._text_field_seen = True
-            return
-        self._probed += 1
-        self._probe_fields.update(name for name in adapter if adapter.get(name) is not None)
-        if self._probed == TEXT_FIELD_PROBE and not self._text_field_warned:
-            self._text_field_warned = True
-            logger.warning("%s", self._text_field_missing(f"the first {TEXT_FIELD_PROBE} items"))
-
-    def _text_field_missing(self, which: str) -> str:
-        fields = ", ".join(sorted(self._probe_fields)) or "none"
-        return (f"NEARDUP_TEXT_FIELD={self.config.text_field!r} is missing from {which}, which have fields: "
-                f"{fields}; nothing is being checked")
-
-    def _no_text_field(self) -> bool:
-        """No item so far had the text field (and at least one item came)."""
-        return self._probed > 0 and not self._text_field_seen
-
-    async def _retry_after_failure(self, key: str, failures: int) -> bool:
-        """The backend could not answer for ``key`` (its ``failures``-th try): count the page once in
-        ``neardup/backend_errors``, then ask the outage policy whether to try again (after a wait)."""
-        if failures == 1:
-            self._backend_failed(key)
-        else:
-            logger.debug("near-duplicate backend failed again while checking %s (try %d)", key, failures,
-                         exc_info=True)
-        return await self.outage.retry_after_failure(key)
-
-    def _backend_failed(self, key: str) -> None:
-        self._inc("backend_errors")
-        if not self._backend_error_logged:
-            self._backend_error_logged = True
-            what = {"pass": "the item passes through unchecked", "pause": "the crawl pauses until it answers",
-                    "stop": "the crawl stops"}[self.config.outage.on_backend_down]
-            logger.error(
-                "near-duplicate backend failed while checking %s; %s (NEARDUP_ON_BACKEND_DOWN=%r; later "
-                "failures are logged at DEBUG and counted in neardup/backend_errors)", key, what,
-                self.config.outage.on_backend_down, exc_info=True,
-            )
-        else:
-            logger.debug("near-duplicate backend failed while checking %s", key, exc_info=True)
-
-    def _unchecked(self, item: Any, adapter: ItemAdapter) -> Any:
-        """Mark an item the backend could not check: ``{NEARDUP_MARK_FIELD: {"unchecked": True}}`` when the
-        item can hold the field (counted in ``neardup/unchecked``); the item passes through either way.
-
-        The Elasticsearch backend remembers the page and writes it to its index with status ``unchecked`` once
-        the node answers again (at the latest when the spider closes), so ``neardup es groups`` covers it.
-        """
-        self._inc("unchecked")
-        # An Item/dataclass that does not declare the field raises KeyError: it passes through unmarked.
-        with contextlib.suppress(KeyError, TypeError, AttributeError):
-            adapter[self.config.mark_field] = {"unchecked": True}
-        return item
+        check_mark_field(item_class, field)
 
     def _inc(self, name: str, count: int = 1) -> None:
         self._counts[name] = self._counts.get(name, 0) + count
@@ -588,6 +477,6 @@ class NearDuplicatePipeline:
 
 
 __all__ = [
-    "MarkFieldError", "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError", "RepeatDropped",
-    "RevisitDropped",
+    "MARK_FIELD_MISSING", "SKIP_STATS", "TEXT_FIELD_PROBE", "CanonicalDropped", "MarkFieldError",
+    "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError", "RepeatDropped", "RevisitDropped",
 ]

@@ -7,35 +7,39 @@ Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}
 How it works
 ------------
 * **Probes.** When a host (scheme, host, port) is first met, the middleware downloads
-  ``/neardup-soft404-probe-<32 random hex digits>`` from it; when a page under a first path segment not probed
-  yet is requested (``/news/...``), it also probes ``/news/neardup-soft404-probe-...``, up to
-  ``NEARDUP_SOFT404_PROBES_PER_HOST`` probes per host. The fixed marker ``neardup-soft404-probe-`` tells a site
-  owner what these requests are (docs/addon.md); they carry the crawl's own user agent (the ``User-Agent`` the
-  page request that started them was given, else ``USER_AGENT`` or the spider's ``user_agent``, as every request
-  of the crawl). Probes are downloaded with :meth:`ExecutionEngine.download_async` (as Scrapy's own
-  ``RobotsTxtMiddleware`` fetches robots.txt): they pass through every downloader middleware (robots.txt,
-  user agent, retries, stats) and through the host's download slot (``DOWNLOAD_DELAY``, concurrency), but not
-  through the scheduler or the spider middlewares: the spider never sees them, so they never become items and
-  a 404 raises no ``HttpError``. They are not redirected (``dont_redirect``): a host that redirects unknown
-  URLs to a real page gets no template, since that page may be one to keep. Counted in
+  ``/neardup-soft404-probe-<32 random hex digits>`` from it; when a page under a first path segment not probed yet
+  is requested (``/news/...``), it also probes ``/news/neardup-soft404-probe-...``: every section the crawl meets
+  gets its probe, whatever order it meets them in, up to ``NEARDUP_SOFT404_PROBES_PER_HOST`` probes per host (20;
+  beyond, counted in ``neardup/soft404_unprobed``, a page is compared with every template of its host). The fixed
+  marker ``neardup-soft404-probe-`` tells a site owner what these requests are (docs/addon.md); they carry the
+  crawl's own user agent (the ``User-Agent`` the page request that started them was given, else ``USER_AGENT`` or
+  the spider's ``user_agent``, as every request of the crawl). Probes are downloaded with
+  :meth:`ExecutionEngine.download_async` (as Scrapy's own ``RobotsTxtMiddleware`` fetches robots.txt): they pass
+  through every downloader middleware (robots.txt, user agent, retries, stats) and through the host's download slot
+  (``DOWNLOAD_DELAY``, concurrency), but not through the scheduler or the spider middlewares: the spider never sees
+  them, so they never become items and a 404 raises no ``HttpError``. They are not redirected (``dont_redirect``): a
+  host that redirects unknown URLs to a real page gets no template, since that page may be one to keep. Counted in
   ``neardup/soft404_probes``.
 * **Templates.** A probe answered 200 with text gives the host a template: the probe page's sketch (the
   pipeline's :class:`~scrapy_neardup.core.sketch.Sketcher`). 404 or 410 marks the host clean
   (probes so answered: ``neardup/soft404_probes_404``); any other answer or a failure leaves it without template
   (``neardup/soft404_probes_failed``).
-* **Waiting.** A page's response is held in this middleware's ``process_response`` until every probe started
-  for its host has answered (at most ``NEARDUP_SOFT404_TIMEOUT`` seconds), so the verdict is known before the
-  spider turns the page into items. Holding the response, rather than making the pipeline wait, keeps the
-  pipeline's lookup synchronous; it costs nothing per host but the first round trip, since the probe is sent
-  when the host's first request is, and it cannot deadlock: probes bypass the scheduler and the engine's
-  concurrency limit. The page's full response text is sketched and compared with the host's templates (only
-  on hosts that have one): both sides of the comparison are sketched the same way, whatever text the spider
-  puts in its items, each without the words of its own URL (a "not found" message often names it), and without
-  a host template (the verdict is needed before the pipeline's templates are learned).
-* **Verdict.** A page sharing at least ``t`` of ``k`` positions with a template is a soft 404 (the pipeline's
-  ``t``). The pipeline then drops its item (matched by the item's URL field) as :class:`Soft404Dropped`
-  (``neardup/soft404``), or marks it in mark mode; none of them is kept, and none enters the store of kept
-  pages. A host's root page ``/`` is never a soft 404 (it exists by definition).
+* **Waiting.** A page's response is held in this middleware's ``process_response`` until the two probes it is judged
+  by have answered, its host's root probe and its own segment's (started now if its request did not; at most
+  ``NEARDUP_SOFT404_TIMEOUT`` seconds), so the verdict is known before the spider turns the page into items. Probes
+  of other sections are not waited for: a host's pages are not held back because a section met later was probed, and
+  no host's pages overtake another's because its probes answered sooner. Holding the response, rather than making
+  the pipeline wait, keeps the pipeline's lookup synchronous; it costs about one round trip per section, since a
+  probe is sent just before the first page of its section, and it cannot deadlock: probes bypass the scheduler and
+  the engine's concurrency limit. The page's full response text is sketched and compared with the host's templates
+  (only on hosts that have one): both sides of the comparison are sketched the same way, whatever text the spider
+  puts in its items, each without the words of its own URL (a "not found" message often names it), and without a
+  host template (the verdict is needed before the pipeline's templates are learned).
+* **Verdict.** A page sharing at least ``t`` of ``k`` positions with its host's root template or its own segment's
+  is a soft 404 (the pipeline's ``t``): which other sections were probed, and when, does not change it. The pipeline
+  then drops its item (matched by the item's URL field) as :class:`Soft404Dropped` (``neardup/soft404``), or marks
+  it in mark mode; none of them is kept, and none enters the store of kept pages. A host's root page ``/`` is never
+  a soft 404 (it exists by definition).
 """
 
 from __future__ import annotations
@@ -88,28 +92,34 @@ class Soft404Dropped(DropItem, NearDupError):
 
 
 @dataclass
-class _HostProbes:
-    """The probes of one host: which prefixes were probed, how many are still out, who waits for them."""
+class _Probe:
+    """One probe of a host: whether it answered (or failed), and the pages' responses waiting for it."""
 
-    started: set[str | None] = field(default_factory=set)
-    pending: int = 0
+    done: bool = False
     waiters: list[Deferred[Any]] = field(default_factory=list)
 
     def wait(self) -> Deferred[Any]:
         waiter: Deferred[Any] = Deferred()
-        if self.pending == 0:
+        if self.done:
             waiter.callback(None)
         else:
             self.waiters.append(waiter)
         return waiter
 
     def finished(self) -> None:
-        self.pending -= 1
-        if self.pending == 0:
-            waiters, self.waiters = self.waiters, []
-            for waiter in waiters:
-                if not waiter.called:
-                    waiter.callback(None)
+        self.done = True
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if not waiter.called:
+                waiter.callback(None)
+
+
+@dataclass
+class _HostProbes:
+    """The probes of one host, by the first path segment they were sent under (``None``: the root)."""
+
+    probes: dict[str | None, _Probe] = field(default_factory=dict)
+    over_cap: bool = False  # a segment met no probe was left for (logged once)
 
 
 class Soft404Middleware:
@@ -143,22 +153,39 @@ class Soft404Middleware:
         host = host_of(request.url)
         if host is None:
             return
+        # Sent now, ahead of the page in the host's download slot: by the time the page's response is here, the
+        # probes it waits for (process_response) have usually answered.
+        self._probes_for(request, host, first_segment(request.url))
+
+    def _probes_for(self, request: Request, host: str, segment: str | None) -> list[_Probe]:
+        """The probes a page of ``host`` under ``segment`` is judged by: the root's and its segment's, started
+        now when missing (unless the host has ``NEARDUP_SOFT404_PROBES_PER_HOST`` probes already)."""
         probes = self._hosts.get(host)
         if probes is None:
             probes = self._hosts[host] = _HostProbes()
-        for segment in (None, first_segment(request.url)):
-            if segment not in probes.started and len(probes.started) < self.max_probes:
-                probes.started.add(segment)
-                probes.pending += 1
-                self._start_probe(request, host, segment, probes)
+        found = []
+        for wanted in dict.fromkeys((None, segment)):
+            probe = probes.probes.get(wanted)
+            if probe is None and len(probes.probes) < self.max_probes:
+                probe = probes.probes[wanted] = _Probe()
+                self._start_probe(request, host, wanted, probe)
+            elif probe is None and not probes.over_cap:
+                probes.over_cap = True
+                logger.info(
+                    "host %s: more first path segments than NEARDUP_SOFT404_PROBES_PER_HOST=%d; pages under /%s/ and "
+                    "other segments without a probe are compared with every soft-404 template of the host (counted "
+                    "in neardup/soft404_unprobed)", host, self.max_probes, wanted)
+            if probe is not None:
+                found.append(probe)
+        return found
 
-    def _start_probe(self, request: Request, host: str, segment: str | None, probes: _HostProbes) -> None:
+    def _start_probe(self, request: Request, host: str, segment: str | None, probe: _Probe) -> None:
         parts = urlsplit(request.url)
         url = urlunsplit((parts.scheme, parts.netloc, probe_path(segment), "", ""))
         # The crawl's own user agent: the one the page's request was given (else UserAgentMiddleware sets the
         # crawl's, as on every request), never another one.
         user_agent = request.headers.get(b"User-Agent")
-        probe = Request(
+        request_ = Request(
             url, dont_filter=True, priority=1_000,
             headers={b"User-Agent": user_agent} if user_agent else None,
             meta={PROBE_META: True, "dont_redirect": True, "handle_httpstatus_all": True, "dont_cache": True},
@@ -166,18 +193,18 @@ class Soft404Middleware:
         self._inc("soft404_probes")
         from scrapy.utils.defer import deferred_from_coro
 
-        deferred_from_coro(self._probe(host, probe, probes))
+        deferred_from_coro(self._probe(host, segment, request_, probe))
 
-    async def _probe(self, host: str, probe: Request, probes: _HostProbes) -> None:
+    async def _probe(self, host: str, segment: str | None, request: Request, probe: _Probe) -> None:
         try:
-            response = await self._download(probe)
+            response = await self._download(request)
         except Exception as exc:  # robots.txt forbids it (IgnoreRequest), connection refused, timeout...
             self._inc("soft404_probes_failed")
-            logger.debug("soft-404 probe %s failed: %r", probe.url, exc)
+            logger.debug("soft-404 probe %s failed: %r", request.url, exc)
         else:
-            self._learn(host, probe.url, response)
+            self._learn(host, segment, request.url, response)
         finally:
-            probes.finished()
+            probe.finished()
 
     async def _download(self, request: Request) -> Response:
         engine = self.crawler.engine
@@ -188,7 +215,7 @@ class Soft404Middleware:
             return response
         return await maybe_deferred_to_future(engine.download(request))  # pragma: no cover - Scrapy 2.13
 
-    def _learn(self, host: str, url: str, response: Response) -> None:
+    def _learn(self, host: str, segment: str | None, url: str, response: Response) -> None:
         if response.status in (404, 410):
             self._inc("soft404_probes_404")
             logger.debug("soft-404 probe %s: %d, the host answers unknown URLs correctly", url, response.status)
@@ -200,7 +227,7 @@ class Soft404Middleware:
         sketch = self.sketcher.sketch(response.text, leave_out=url_words(url))
         if sketch.empty:
             return
-        self.templates.add(host, url, sketch)
+        self.templates.add(host, segment, url, sketch)
         self._inc("soft404_templates")
         logger.info("host %s answers unknown URLs with status 200 (soft 404); probe %s is its template", host, url)
 
@@ -213,19 +240,38 @@ class Soft404Middleware:
         host = host_of(response.url)
         if host is None:
             return response
-        probes = self._hosts.get(host)
-        if probes is not None and probes.pending:
-            await self._wait(probes)
+        segment = first_segment(response.url)
+        # Usually started with the page's request; a redirect may have brought the page under another segment.
+        probes = self._probes_for(request, host, segment)
+        pending = [probe for probe in probes if not probe.done]
+        if pending:
+            await self._wait(pending)
         if self.templates.has_templates(host) and response.status == 200 and isinstance(response, TextResponse):
             if urlsplit(response.url).path in ("", "/"):
                 return response
-            match = self.templates.match(host, self.sketcher.sketch(response.text, leave_out=url_words(response.url)))
+            judged_by: list[str | None] | None = [None, segment]
+            if segment is not None and segment not in self._hosts[host].probes:
+                judged_by = None  # no probe left for its segment: every template of the host
+                self._inc("soft404_unprobed")
+            sketch = self.sketcher.sketch(response.text, leave_out=url_words(response.url))
+            match = self.templates.match(host, sketch, judged_by)
             if match is not None:
                 self.hooks.soft404_pages[response.url] = match
         return response
 
-    async def _wait(self, probes: _HostProbes) -> None:
-        waiter = probes.wait()
+    async def _wait(self, probes: list[_Probe]) -> None:
+        """Until every one of ``probes`` answered, ``NEARDUP_SOFT404_TIMEOUT`` seconds at most."""
+        waiter: Deferred[Any] = Deferred()
+        left = [len(probes)]
+
+        def answered(_: Any) -> None:
+            left[0] -= 1
+            if left[0] == 0 and not waiter.called:
+                waiter.callback(None)
+
+        for probe in probes:
+            probe.wait().addCallback(answered)
+
         def time_out() -> None:
             if not waiter.called:
                 waiter.callback(_TIMED_OUT)

@@ -53,6 +53,8 @@ KNOWN_SETTINGS: frozenset[str] = frozenset({
     # soft-404 probing and mirror hosts (scrapy_neardup.crawl.host_settings)
     "NEARDUP_SOFT404_ENABLED", "NEARDUP_SOFT404_PROBES_PER_HOST", "NEARDUP_SOFT404_TIMEOUT",
     "NEARDUP_MIRRORS_ENABLED", "NEARDUP_MIRROR_MIN_PAGES", "NEARDUP_MIRROR_SHARE", "NEARDUP_MIRROR_SYNC_INTERVAL",
+    # which copy is kept, canonical links (scrapy_neardup.crawl.host_settings)
+    "NEARDUP_COPY_WAIT", "NEARDUP_CANONICAL",
     # the Elasticsearch backend (es_integration.settings)
     "NEARDUP_ES_URL", "NEARDUP_ES_INDEX", "NEARDUP_ES_API_KEY", "NEARDUP_ES_USERNAME", "NEARDUP_ES_PASSWORD",
     "NEARDUP_ES_CA_CERTS", "NEARDUP_ES_TIMEOUT", "NEARDUP_ES_BATCH_SIZE", "NEARDUP_ES_SHARDS",

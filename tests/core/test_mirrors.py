@@ -1,13 +1,15 @@
-"""The mirror table: the decision rule, first seen kept, partial mirrors never skipped, saved state."""
+"""The mirror table: the decision rule, the host holding the kept copies is the original (met first on a tie),
+twins met through a third host, canonical representatives, partial mirrors never skipped, saved state."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from scrapy_neardup.core.index import StateError
-from scrapy_neardup.core.mirrors import MIRRORS_FILE, MirrorTable, host_of
+from scrapy_neardup.core.mirrors import MIRRORS_FILE, HostCounts, MirrorTable, host_of
 
 A, B, C = "http://a.test", "http://b.test:8080", "https://c.test"
 
@@ -37,12 +39,64 @@ def test_full_mirror_is_decided_once_at_min_pages() -> None:
                                        "skipping its requests")
 
 
-def test_twins_count_in_either_direction_and_first_seen_is_kept() -> None:
+def test_the_host_holding_the_kept_copies_is_the_original_whoever_was_met_first() -> None:
+    """B's pages were checked first and kept; A's copies were dropped naming them: A is the mirror (the pipeline
+    kept B's pages), although A was met first; B, whose pages the feed holds, is never skipped."""
     table = MirrorTable(min_pages=3, share=1.0)
     table.see(host_of(A))  # type: ignore[arg-type]
-    for i in range(3):  # B's pages arrive first and are kept; A's copies are dropped naming them
+    for i in range(3):
         table.record(f"{B}/{i}", None)
         table.record(f"{A}/{i}", f"{B}/{i}")
+    assert table.copies(host_of(B), host_of(A)) == 3 and table.copies(host_of(A), host_of(B)) == 3  # type: ignore[arg-type]
+    assert table.holds(host_of(B), host_of(A)) == 3 and table.holds(host_of(A), host_of(B)) == 0  # type: ignore[arg-type]
+    assert table.mirror_of(host_of(B)) is None  # type: ignore[arg-type]
+    assert table.mirror_of(host_of(A)).original == host_of(B)  # type: ignore[arg-type,union-attr]
+
+
+def test_on_a_tie_the_host_met_first_is_the_original() -> None:
+    table = MirrorTable(min_pages=4, share=1.0)
+    table.see(host_of(A))  # type: ignore[arg-type]
+    table.see(host_of(B))  # type: ignore[arg-type]
+    for i in range(4):  # the race went both ways: two contents kept on each host
+        first, second = (A, B) if i % 2 else (B, A)
+        table.record(f"{first}/{i}", None)
+        table.record(f"{second}/{i}", f"{first}/{i}")
+    assert table.holds(host_of(A), host_of(B)) == table.holds(host_of(B), host_of(A)) == 2  # type: ignore[arg-type]
+    assert table.mirror_of(host_of(A)) is None  # type: ignore[arg-type]
+    assert table.mirror_of(host_of(B)).original == host_of(A)  # type: ignore[arg-type,union-attr]
+
+
+def test_twins_met_through_a_third_host_count() -> None:
+    """A partner P reprints A's pages and was checked first: A's and the mirror B's copies both name P's page.
+    They are still twins of each other, so B is recognized as A's mirror; P, holding those contents but copying
+    only part of A, is no mirror and neither is A."""
+    table = MirrorTable(min_pages=10, share=0.9)
+    p = "http://p.test"
+    for host in (A, B, p):
+        table.see(host_of(host))  # type: ignore[arg-type]
+    for i in range(10):
+        if i < 5:  # reprinted by P, whose copy came first
+            table.record(f"{p}/r{i}", None)
+            table.record(f"{A}/{i}", f"{p}/r{i}")
+            table.record(f"{B}/{i}", f"{p}/r{i}")
+        else:
+            table.record(f"{A}/{i}", None)
+            table.record(f"{B}/{i}", f"{A}/{i}")
+    assert table.copies(host_of(B), host_of(A)) == 10  # type: ignore[arg-type]
+    assert table.mirror_of(host_of(B)).original == host_of(A)  # type: ignore[arg-type,union-attr]
+    assert table.mirror_of(host_of(A)) is None and table.mirror_of(host_of(p)) is None  # type: ignore[arg-type]
+
+
+def test_a_canonical_page_met_late_makes_its_host_hold_the_content() -> None:
+    """B's copies were kept first, but each names A's page as canonical: A's pages, met later and dropped naming
+    B's, are the contents' representatives, so A holds them and B is the mirror."""
+    table = MirrorTable(min_pages=3, share=1.0)
+    table.see(host_of(B))  # type: ignore[arg-type]
+    table.see(host_of(A))  # type: ignore[arg-type]
+    for i in range(3):
+        table.record(f"{B}/{i}", None)
+        table.record(f"{A}/{i}", f"{B}/{i}", representative_of=f"{B}/{i}")
+    assert table.holds(host_of(A), host_of(B)) == 3 and table.holds(host_of(B), host_of(A)) == 0  # type: ignore[arg-type]
     assert table.mirror_of(host_of(A)) is None  # type: ignore[arg-type]
     assert table.mirror_of(host_of(B)).original == host_of(A)  # type: ignore[arg-type,union-attr]
 
@@ -62,8 +116,14 @@ def test_save_load_and_damaged_state(tmp_path: Path) -> None:
     again = MirrorTable(min_pages=5)
     assert [(d.mirror, d.copies) for d in again.load(tmp_path)] == [(host_of(B), 6)]
     assert again.checked(host_of(B)) == 6 and again.copies(host_of(B), host_of(A)) == 6  # type: ignore[arg-type]
+    assert again.holds(host_of(A), host_of(B)) == 6  # type: ignore[arg-type]
     stricter = MirrorTable(min_pages=10)  # decisions follow the current settings, not the saved ones
     assert stricter.load(tmp_path) == []
+    # A file written before the table counted holds: the pairs go by "met first".
+    data = json.loads((tmp_path / MIRRORS_FILE).read_text())
+    del data["holds"]
+    older = MirrorTable(min_pages=5)
+    assert [(d.mirror, d.original) for d in older.merge_json(data)] == [(host_of(B), host_of(A))]
     (tmp_path / MIRRORS_FILE).write_text("{not json")
     with pytest.raises(StateError, match="damaged"):
         MirrorTable().load(tmp_path)
@@ -92,16 +152,15 @@ def test_the_fleet_can_keep_a_partial_mirror_or_a_host_seen_first_elsewhere() ->
     for i in range(8):
         others.record(f"{B}/own-{i}", None)
     assert table.set_fleet(others.local_counts()) == [] and table.checked(host_of(B)) == 14  # type: ignore[arg-type]
-    # Others met B before this process met A: B is the one seen first, so B is kept, whatever the copies.
+    # Others learned of the pair only through counts without holds (a store that keeps none), and met B before
+    # this process met A: on the tie that leaves, B, met first by the fleet, is the original.
     table = MirrorTable(min_pages=10, share=0.9)
-    feed(table, 6, 6)
-    fleet = table.local_counts()
-    earlier = MirrorTable(min_pages=10, share=0.9)
-    earlier.see(host_of(B))  # type: ignore[arg-type]
-    earlier.record(f"{B}/{0}", f"{A}/{0}")
-    counts = earlier.local_counts()
-    counts.first_seen[host_of(B)] = fleet.first_seen[host_of(A)] - 1.0  # type: ignore[index]
-    counts.checked[host_of(B)] = 6  # type: ignore[index]
-    counts.twins[(host_of(B), host_of(A))] = 6  # type: ignore[index]
-    assert table.set_fleet(counts) == []
+    table.see(host_of(A))  # type: ignore[arg-type]
+    table.see(host_of(B))  # type: ignore[arg-type]
+    for i in range(3):
+        table.record(f"{B}/{i}", f"{A}/{i}")
+    counts = HostCounts(checked={host_of(B): 9}, first_seen={host_of(B): table.first_seen(host_of(A)) - 1.0},  # type: ignore[arg-type,dict-item]
+                        twins={(host_of(B), host_of(A)): 9}, holds={(host_of(B), host_of(A)): 3})  # type: ignore[dict-item]
+    assert table.set_fleet(counts) == []  # holds 3 : 3, B met first by the fleet
     assert table.first_seen(host_of(B)) < table.first_seen(host_of(A))  # type: ignore[arg-type]
+    assert table.original_of_pair(host_of(A), host_of(B)) == host_of(B)  # type: ignore[arg-type]

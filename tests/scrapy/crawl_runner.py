@@ -94,7 +94,8 @@ def _record_items(crawler: Any, result: dict[str, Any], stop_after_items: int | 
             "item": item_to_dict(item),
             "reason": type(exception).__name__,
             "message": str(exception),
-            "duplicate_of": match.key if match else None,
+            # CanonicalDropped names the kept page without a match (its text was not compared).
+            "duplicate_of": match.key if match else getattr(exception, "duplicate_of", None),
             "resemblance": match.resemblance if match else None,
             "exact": match.exact if match else None,
         })

@@ -43,6 +43,8 @@ class Page:
     body: str
     status: int = 200
     content_type: str = "text/html; charset=utf-8"
+    #: more response headers (``{"Link": '<http://...>; rel="canonical"'}``)
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class _Server(ThreadingHTTPServer):
@@ -54,13 +56,15 @@ class _Server(ThreadingHTTPServer):
 
 class SiteServer:
     """Serves ``pages`` (path -> :class:`Page`) on ``host`` (default 127.0.0.1) at a free port; other paths get
-    ``fallback``, or ``section_fallbacks[prefix]`` for paths under ``prefix`` (e.g. ``"/news/"``)."""
+    ``fallback``, or ``section_fallbacks[prefix]`` for paths under ``prefix`` (e.g. ``"/news/"``); a request
+    whose path contains a key of ``slow`` is answered that many seconds late."""
 
     def __init__(
         self, pages: dict[str, Page], fallback: Page | None = None, *, host: str = "127.0.0.1",
-        section_fallbacks: dict[str, Page] | None = None,
+        section_fallbacks: dict[str, Page] | None = None, slow: dict[str, float] | None = None,
     ) -> None:
         self.pages = pages
+        self.slow = slow or {}
         self.fallback = fallback or Page("<html><body><h1>404</h1></body></html>", status=404)
         self.section_fallbacks = section_fallbacks or {}
         self.host = host
@@ -99,9 +103,14 @@ class SiteServer:
                 site.requests.append(path)
                 site.user_agents.append((self.path, self.headers.get("User-Agent", "")))
                 page = site.pages.get(path) or site.fallback_for(path)
+                delay = max((seconds for part, seconds in site.slow.items() if part in path), default=0.0)
+                if delay:
+                    time.sleep(delay)
                 data = page.body.encode("utf-8")
                 self.send_response(page.status)
                 self.send_header("Content-Type", page.content_type)
+                for name, value in page.headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -495,6 +504,35 @@ class NearDupTestSpider(scrapy.Spider):
             request = response.follow(href, callback=self.parse, headers=self.request_headers)
             if self.hosts is None or urlsplit(request.url).netloc in self.hosts:
                 yield request
+
+
+class RecordChecks:
+    """A Scrapy extension observing the pipeline's checked pages through the crawl's hooks, as a search index would
+    (:class:`scrapy_neardup.crawl.hooks.CheckedObserver`): each call is appended as one JSON line to the file the
+    ``TEST_CHECKS_FILE`` setting names. ``EXTENSIONS = {"neardup_testkit.RecordChecks": 0}``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> RecordChecks:
+        from scrapy_neardup.crawl.hooks import crawl_hooks
+
+        extension = cls(crawler.settings.get("TEST_CHECKS_FILE"))
+        crawl_hooks(crawler).observers.append(extension)
+        return extension
+
+    def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,
+                     canonical: str | None = None) -> None:
+        record = {"key": key, "duplicate_of": duplicate_of, "representative_of": representative_of,
+                  "canonical": canonical}
+        with open(self.path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+def read_checks(path: Path) -> list[dict[str, Any]]:
+    """What :class:`RecordChecks` wrote."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 # -- a backend that awaits between check and insert ------------------------------------------------------------

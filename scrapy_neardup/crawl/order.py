@@ -1,0 +1,257 @@
+"""Which copy is kept when two hosts serve the same pages: the one on the host met first.
+
+The pipeline keeps the first copy it checks. Two hosts are downloaded side by side (Scrapy's download slots are
+per host), so left alone, which host's copy of a page is checked first is a race, decided anew in every run by
+download timing, by which host's soft-404 probe answered first, by which host's template was learned first.
+
+Hosts are ranked in the order their first requests were scheduled (:meth:`CrawlHooks.meet
+<scrapy_neardup.crawl.hooks.CrawlHooks.meet>`): the start URLs in the spider's order, then the hosts its links
+lead to. A page of a host that is not the first and *may copy an earlier one* is checked only once the earlier
+hosts had their chance to serve the same page first. Mirrors keep their paths, so "the same page" is a page with
+the same path and query:
+
+* a page whose path a host ranked before it has checked already: checked at once (the earlier copy, if it is
+  one, is kept already);
+* a page whose path is *pending* on a host ranked before it (its request scheduled and not answered yet, or its
+  item in the pipeline and not decided yet: waiting for the host's soft-404 probe or template, being sketched):
+  checked once that page is, :data:`MAX_EXTRA_WAIT` seconds at most;
+* else: once a host ranked before it checks its path, at most ``NEARDUP_COPY_WAIT`` seconds (default: the longer
+  of 2 s and four ``DOWNLOAD_DELAY``): time for the earlier host to find the page (its request scheduled
+  meanwhile makes the page wait as above).
+
+So the earlier host's copy is checked first and kept, and the later host's copy is dropped naming it, however far
+ahead the later host's downloads run; a copy under another path is given ``NEARDUP_COPY_WAIT``. A host *may copy
+an earlier one* until it is settled: with mirror detection on, until it has ``NEARDUP_MIRROR_MIN_PAGES`` checked
+pages of which less than ``NEARDUP_MIRROR_SHARE`` have twins on a host holding their kept copies, or
+:data:`FEW_PAGES` checked pages without a twin anywhere (a host found to be a mirror stays unsettled: its pages in
+flight still wait); with it off, until it has ``NEARDUP_MIRROR_MIN_PAGES`` checked pages. The host met first, and
+pages of hosts no request was scheduled for (the pipeline driven without a crawl), never wait.
+
+Waiting pages keep their responses in Scrapy's scraper, and a scraper holding ``SCRAPER_SLOT_MAX_ACTIVE_SIZE``
+stops the downloads, those of the pages waited for included: pages wait only while the waiting ones take up less
+than half of it (the add-on raises it to 100 MB); beyond, a page is checked at once (``neardup/copy_waits_full``,
+said once at INFO).
+
+What stays open: a copy under another path that reaches the pipeline more than ``NEARDUP_COPY_WAIT`` before the
+earlier host's copy is kept (raise the setting for such hosts); the earlier host's copy then names it, and the
+mirror rule calls the host holding most kept copies the original (:mod:`scrapy_neardup.core.mirrors`). A pending
+page whose download fails is waited for until :data:`MAX_EXTRA_WAIT`. The cost: a waiting page reaches the feed
+later, and waits in memory meanwhile (``neardup/copy_waits`` counts them); when the earlier host is ahead (the
+usual case of a mirror found through the original's links) its copies are checked already and nothing waits.
+Memory: about 100 bytes per checked path and per pending request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import Deferred
+
+from ..core.mirrors import host_of
+from .outage import call_later
+
+if TYPE_CHECKING:
+    from .hooks import CrawlHooks
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a page waits at most for a pending page of an earlier host with its path.
+MAX_EXTRA_WAIT = 30.0
+#: Checked pages without a twin on any host after which a host is settled (its pages no longer wait).
+FEW_PAGES = 3
+#: Seconds an answered request stays pending: its item reaches the pipeline once the spider parsed it.
+PARSE_GRACE = 1.0
+
+
+class KeepOrder:
+    """Makes pages of hosts that may copy an earlier host wait for the earlier host's copies (module doc).
+
+    Feed it Scrapy's ``request_scheduled``, ``request_dropped`` and ``response_received`` signals, and, from the
+    pipeline, :meth:`enter` / :meth:`leave` around each item and :meth:`checked` after each decision.
+
+    Args:
+        hooks: the crawl's hooks (host ranks, and the mirror middleware's judgement when it is enabled).
+        wait: ``NEARDUP_COPY_WAIT``, seconds; 0 switches the waiting off.
+        min_pages: ``NEARDUP_MIRROR_MIN_PAGES``: checked pages after which a host no judge speaks for is settled.
+        count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
+        room: characters of content that may wait at once: half of Scrapy's ``SCRAPER_SLOT_MAX_ACTIVE_SIZE``, so
+            that waiting pages never stop the downloads (of the very pages they wait for); ``None``: no bound.
+    """
+
+    def __init__(self, hooks: CrawlHooks, wait: float, min_pages: int, count: Callable[[str, int], Any],
+                 room: int | None = None) -> None:
+        self.hooks = hooks
+        self.wait = wait
+        self.min_pages = min_pages
+        self.room = room
+        self._count = count
+        self._waiting_size = 0
+        self._full_logged = False
+        self._checked: dict[str, int] = {}  # host -> pages checked
+        # hash of a path and query -> rank -> pages pending there (requests not answered, items not decided)
+        self._pending: dict[int, dict[int, int]] = {}
+        self._first_checked: dict[int, int] = {}  # hash of a path and query -> best rank of a host that checked it
+        self._waiters: dict[int, list[Deferred[None]]] = {}  # hash of a path and query -> pages waiting on it
+
+    # -- what is pending where ---------------------------------------------------------------------------------
+
+    def request_scheduled(self, request: Any, spider: Any = None) -> None:
+        """A request was scheduled: its page is pending (a redirect's target takes over from its source)."""
+        if self.wait <= 0:
+            return
+        host = host_of(request.url)
+        if host is not None:
+            self.hooks.meet(host)
+        self._add(request.url, 1)
+        for source in request.meta.get("redirect_urls", [])[-1:]:
+            self._add(source, -1)
+
+    def request_dropped(self, request: Any, spider: Any = None) -> None:
+        """The scheduler refused a request (a duplicate): it brings no page."""
+        self._add(request.url, -1)
+
+    def response_received(self, response: Any, request: Any, spider: Any = None) -> None:
+        """A request was answered: its page, if any, comes as an item (:meth:`enter`) once the spider parsed it;
+        the request stays pending :data:`PARSE_GRACE` seconds more, so that nothing waiting on it goes on in
+        between (a page without item is then no longer waited for)."""
+        if self.wait > 0 and _where(request.url) is not None:
+            url = request.url
+            call_later(PARSE_GRACE, lambda: self._add(url, -1))
+
+    def enter(self, url: Any) -> str | None:
+        """Page ``url`` entered the pipeline; pass what this returns to :meth:`leave` when it is decided."""
+        if self.wait <= 0 or not isinstance(url, str):
+            return None
+        return url if self._add(url, 1) else None
+
+    def leave(self, entered: str | None) -> None:
+        """The page :meth:`enter` returned ``entered`` for is decided (or left the pipeline otherwise)."""
+        if entered is not None:
+            self._add(entered, -1)
+
+    def _add(self, url: str, change: int) -> bool:
+        where = _where(url)
+        rank = self.hooks.rank(where[1]) if where is not None else None
+        if where is None or rank is None or self.wait <= 0:
+            return False
+        path = hash(where[0])
+        ranks = self._pending.setdefault(path, {})
+        count = ranks.get(rank, 0) + change
+        if count > 0:
+            ranks[rank] = count
+        else:
+            ranks.pop(rank, None)
+            if not ranks:
+                del self._pending[path]
+            self._wake(path)
+        return True
+
+    def checked(self, key: str) -> None:
+        """Page ``key`` was checked (kept or found a duplicate): pages of later hosts with its path go on."""
+        where = _where(key)
+        if where is None:
+            return
+        self._checked[where[1]] = self._checked.get(where[1], 0) + 1
+        rank = self.hooks.rank(where[1])
+        if rank is None or self.wait <= 0:
+            return
+        path = hash(where[0])
+        known = self._first_checked.get(path)
+        if known is None or rank < known:
+            self._first_checked[path] = rank
+        self._wake(path)
+
+    def _wake(self, path: int) -> None:
+        for waiter in self._waiters.pop(path, ()):
+            if not waiter.called:
+                waiter.callback(None)
+
+    # -- waiting ---------------------------------------------------------------------------------------------
+
+    def must_wait(self, key: str) -> bool:
+        """Whether page ``key`` waits before its check: its host was met after another and is not settled."""
+        if self.wait <= 0:
+            return False
+        host = host_of(key)
+        rank = self.hooks.rank(host) if host is not None else None
+        if host is None or rank is None or rank == 0:
+            return False
+        settled = self.hooks.settled(host)
+        if settled is None:  # no mirror middleware: the host's first pages
+            settled = self._checked.get(host, 0) >= self.min_pages
+        return not settled
+
+    async def wait_turn(self, key: str, size: int = 0) -> None:
+        """Wait as the module doc says when page ``key`` (``size``: the length of its content) :meth:`must_wait`;
+        return at once otherwise."""
+        if not self.must_wait(key):
+            return
+        if self.room is not None and self._waiting_size + size > self.room:
+            self._count("copy_waits_full", 1)
+            if not self._full_logged:
+                self._full_logged = True
+                logger.info("pages waiting for an earlier host's copies fill half of SCRAPER_SLOT_MAX_ACTIVE_SIZE; "
+                            "more pages are checked without waiting (counted in neardup/copy_waits_full)")
+            return
+        self._waiting_size += size
+        try:
+            await self._wait_turn(key)
+        finally:
+            self._waiting_size -= size
+
+    async def _wait_turn(self, key: str) -> None:
+        where = _where(key)
+        assert where is not None
+        path = hash(where[0])
+        rank = self.hooks.rank(where[1])
+        assert rank is not None
+        started = time.monotonic()
+        counted = False
+        while self._first_checked.get(path, rank) >= rank:
+            pending = any(other < rank for other in self._pending.get(path, ()))
+            left = (MAX_EXTRA_WAIT if pending else self.wait) - (time.monotonic() - started)
+            if left <= 0:
+                return
+            if not counted:
+                counted = True
+                self._count("copy_waits", 1)
+            waiter: Deferred[None] = Deferred()
+            self._waiters.setdefault(path, []).append(waiter)
+            await _first_of(waiter, left)
+            waiters = self._waiters.get(path)
+            if waiters is not None and waiter in waiters:  # timed out
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._waiters[path]
+
+
+def _where(url: str) -> tuple[str, str] | None:
+    """``(path and query, host)`` of ``url``."""
+    host = host_of(url)
+    if host is None:
+        return None
+    parts = urlsplit(url)
+    return (f"{parts.path or '/'}?{parts.query}", host)
+
+
+async def _first_of(done: Deferred[None], timeout: float) -> None:
+    """Until ``done`` fires, ``timeout`` seconds at most."""
+    timed_out = [False]
+
+    def time_out() -> None:
+        timed_out[0] = True
+        if not done.called:
+            done.callback(None)
+
+    timer = call_later(timeout, time_out)
+    await maybe_deferred_to_future(done)
+    if not timed_out[0]:
+        timer.cancel()
+
+
+__all__ = ["FEW_PAGES", "MAX_EXTRA_WAIT", "PARSE_GRACE", "KeepOrder"]
