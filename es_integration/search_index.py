@@ -60,7 +60,16 @@ from scrapy_neardup.store.search_sink import SearchPage, SearchSink, SinkEvents
 from .backend.pages import doc_id_of
 from .client import ConnectionSettings, EsError, connect_async, describe_error, transport_logs_at_debug
 from .indexing import SeqClock
-from .mapping import DUPLICATE, ROOT, TagMismatch, ensure_index_async, error_type, require_tag_async, sketch_fields
+from .mapping import (
+    DUPLICATE,
+    F_GROUP,
+    ROOT,
+    TagMismatch,
+    ensure_index_async,
+    error_type,
+    require_tag_async,
+    sketch_fields,
+)
 from .retry import RETRY_STATUSES, ShardsUnavailable, is_retryable, retrying
 from .settings import ElasticsearchSettings
 
@@ -76,6 +85,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds at least for one bulk request: a batch of whole pages is megabytes.
 BULK_TIMEOUT = 30.0
+#: Documents moved to a canonical page's group per round (a search, then one bulk of updates).
+_REGROUP_BATCH = 1000
 
 
 @dataclass(eq=False, slots=True)
@@ -120,6 +131,8 @@ class ElasticsearchSearchSink(SearchSink):
         self._sending: asyncio.Future[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._clock = SeqClock()
+        #: group id -> the id of the group's representative when a canonical page took that role over
+        self._regrouped: dict[str, str] = {}
 
     @classmethod
     def from_settings(cls, settings: SettingsLike, tag: str | None) -> ElasticsearchSearchSink:
@@ -245,6 +258,47 @@ class ElasticsearchSearchSink(SearchSink):
         fields = {name: value for name, value in page.fields.items() if name != ROOT}
         await self._add(_Op(page.key, {"index": {"_index": self.index, "_id": doc_id}},
                             {**fields, ROOT: self._near_duplicate_fields(page, doc_id)}, page))
+        if page.representative_of is not None:
+            await self._regroup(doc_id_of(page.representative_of), doc_id)
+
+    async def _regroup(self, former: str, representative: str) -> None:
+        """Make ``representative`` the representative of ``former``'s group: every document of the group (the
+        former representative becoming a duplicate of the new one) moves to the new group id, now and for the
+        group's later duplicates. Rare (a canonical page met after its copy): the writes before it are sent and
+        the index refreshed first, so that the search for the group sees them. (No ``update_by_query``: not every
+        distribution has the module.)"""
+        self._regrouped[former] = representative
+        while self._buffer or (self._sending is not None and not self._sending.done()):
+            await self._flush()
+            if self._sending is not None:
+                await self._sending
+        try:
+            moved = 0
+            while True:  # each round moves what the search found out of the group: repeat until none is left
+                await self._retried("refreshing the search index", self._es.indices.refresh, index=self.index)
+                answer = await self._retried("finding a canonical page's copies", self._es.search, index=self.index,
+                                             query={"term": {F_GROUP: former}}, size=_REGROUP_BATCH, source=False)
+                ids = [hit["_id"] for hit in answer["hits"]["hits"]]
+                if not ids:
+                    break
+                operations: list[dict[str, Any]] = []
+                for doc_id in ids:
+                    change: dict[str, Any] = {"group": representative}
+                    if doc_id == former:
+                        change.update(status=DUPLICATE, duplicate_of=representative)
+                    operations += [{"update": {"_index": self.index, "_id": doc_id}}, {"doc": {ROOT: change}}]
+                result = await self._retried("regrouping a canonical page's copies", self._es.bulk,
+                                             operations=operations)
+                done = sum(1 for item in result["items"] if 200 <= int(item["update"].get("status", 500)) < 300)
+                moved += done
+                if done < len(ids):
+                    raise EsError(f"{len(ids) - done} of {len(ids)} documents refused the new group")
+            self._count("search_regrouped", moved)
+        except EsError as exc:
+            # The pages themselves are written; only their grouping under the canonical page is missing.
+            logger.warning("could not make %s the representative of group %s in %s: %s", representative, former,
+                           self.index, exc)
+            self._count("search_regroup_failed")
 
     async def remove(self, key: str) -> None:
         """Queue the removal of ``key``'s document (none there is fine)."""
@@ -253,6 +307,8 @@ class ElasticsearchSearchSink(SearchSink):
     def _near_duplicate_fields(self, page: SearchPage, doc_id: str) -> dict[str, Any]:
         """The ``neardup`` object of a page's document: its sketch (when it has one), key, status and group."""
         duplicate_of = doc_id_of(page.duplicate_of) if page.status == DUPLICATE and page.duplicate_of else None
+        if duplicate_of is not None:  # its kept page's group may have a canonical page for representative now
+            duplicate_of = self._regrouped.get(duplicate_of, duplicate_of)
         fields: dict[str, Any] = {"key": page.key, "group": duplicate_of or doc_id, "status": page.status}
         if duplicate_of is not None:
             fields.update(duplicate_of=duplicate_of, shared=page.shared)

@@ -135,6 +135,8 @@ class SearchIndexPipeline:
         self.failures = 0
         #: id(item) -> (item, key, sketch, decision), from the pipeline's hook until the item comes by
         self._decided: dict[int, tuple[Any, str, Sketch, Decision | None]] = {}
+        #: key -> the kept page that named it its canonical URL (from the pipeline's observers' hook)
+        self._representatives: dict[str, str] = {}
         self._encoder = ScrapyJSONEncoder(ensure_ascii=False)
         self._failed_file: IO[str] | None = None
         self._opened = False
@@ -150,6 +152,7 @@ class SearchIndexPipeline:
         component = cls(config, sink, pipeline, crawler)
         component._log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
         crawl_hooks(crawler).decided.append(component)
+        crawl_hooks(crawler).observers.append(component)
         crawler.signals.connect(component.item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(component.item_error, signal=signals.item_error)
         crawler.signals.connect(component.spider_idle, signal=signals.spider_idle)
@@ -194,6 +197,13 @@ class SearchIndexPipeline:
         """The near-duplicate pipeline's hook: remember the item's sketch and decision until it comes by."""
         self._decided[id(item)] = (item, key, sketch, decision)
 
+    def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,
+                     canonical: str | None = None) -> None:
+        """The pipeline's observers' hook: a canonical page met after a copy of it was kept becomes its group's
+        representative in the index (the feed cannot take the copy back; the index can)."""
+        if representative_of is not None:
+            self._representatives[key] = representative_of
+
     async def process_item(self, item: Any, spider: Any = None) -> Any:
         """Write the item (or, a duplicate with ``"skip"``, remove its key's document); return it unchanged."""
         entry = self._decided.pop(id(item), None)
@@ -227,6 +237,10 @@ class SearchIndexPipeline:
         _, key, sketch, decision = entry
         status: SearchStatus = "kept"
         duplicate_of, shared = None, None
+        representative_of = self._representatives.pop(key, None)
+        if representative_of is not None:
+            await self.sink.write(SearchPage(key, fields, sketch, representative_of=representative_of))
+            return
         if decision is None:
             status = "unchecked"
         elif decision.outcome == "duplicate" and decision.match is not None:

@@ -43,6 +43,8 @@ class SearchPage:
         status: see :data:`SearchStatus`.
         duplicate_of: the key of the kept page a duplicate near-duplicates.
         shared: ``s``, the signature positions the duplicate shares with it (resemblance ~ s / k).
+        representative_of: the key of a page kept earlier that named this page its canonical URL: this page
+            becomes the representative of that page's group (kept), and that page a duplicate of it.
     """
 
     key: str
@@ -51,6 +53,7 @@ class SearchPage:
     status: SearchStatus = "kept"
     duplicate_of: str | None = None
     shared: int | None = None
+    representative_of: str | None = None
 
 
 class SinkEvents(Protocol):

@@ -249,3 +249,30 @@ def test_listings_name_pages_by_url_and_title_and_search_can_skip_the_collapse(
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert len(hits) == 5 and {h["group"] for h in hits} == {doc_id_of(original)}
     assert {h["omitted"] for h in hits} == {0}
+
+
+def test_a_canonical_page_met_after_its_copy_becomes_its_groups_representative(
+    es_url: str, es_client: Any, search_index: str, run_crawl: Any, serve_site: Any,
+) -> None:
+    """The copies (``/copy.html``, ``/copy-2.html``) are checked first and kept; the feed keeps them. Then their
+    canonical pages arrive: in the index each becomes its group's representative (``kept``, its own group), its
+    copy a duplicate of it, and a collapsed search shows the canonical page with its copy omitted."""
+    from test_canonical import representative_site
+
+    server = serve_site(representative_site())
+    result = run_crawl(settings=search_settings(es_url, search_index),
+                       spider={"start_url": server.url + "/", "item_type": "item"})
+    assert result.returncode == 0, result.log[-3000:]
+    base = server.url
+    assert result.stat("neardup/canonical_representatives") == 2
+    assert result.stat("neardup/search_regrouped") == 2, result.log[-3000:]
+    docs = {hit["_source"]["url"][len(base):]: hit["_source"]["neardup"]
+            for hit in documents(es_client, search_index).values()}
+    for orig, copy in (("/orig.html", "/copy.html"), ("/orig-2.html", "/copy-2.html")):
+        orig_id = doc_id_of(base + orig)
+        assert (docs[orig]["status"], docs[orig]["group"]) == ("kept", orig_id), orig
+        assert (docs[copy]["status"], docs[copy]["group"], docs[copy]["duplicate_of"]) == (
+            "duplicate", orig_id, orig_id), copy
+    found = search_with_collapse(es_client, search_index, {"query": {"match_all": {}}, "size": 20})
+    shown = {hit.source["url"][len(base):]: hit.omitted for hit in found.hits}
+    assert shown == {"/": 0, "/orig.html": 1, "/orig-2.html": 1}
