@@ -10,6 +10,8 @@ Every field lives in one object, ``neardup``, next to the page's own fields::
                                       ~ Binomial(k, p) with p = r + (1 - r) / 65536 (b-bit minwise hashing,
                                       Li & König 2010): the very values and rule of the embedded index
                                       (:mod:`scrapy_neardup.core.index`), so both give the same answers.
+                                      The crawler backend writes them only for a threshold below the band
+                                      layout's (its candidates come from ``bands``).
     neardup.sig           binary      the stored signature in its compact form (base64 of the k 16-bit values,
                                       :meth:`scrapy_neardup.core.stored.StoredSignature.encode`), with doc
                                       values, not indexed: what group discovery reads (no ``_source``) and
