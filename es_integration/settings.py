@@ -138,22 +138,21 @@ class ElasticsearchSettings:
 def _batch_size(settings: SettingsLike) -> int:
     """``NEARDUP_ES_BATCH_SIZE``: pages decided together at most, 1 to 500 (default 100, Scrapy's default
     ``CONCURRENT_ITEMS``: every page ready at once; 1 checks one page at a time)."""
-    expected = "an integer in [1, 500]"
-    value = read_int(settings, "NEARDUP_ES_BATCH_SIZE", expected)
-    if value is None:
-        return 100
-    if not 1 <= value <= 500:
-        raise settings_error("NEARDUP_ES_BATCH_SIZE", settings.get("NEARDUP_ES_BATCH_SIZE"), expected)
-    return value
+    return _bounded_int(settings, "NEARDUP_ES_BATCH_SIZE", 1, 500, 100)
 
 
 def _shards(settings: SettingsLike) -> int:
     """``NEARDUP_ES_SHARDS``: primary shards of the index the backend creates, 1 to 1024 (default 1: one shard
     holds some 10-40 million pages; an existing index keeps its own count)."""
-    expected = "an integer in [1, 1024]"
-    value = read_int(settings, "NEARDUP_ES_SHARDS", expected)
+    return _bounded_int(settings, "NEARDUP_ES_SHARDS", 1, 1024, 1)
+
+
+def _bounded_int(settings: SettingsLike, name: str, low: int, high: int, default: int) -> int:
+    """The integer setting ``name`` in ``[low, high]``, ``default`` when unset (a wrong value names the setting)."""
+    expected = f"an integer in [{low}, {high}]"
+    value = read_int(settings, name, expected)
     if value is None:
-        return 1
-    if not 1 <= value <= 1024:
-        raise settings_error("NEARDUP_ES_SHARDS", settings.get("NEARDUP_ES_SHARDS"), expected)
+        return default
+    if not low <= value <= high:
+        raise settings_error(name, settings.get(name), expected)
     return value
