@@ -11,6 +11,7 @@ and, when a call fails, remembers its pages in the queue of :mod:`.unchecked`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -25,7 +26,7 @@ from scrapy_neardup.core.params import SketchParams, params_or_tag
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 from scrapy_neardup.core.stored import band_layout
 from scrapy_neardup.store.backend import Backend, BackendError, Decision
-from scrapy_neardup.store.config import crawl_identity
+from scrapy_neardup.store.config import crawl_identity, read_str
 
 from ..client import ConnectionSettings, EsError, connect_async, transport_logs_at_debug
 from ..hosts import ElasticsearchHostStore, hosts_index
@@ -102,6 +103,9 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
     pending_timeout = 30.0
     #: pages whose check failed remembered for writing as ``unchecked``; beyond, only counted (~0.6 KB each)
     max_unchecked = 100_000
+    #: write remembered unchecked pages after the next successful check (else only at close: for a crawl that
+    #: retries its failed checks, ``NEARDUP_ON_BACKEND_DOWN='pause'``)
+    write_unchecked_early = True
     #: candidates from the band query (set on open; see :meth:`_bands_usable`)
     _bands = False
     #: the template index exists (checked before the first template is saved)
@@ -182,6 +186,9 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
             request_timeout=es.request_timeout, crawl_id=crawl_identity(settings), shards=es.shards,
         )
         backend.open_hint = " (check NEARDUP_ES_URL and that the node is up)"
+        # 'pause': the crawl retries each page whose check failed until it is decided, so writing those pages as
+        # unchecked the moment the node answers again would only write them twice (and count them unchecked).
+        backend.write_unchecked_early = read_str(settings, "NEARDUP_ON_BACKEND_DOWN") != "pause"
         backend.max_batch = es.batch_size
         return backend
 
@@ -248,6 +255,10 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
             if self._unchecked and self._client is not None and self._lock is not None:
                 async with self._lock:
                     await self._write_unchecked_quietly(limit=None, retries=None)
+            if self._client is not None:
+                # The crawl's last decisions are searchable when it returns (e.g. for `neardup es groups`).
+                with contextlib.suppress(Exception):
+                    await self._es.indices.refresh(index=self.index)
         finally:
             self._report_unchecked()
             client, self._client = self._client, None
@@ -388,7 +399,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
                 # NEARDUP_ON_BACKEND_DOWN='pause') is no longer unchecked: its decision is in the index.
                 for key, _ in pages:
                     self._unchecked.pop(doc_id_of(key), None)
-            if self._unchecked and time.monotonic() >= self._unchecked_retry_at:
+            if self._unchecked and self.write_unchecked_early and time.monotonic() >= self._unchecked_retry_at:
                 # The node answers again: write a batch of the pages it could not check before.
                 await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)
         return decisions
