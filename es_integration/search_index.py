@@ -224,12 +224,7 @@ class ElasticsearchSearchSink(SearchSink):
             self._ticker = None
         try:
             if self._client is not None and self._lock is not None:
-                while self._buffer:
-                    await self._flush()
-                async with self._lock:
-                    if self._sending is not None:
-                        await self._sending
-                        self._sending = None
+                await self._drain()
                 try:
                     with transport_logs_at_debug():
                         await self._retried("refreshing the index", self._es.indices.refresh, index=self.index)
@@ -268,10 +263,7 @@ class ElasticsearchSearchSink(SearchSink):
         the index refreshed first, so that the search for the group sees them. (No ``update_by_query``: not every
         distribution has the module.)"""
         self._regrouped[former] = representative
-        while self._buffer or (self._sending is not None and not self._sending.done()):
-            await self._flush()
-            if self._sending is not None:
-                await self._sending
+        await self._drain()
         try:
             moved = 0
             while True:  # each round moves what the search found out of the group: repeat until none is left
@@ -331,6 +323,16 @@ class ElasticsearchSearchSink(SearchSink):
             batch, self._buffer = self._buffer[: self.batch_size], self._buffer[self.batch_size :]
             if batch:
                 self._sending = asyncio.ensure_future(self._send(batch))
+
+    async def _drain(self) -> None:
+        """Send every queued write and wait until the last request is done."""
+        assert self._lock is not None, "write before open"
+        while self._buffer:
+            await self._flush()
+        async with self._lock:
+            if self._sending is not None:
+                await self._sending
+                self._sending = None
 
     async def _tick(self) -> None:
         """Send a partial batch every :attr:`flush_interval` seconds while nothing else is sent."""

@@ -90,8 +90,7 @@ class _Searches(_Requests):
             return [(hit, round(hit["_score"])) for hit in raw]
         if len(raw) >= _CANDIDATES:
             return None
-        sigs, valid = hit_signatures(raw, self.num_perm)
-        return [(raw[i], shared) for i, shared in verified(sigs, valid, stored.values, self.min_shared)]
+        return self._verified(raw, stored)
 
     async def _search(self, stored: StoredSignature, exclude: str | None) -> list[tuple[dict[str, Any], int]]:
         """One page's candidates (kept or pending, sharing ``>= t`` positions) with their shared positions: the
@@ -110,6 +109,10 @@ class _Searches(_Requests):
         if len(raw) >= _RANKED:
             logger.warning("a page shares bands with %d or more kept pages in %s; those sharing most were compared",
                            len(raw), self.index)
+        return self._verified(raw, stored)
+
+    def _verified(self, raw: list[dict[str, Any]], stored: StoredSignature) -> list[tuple[dict[str, Any], int]]:
+        """The band hits sharing ``>= t`` positions with ``stored``, each with the count (on its compact signature)."""
         sigs, valid = hit_signatures(raw, self.num_perm)
         return [(raw[i], shared) for i, shared in verified(sigs, valid, stored.values, self.min_shared)]
 
