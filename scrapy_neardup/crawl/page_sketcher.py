@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import Deferred, fail, maybeDeferred
 
 from ..core.mirrors import host_of
 from ..core.text import looks_binary
@@ -22,12 +24,24 @@ from .templates import HOLD_ACTIVE_SIZE, HostTemplates
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.internet.interfaces import IReactorCore
+    from twisted.python.failure import Failure
 
     from ..core.sketch import Content, Sketch, Sketcher
     from ..core.template import HostTemplate
     from ..store.backend import Backend
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _HostPage:
+    """A page on its way to its sketch under its host's template, with its arrival number."""
+
+    content: Content
+    worker: SketchWorker | None
+    url: str
+    host: str
+    ticket: int
 
 
 class PageSketcher:
@@ -71,42 +85,66 @@ class PageSketcher:
         for (:mod:`scrapy_neardup.crawl.templates`): such a page is sketched once to read its blocks, waits, and
         is sketched again under the template learned (unless it is empty, which changes nothing).
 
+        A host's pages are queued for their sketches in the order they came here: each step below runs as a
+        Deferred callback the moment the step before it answers, and the held pages are released in arrival
+        order, so no answer from the backend (a template load) lets a later page overtake an earlier one.
+
         Raises:
             BackendError: the host's template could not be loaded or saved.
         """
         templates = self._templates
         host = host_of(url) if templates is not None and isinstance(url, str) else None
         if templates is None or host is None:
-            return await self._sketch(content, worker)
-        template = await templates.known(host)
+            return await maybe_deferred_to_future(self._sketch(content, worker))
+        page = _HostPage(content, worker, url, host, templates.ticket())
+        sketched = templates.known(host).addCallback(self._under_known, templates, page)
+        return cast("Sketch", await maybe_deferred_to_future(sketched))
+
+    def _under_known(self, template: HostTemplate | None, templates: HostTemplates, page: _HostPage,
+                     ) -> Deferred[Sketch]:
+        """Sketch under the host's known ``template``; without one, sketch to read the blocks and hold."""
         if template is not None or not templates.holds_pages:
-            return await self._sketch(content, worker, template)
-        first = await self._sketch(content, worker)
+            return self._sketch(page.content, page.worker, template)
+        return self._sketch(page.content, page.worker).addCallback(self._hold, templates, page)
+
+    def _hold(self, first: Sketch, templates: HostTemplates, page: _HostPage) -> Sketch | Deferred[Sketch]:
         if first.empty or first.blocks is None:
             return first
-        templates.add(host, url, first.blocks)
+        templates.add(page.host, page.url, first.blocks)
         if first.blocks.size <= 1:  # one block: the same sketch under any template (core.blocks.own_text)
             return first
-        template = await templates.wait(host, len(content))
-        return first if template.empty else await self._sketch(content, worker, template)
+        return templates.wait(page.host, len(page.content), page.ticket).addCallback(
+            lambda template: first if template.empty else self._sketch(page.content, page.worker, template))
 
-    async def _sketch(self, content: Content, worker: SketchWorker | None, template: HostTemplate | None = None,
-                      ) -> Sketch:
+    def _sketch(self, content: Content, worker: SketchWorker | None, template: HostTemplate | None = None,
+                ) -> Deferred[Sketch]:
         """Sketch in the worker process when there is one (see :mod:`scrapy_neardup.crawl.sketch_worker`), else here.
 
-        The worker is started on the first item, when the reactor is known to run; if it dies, this process
-        sketches from then on (counted in ``neardup/sketch_worker_failed``), so no item waits on it forever.
+        The page is queued in the worker at once (its answers come back in that order). The worker is started
+        on the first item, when the reactor is known to run; if it dies, this process sketches from then on
+        (counted in ``neardup/sketch_worker_failed``), so no item waits on it forever.
         """
         if worker is not None:
             try:
-                sketch = await maybe_deferred_to_future(worker.sketch(content, template))
+                queued = worker.sketch(content, template)
             except SketchWorkerError:
-                self._worker_failed()
-            else:
-                self._inc("sketched_in_worker", 1)
-                return sketch
-            if looks_binary(content):  # the worker died before it could tell
-                raise BinaryContent("binary content is not sketched")
+                queued = fail()
+            return queued.addCallbacks(self._sketched_in_worker, self._after_worker_failed,
+                                       errbackArgs=(content, template))
+        return maybeDeferred(self._sketch_here, content, template)
+
+    def _sketched_in_worker(self, sketch: Sketch) -> Sketch:
+        self._inc("sketched_in_worker", 1)
+        return sketch
+
+    def _after_worker_failed(self, failure: Failure, content: Content, template: HostTemplate | None) -> Sketch:
+        failure.trap(SketchWorkerError)
+        self._worker_failed()
+        if looks_binary(content):  # the worker died before it could tell
+            raise BinaryContent("binary content is not sketched")
+        return self._sketch_here(content, template)
+
+    def _sketch_here(self, content: Content, template: HostTemplate | None) -> Sketch:
         return self.sketcher.sketch(content, template=None if template is None else template.hashes)
 
     def _check_room_to_hold(self) -> None:

@@ -17,6 +17,13 @@ is decided before its template is known:
   Likewise when the pages held come to more than ``MAX_HELD_SIZE`` characters of content: a few very large pages
   must not keep each other in memory.
 
+Order: a host's pages are decided in the order they reached the pipeline, whatever the backend's answers take,
+so that a page found first (an original, whose copies are found through its links) is kept before its copies.
+The backend is asked for a host's template once, and the pages arriving meanwhile wait for that one answer; held
+pages carry their arrival number (:meth:`HostTemplates.ticket`) and are released in that order. Every step here
+hands its result on through Deferred callbacks, which run at once and in order, so each page is queued for its
+sketch (in the worker, whose answers come back in order) before a later page can be.
+
 Holding a page holds its response in Scrapy's scraper too: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB by default; the
 add-on raises it to 100 MB) bounds what Scrapy processes at once, and the idle check above releases the held pages
 when that bound stops the downloads (the templates are then learned from fewer pages).
@@ -25,13 +32,14 @@ Outside a running crawl (the pipeline driven directly), pages are never held and
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
-from twisted.internet.defer import Deferred
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import LoopingCall
 
 from ..core.template import learn_template
@@ -62,10 +70,11 @@ HOLD_ACTIVE_SIZE = 100_000_000
 
 @dataclass
 class _Sample:
-    """A host's pages so far, by key (a page seen twice counts once), and the pages waiting for its template."""
+    """A host's pages so far, by key (a page seen twice counts once), and the pages waiting for its template
+    (with their arrival numbers)."""
 
     pages: dict[str, np.ndarray] = field(default_factory=dict)
-    waiters: list[Deferred[HostTemplate]] = field(default_factory=list)
+    waiters: list[tuple[int, Deferred[HostTemplate]]] = field(default_factory=list)
     held_size: int = 0
     learning: bool = False
 
@@ -94,6 +103,11 @@ class HostTemplates:
         self._downloads_idle = downloads_idle
         self._known: dict[str, HostTemplate] = {}
         self._samples: dict[str, _Sample] = {}
+        # Hosts the backend has no template for (asked once), and those being asked: the pages that wait for the
+        # answer, in arrival order.
+        self._missing: set[str] = set()
+        self._loading: dict[str, list[Deferred[HostTemplate | None]]] = {}
+        self._tickets = itertools.count()
         self._held = 0
         self._held_size = 0
         self._idle_ticks = 0
@@ -104,21 +118,43 @@ class HostTemplates:
         """Whether pages of hosts without a template wait for it (only in a running crawl)."""
         return self._downloads_idle is not None
 
-    async def known(self, host: str) -> HostTemplate | None:
-        """``host``'s template when it is known (learned in this crawl, or saved with the backend); ``None`` when
-        its pages must wait for it (:meth:`wait`).
+    def ticket(self) -> int:
+        """A page's arrival number: take it when the page reaches the pipeline, pass it to :meth:`wait`."""
+        return next(self._tickets)
 
-        Raises:
-            BackendError: the backend could not be asked.
+    def known(self, host: str) -> Deferred[HostTemplate | None]:
+        """A Deferred firing with ``host``'s template when it is known (learned in this crawl, or saved with the
+        backend), or with ``None`` when its pages must wait for it (:meth:`wait`); at once when the backend was
+        asked already. Pages asking while the backend is asked all get its one answer, in the order they asked.
+
+        Fails with :class:`BackendError`: the backend could not be asked (every page waiting for that answer).
         """
         template = self._known.get(host)
-        if template is not None or host in self._samples:
-            return template
-        template = await self.backend.load_template(host)
+        if template is not None or host in self._samples or host in self._missing:
+            return succeed(template)
+        waiter: Deferred[HostTemplate | None] = Deferred()
+        waiting = self._loading.get(host)
+        if waiting is not None:
+            waiting.append(waiter)
+            return waiter
+        self._loading[host] = [waiter]
+        deferred_from_coro(self._load(host))
+        return waiter
+
+    async def _load(self, host: str) -> None:
+        try:
+            template = await self.backend.load_template(host)
+        except BackendError as exc:
+            for waiter in self._loading.pop(host):
+                waiter.errback(exc)
+            return
         if template is not None:
-            self._known.setdefault(host, template)
+            template = self._known.setdefault(host, template)
             self._count("templates_loaded", 1)
-        return template
+        else:
+            self._missing.add(host)
+        for waiter in self._loading.pop(host):
+            waiter.callback(template)
 
     def add(self, host: str, key: str, blocks: np.ndarray) -> None:
         """Add page ``key`` (its distinct block hashes ``blocks``) to ``host``'s sample, unless the host's template
@@ -133,21 +169,21 @@ class HostTemplates:
             if len(sample.pages) >= self.sample_pages:
                 self._learn(host)
 
-    async def wait(self, host: str, size: int) -> HostTemplate:
-        """``host``'s template, once it is learned (call :meth:`add` first); ``size``: the waiting page's length.
+    def wait(self, host: str, size: int, ticket: int) -> Deferred[HostTemplate]:
+        """A Deferred firing with ``host``'s template once it is learned (call :meth:`add` first); ``size``: the
+        waiting page's length; ``ticket``: its :meth:`ticket`. Held pages are released in ticket order.
 
-        Raises:
-            BackendError: the template could not be saved (the pages waiting for it get this error; the host's
-                template is learned again from its next pages).
+        Fails with :class:`BackendError`: the template could not be saved (the pages waiting for it get this
+        error; the host's template is learned again from its next pages).
         """
         known = self._known.get(host)
         if known is not None:
-            return known
+            return succeed(known)
         sample = self._samples.get(host)
         if sample is None:  # the save that this page's sample started failed at once
-            raise BackendError(f"the template of {host} could not be saved")
+            return fail(BackendError(f"the template of {host} could not be saved"))
         waiter: Deferred[HostTemplate] = Deferred()
-        sample.waiters.append(waiter)
+        sample.waiters.append((ticket, waiter))
         sample.held_size += size
         self._held += 1
         self._held_size += size
@@ -157,7 +193,7 @@ class HostTemplates:
         elif self._held_size > self.max_held_size:
             self._learn(max(self._samples, key=lambda h: self._samples[h].held_size))
         self._start_watching()
-        return await maybe_deferred_to_future(waiter)
+        return waiter
 
     def learn_all(self) -> None:
         """Learn every host still learning from the pages it has (the crawl brings no more, or it ends)."""
@@ -182,6 +218,7 @@ class HostTemplates:
         except BackendError as exc:
             logger.warning("could not save the template of %s (%s); its %d waiting pages pass through unchecked",
                            host, exc, len(sample.waiters))
+            self._missing.discard(host)  # ask again: another crawler of the fleet may have saved one
             self._release(host, sample, exc)
             return
         except Exception as exc:  # noqa: BLE001 - a bug must not leave pages waiting forever
@@ -189,6 +226,7 @@ class HostTemplates:
             self._release(host, sample, BackendError(f"could not learn the template of {host}: {exc}"))
             return
         self._known[host] = saved
+        self._missing.discard(host)
         self._count("templates_learned", 1)
         logger.debug("template of %s: %d blocks from %d pages (%d pages were waiting)", host, saved.hashes.size,
                      len(sample.pages), len(sample.waiters))
@@ -198,7 +236,7 @@ class HostTemplates:
         del self._samples[host]
         self._held -= len(sample.waiters)
         self._held_size -= sample.held_size
-        for waiter in sample.waiters:
+        for _, waiter in sorted(sample.waiters, key=lambda waiting: waiting[0]):
             if isinstance(result, BackendError):
                 waiter.errback(result)
             else:

@@ -640,6 +640,37 @@ class OutageBackend(Backend):
         return {"test_outage_calls": self.outage}
 
 
+
+class ColdTemplateLoadBackend(OutageBackend):
+    """An in-process store that answers its first ``NEARDUP_TEST_SLOW_LOADS`` template loads after
+    ``NEARDUP_TEST_LOAD_DELAY`` seconds and later ones at once, as a node does whose first requests are slow (a
+    cold JVM, a TLS handshake): pages asking later get their answers first. Named by dotted path in
+    ``NEARDUP_BACKEND`` (``neardup_testkit.ColdTemplateLoadBackend``); never goes down."""
+
+    def __init__(self, num_perm: int, min_shared: int, tag: str, slow_loads: int, delay: float) -> None:
+        super().__init__(num_perm, min_shared, tag, fail_after=10**9, down_for=None)
+        self.slow_loads = slow_loads
+        self.delay = delay
+        self.loads = 0
+
+    @classmethod
+    def from_settings(cls, settings: Any, params: SketchParams) -> ColdTemplateLoadBackend:  # type: ignore[override]
+        return cls(params.num_perm, params.min_shared, params.tag, int(settings.get("NEARDUP_TEST_SLOW_LOADS", 3)),
+                   float(settings.get("NEARDUP_TEST_LOAD_DELAY", 2.0)))
+
+    async def load_template(self, host: str) -> Any:
+        from scrapy.utils.defer import maybe_deferred_to_future
+        from twisted.internet import reactor
+        from twisted.internet.task import deferLater
+
+        self.loads += 1
+        if self.loads <= self.slow_loads:
+            await maybe_deferred_to_future(deferLater(reactor, self.delay, lambda: None))  # type: ignore[arg-type]
+        return await super().load_template(host)
+
+    def stats(self) -> dict[str, int]:
+        return {"test_template_loads": self.loads}
+
 # -- checks shared by the crawl tests (embedded and Elasticsearch) ----------------------------------------------
 
 

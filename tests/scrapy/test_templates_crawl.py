@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from neardup_testkit import CrawlResult, NearDupSite, path_of, template_site
+from neardup_testkit import CrawlResult, NearDupSite, check_kinds_outcome, kinds_site, path_of, template_site
 
 
 def _outcome(result: CrawlResult) -> tuple[set[str], dict[str, str]]:
@@ -49,3 +49,19 @@ def test_template_heavy_site_body_drops_distinct_pages_auto_drops_only_copies(
     assert again.stat("neardup/template_pages_held") == 0
     assert again.stat("neardup/revisited") == len(site.distinct)
     assert _outcome(again)[1] == dropped
+
+
+def test_pages_are_decided_in_arrival_order_when_template_loads_answer_out_of_order(
+    serve_kinds_site: Any, run_crawl: Any,
+) -> None:
+    """A backend whose first template loads answer late (a cold node) must not let a copy, found through its
+    original's links and asking later, be decided before the original: every original is kept, every copy
+    dropped naming it, and the backend is asked for the host's template once."""
+    site = kinds_site(articles=2, soft_404s=2)
+    server = serve_kinds_site(site)
+    result = run_crawl(settings={"NEARDUP_BACKEND": "neardup_testkit.ColdTemplateLoadBackend",
+                                 "NEARDUP_TEST_SLOW_LOADS": 3, "NEARDUP_TEST_LOAD_DELAY": 2.0},
+                       spider={"start_url": server.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    check_kinds_outcome(result, site, server)
+    assert result.stat("neardup/test_template_loads") == 1

@@ -1,0 +1,109 @@
+"""The order in which a host's pages leave :class:`HostTemplates`: the order they arrived, whatever the backend's
+answers take (the crawl-level check is in ``test_templates_crawl.py``).
+
+Run on an asyncio loop, as in a crawl on Scrapy's default reactor: the backend's answers are asyncio futures the
+test resolves; ``settle()`` lets the loop run the callbacks they start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+from scrapy_neardup.core.template import HostTemplate
+from scrapy_neardup.crawl.templates import HostTemplates
+from scrapy_neardup.store.backend import BackendError
+
+
+class HeldAnswers:
+    """A backend whose template loads and saves answer only when the test says so."""
+
+    def __init__(self) -> None:
+        self.loads: list[asyncio.Future[Any]] = []
+        self.saves: list[asyncio.Future[Any]] = []
+
+    async def load_template(self, host: str) -> HostTemplate | None:
+        self.loads.append(asyncio.get_running_loop().create_future())
+        return await self.loads[-1]  # type: ignore[no-any-return]
+
+    async def save_template(self, host: str, template: HostTemplate) -> HostTemplate:
+        self.saves.append(asyncio.get_running_loop().create_future())
+        await self.saves[-1]
+        return template
+
+
+def templates(backend: HeldAnswers, sample: int = 3) -> HostTemplates:
+    return HostTemplates(backend, sample, lambda stat, n: None, downloads_idle=lambda: False)  # type: ignore[arg-type]
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(scenario())  # type: ignore[arg-type]
+
+
+def test_one_load_per_host_answers_every_page_in_the_order_they_asked() -> None:
+    async def scenario() -> None:
+        backend = HeldAnswers()
+        host_templates = templates(backend)
+        answered: list[tuple[int, Any]] = []
+        for page in range(4):
+            host_templates.known("a.test").addCallback(lambda template, page=page: answered.append((page, template)))
+            await settle()
+        assert len(backend.loads) == 1 and answered == []
+        backend.loads[0].set_result(None)
+        await settle()
+        assert answered == [(0, None), (1, None), (2, None), (3, None)]
+        # Asked once: later pages are answered at once, without asking the backend again.
+        host_templates.known("a.test").addCallback(lambda template: answered.append((4, template)))
+        assert answered[-1] == (4, None) and len(backend.loads) == 1
+
+    run(scenario)
+
+
+def test_a_failed_load_fails_every_waiting_page_and_is_asked_again() -> None:
+    async def scenario() -> None:
+        backend = HeldAnswers()
+        host_templates = templates(backend)
+        failed: list[int] = []
+        for page in range(2):
+            host_templates.known("a.test").addErrback(
+                lambda failure, page=page: failed.append(page) if failure.check(BackendError) else None)
+        await settle()
+        backend.loads[0].set_exception(BackendError("down"))
+        await settle()
+        assert failed == [0, 1]
+        host_templates.known("a.test").addErrback(lambda failure: None)
+        await settle()
+        assert len(backend.loads) == 2
+        backend.loads[1].set_result(None)
+        await settle()
+
+    run(scenario)
+
+
+def test_held_pages_are_released_in_arrival_order_not_in_the_order_they_waited() -> None:
+    async def scenario() -> None:
+        backend = HeldAnswers()
+        host_templates = templates(backend, sample=3)
+        released: list[int] = []
+        blocks = [np.array([1, 2, 3, page + 10], dtype=np.uint64) for page in range(3)]
+        # Pages 0, 1, 2 arrived in that order; their first sketches answered 2, 0, 1.
+        for ticket in (2, 0, 1):
+            host_templates.add("a.test", f"http://a.test/{ticket}", blocks[ticket])
+            host_templates.wait("a.test", 100, ticket).addCallback(
+                lambda template, ticket=ticket: released.append(ticket))
+        await settle()
+        assert len(backend.saves) == 1 and released == []  # a full sample: learning, the pages still held
+        backend.saves[0].set_result(None)
+        await settle()
+        assert released == [0, 1, 2]
+        host_templates.close()
+
+    run(scenario)
