@@ -6,14 +6,16 @@ The pipeline decides; this module only turns an item's content into a :class:`~s
 
 from __future__ import annotations
 
+import collections
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred, fail, maybeDeferred
+from twisted.python.failure import Failure
 
 from ..core.mirrors import host_of
 from ..core.text import looks_binary
@@ -24,7 +26,6 @@ from .templates import HOLD_ACTIVE_SIZE, HostTemplates
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.internet.interfaces import IReactorCore
-    from twisted.python.failure import Failure
 
     from ..core.sketch import Content, Sketch, Sketcher
     from ..core.template import HostTemplate
@@ -35,13 +36,20 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _HostPage:
-    """A page on its way to its sketch under its host's template, with its arrival number."""
+    """A page on its way to its sketch under its host's template."""
 
     content: Content
     worker: SketchWorker | None
     url: str
     host: str
-    ticket: int
+
+
+@dataclass
+class _InLine:
+    """A page in its host's line: its sketch (or failure) once made, and what the pipeline awaits."""
+
+    result: Sketch | Failure | None = None
+    out: Deferred[Sketch] = field(default_factory=Deferred)
 
 
 class PageSketcher:
@@ -65,6 +73,8 @@ class PageSketcher:
         self._sketch_worker: SketchWorker | None = None
         self._worker_given_up = False
         self._templates: HostTemplates | None = None  # "auto" mode, once open
+        # Per host, its pages in the order they came, until handed on: see _in_arrival_order.
+        self._lines: dict[str, collections.deque[_InLine]] = {}
 
     def open(self, backend: Backend) -> None:
         """Start holding pages for their hosts' templates (``"auto"`` mode) and the worker (if the reactor runs;
@@ -85,9 +95,8 @@ class PageSketcher:
         for (:mod:`scrapy_neardup.crawl.templates`): such a page is sketched once to read its blocks, waits, and
         is sketched again under the template learned (unless it is empty, which changes nothing).
 
-        A host's pages are queued for their sketches in the order they came here: each step below runs as a
-        Deferred callback the moment the step before it answers, and the held pages are released in arrival
-        order, so no answer from the backend (a template load) lets a later page overtake an earlier one.
+        A host's pages leave here in the order they came (:meth:`_in_arrival_order`), so that the pipeline decides
+        them in that order, whatever each waited for.
 
         Raises:
             BackendError: the host's template could not be loaded or saved.
@@ -96,9 +105,9 @@ class PageSketcher:
         host = host_of(url) if templates is not None and isinstance(url, str) else None
         if templates is None or host is None:
             return await maybe_deferred_to_future(self._sketch(content, worker))
-        page = _HostPage(content, worker, url, host, templates.ticket())
+        page = _HostPage(content, worker, url, host)
         sketched = templates.known(host).addCallback(self._under_known, templates, page)
-        return cast("Sketch", await maybe_deferred_to_future(sketched))
+        return cast("Sketch", await maybe_deferred_to_future(self._in_arrival_order(host, sketched)))
 
     def _under_known(self, template: HostTemplate | None, templates: HostTemplates, page: _HostPage,
                      ) -> Deferred[Sketch]:
@@ -113,8 +122,36 @@ class PageSketcher:
         templates.add(page.host, page.url, first.blocks)
         if first.blocks.size <= 1:  # one block: the same sketch under any template (core.blocks.own_text)
             return first
-        return templates.wait(page.host, len(page.content), page.ticket).addCallback(
+        return templates.wait(page.host, len(page.content)).addCallback(
             lambda template: first if template.empty else self._sketch(page.content, page.worker, template))
+
+    def _in_arrival_order(self, host: str, sketched: Deferred[Sketch]) -> Deferred[Sketch]:
+        """``sketched``, fired no sooner than the host's pages that came before it: pages take different ways
+        (held for the template and sketched again, or not; one template load answering several), and an original
+        found first must still be decided before the copies its links led to. Failures keep the line moving too.
+        The pages ready at the head of the line are handed on in a loop, in order, so the pipeline resumes them
+        in that order (and a long line costs no recursion)."""
+        line = self._lines.setdefault(host, collections.deque())
+        page = _InLine()
+        line.append(page)
+
+        def ready(result: Sketch | Failure) -> None:
+            page.result = result
+            self._hand_on(host, line)
+
+        sketched.addBoth(ready)
+        return page.out
+
+    def _hand_on(self, host: str, line: collections.deque[_InLine]) -> None:
+        while line and line[0].result is not None:
+            page = line.popleft()
+            result = cast("Sketch | Failure", page.result)
+            if isinstance(result, Failure):
+                page.out.errback(result)
+            else:
+                page.out.callback(result)
+        if not line and self._lines.get(host) is line:
+            del self._lines[host]  # the line is empty: nothing to keep per host
 
     def _sketch(self, content: Content, worker: SketchWorker | None, template: HostTemplate | None = None,
                 ) -> Deferred[Sketch]:

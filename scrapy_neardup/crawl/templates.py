@@ -17,12 +17,9 @@ is decided before its template is known:
   Likewise when the pages held come to more than ``MAX_HELD_SIZE`` characters of content: a few very large pages
   must not keep each other in memory.
 
-Order: a host's pages are decided in the order they reached the pipeline, whatever the backend's answers take,
-so that a page found first (an original, whose copies are found through its links) is kept before its copies.
-The backend is asked for a host's template once, and the pages arriving meanwhile wait for that one answer; held
-pages carry their arrival number (:meth:`HostTemplates.ticket`) and are released in that order. Every step here
-hands its result on through Deferred callbacks, which run at once and in order, so each page is queued for its
-sketch (in the worker, whose answers come back in order) before a later page can be.
+The backend is asked for a host's template once; the pages arriving meanwhile wait for that one answer, and get
+it in the order they asked. (That a host's pages leave for their decisions in the order they arrived, whatever
+each waited for, is :mod:`scrapy_neardup.crawl.page_sketcher`'s to keep.)
 
 Holding a page holds its response in Scrapy's scraper too: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB by default; the
 add-on raises it to 100 MB) bounds what Scrapy processes at once, and the idle check above releases the held pages
@@ -32,7 +29,6 @@ Outside a running crawl (the pipeline driven directly), pages are never held and
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,11 +66,10 @@ HOLD_ACTIVE_SIZE = 100_000_000
 
 @dataclass
 class _Sample:
-    """A host's pages so far, by key (a page seen twice counts once), and the pages waiting for its template
-    (with their arrival numbers)."""
+    """A host's pages so far, by key (a page seen twice counts once), and the pages waiting for its template."""
 
     pages: dict[str, np.ndarray] = field(default_factory=dict)
-    waiters: list[tuple[int, Deferred[HostTemplate]]] = field(default_factory=list)
+    waiters: list[Deferred[HostTemplate]] = field(default_factory=list)
     held_size: int = 0
     learning: bool = False
 
@@ -107,7 +102,6 @@ class HostTemplates:
         # answer, in arrival order.
         self._missing: set[str] = set()
         self._loading: dict[str, list[Deferred[HostTemplate | None]]] = {}
-        self._tickets = itertools.count()
         self._held = 0
         self._held_size = 0
         self._idle_ticks = 0
@@ -117,10 +111,6 @@ class HostTemplates:
     def holds_pages(self) -> bool:
         """Whether pages of hosts without a template wait for it (only in a running crawl)."""
         return self._downloads_idle is not None
-
-    def ticket(self) -> int:
-        """A page's arrival number: take it when the page reaches the pipeline, pass it to :meth:`wait`."""
-        return next(self._tickets)
 
     def known(self, host: str) -> Deferred[HostTemplate | None]:
         """A Deferred firing with ``host``'s template when it is known (learned in this crawl, or saved with the
@@ -169,9 +159,9 @@ class HostTemplates:
             if len(sample.pages) >= self.sample_pages:
                 self._learn(host)
 
-    def wait(self, host: str, size: int, ticket: int) -> Deferred[HostTemplate]:
+    def wait(self, host: str, size: int) -> Deferred[HostTemplate]:
         """A Deferred firing with ``host``'s template once it is learned (call :meth:`add` first); ``size``: the
-        waiting page's length; ``ticket``: its :meth:`ticket`. Held pages are released in ticket order.
+        waiting page's length. Held pages are released in the order they began to wait.
 
         Fails with :class:`BackendError`: the template could not be saved (the pages waiting for it get this
         error; the host's template is learned again from its next pages).
@@ -183,7 +173,7 @@ class HostTemplates:
         if sample is None:  # the save that this page's sample started failed at once
             return fail(BackendError(f"the template of {host} could not be saved"))
         waiter: Deferred[HostTemplate] = Deferred()
-        sample.waiters.append((ticket, waiter))
+        sample.waiters.append(waiter)
         sample.held_size += size
         self._held += 1
         self._held_size += size
@@ -236,7 +226,7 @@ class HostTemplates:
         del self._samples[host]
         self._held -= len(sample.waiters)
         self._held_size -= sample.held_size
-        for _, waiter in sorted(sample.waiters, key=lambda waiting: waiting[0]):
+        for waiter in sample.waiters:
             if isinstance(result, BackendError):
                 waiter.errback(result)
             else:
