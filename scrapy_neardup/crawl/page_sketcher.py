@@ -6,16 +6,14 @@ The pipeline decides; this module only turns an item's content into a :class:`~s
 
 from __future__ import annotations
 
-import collections
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred, fail, maybeDeferred
-from twisted.python.failure import Failure
 
 from ..core.mirrors import host_of
 from ..core.text import looks_binary
@@ -26,6 +24,7 @@ from .templates import HOLD_ACTIVE_SIZE, HostTemplates
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.internet.interfaces import IReactorCore
+    from twisted.python.failure import Failure
 
     from ..core.sketch import Content, Sketch, Sketcher
     from ..core.template import HostTemplate
@@ -42,14 +41,6 @@ class _HostPage:
     worker: SketchWorker | None
     url: str
     host: str
-
-
-@dataclass
-class _InLine:
-    """A page in its host's line: its sketch (or failure) once made, and what the pipeline awaits."""
-
-    result: Sketch | Failure | None = None
-    out: Deferred[Sketch] = field(default_factory=Deferred)
 
 
 class PageSketcher:
@@ -73,8 +64,6 @@ class PageSketcher:
         self._sketch_worker: SketchWorker | None = None
         self._worker_given_up = False
         self._templates: HostTemplates | None = None  # "auto" mode, once open
-        # Per host, its pages in the order they came, until handed on: see _in_arrival_order.
-        self._lines: dict[str, collections.deque[_InLine]] = {}
 
     def open(self, backend: Backend) -> None:
         """Start holding pages for their hosts' templates (``"auto"`` mode) and the worker (if the reactor runs;
@@ -95,8 +84,12 @@ class PageSketcher:
         for (:mod:`scrapy_neardup.crawl.templates`): such a page is sketched once to read its blocks, waits, and
         is sketched again under the template learned (unless it is empty, which changes nothing).
 
-        A host's pages leave here in the order they came (:meth:`_in_arrival_order`), so that the pipeline decides
-        them in that order, whatever each waited for.
+        Order: the pages of a host that take the same way here leave in the order they came, so that the
+        pipeline decides them in that order. Each step below runs as a Deferred callback the moment the step
+        before it answers (one template load answers every page that asked meanwhile, in the order they asked;
+        held pages are released in the order they began to wait), and the worker answers in the order it was
+        asked. A page no template changes (one block, or main content it marks) is not held, and can be decided
+        before a page of its host that came earlier and is still held.
 
         Raises:
             BackendError: the host's template could not be loaded or saved.
@@ -107,7 +100,7 @@ class PageSketcher:
             return await maybe_deferred_to_future(self._sketch(content, worker))
         page = _HostPage(content, worker, url, host)
         sketched = templates.known(host).addCallback(self._under_known, templates, page)
-        return cast("Sketch", await maybe_deferred_to_future(self._in_arrival_order(host, sketched)))
+        return cast("Sketch", await maybe_deferred_to_future(sketched))
 
     def _under_known(self, template: HostTemplate | None, templates: HostTemplates, page: _HostPage,
                      ) -> Deferred[Sketch]:
@@ -124,34 +117,6 @@ class PageSketcher:
             return first
         return templates.wait(page.host, len(page.content)).addCallback(
             lambda template: first if template.empty else self._sketch(page.content, page.worker, template))
-
-    def _in_arrival_order(self, host: str, sketched: Deferred[Sketch]) -> Deferred[Sketch]:
-        """``sketched``, fired no sooner than the host's pages that came before it: pages take different ways
-        (held for the template and sketched again, or not; one template load answering several), and an original
-        found first must still be decided before the copies its links led to. Failures keep the line moving too.
-        The pages ready at the head of the line are handed on in a loop, in order, so the pipeline resumes them
-        in that order (and a long line costs no recursion)."""
-        line = self._lines.setdefault(host, collections.deque())
-        page = _InLine()
-        line.append(page)
-
-        def ready(result: Sketch | Failure) -> None:
-            page.result = result
-            self._hand_on(host, line)
-
-        sketched.addBoth(ready)
-        return page.out
-
-    def _hand_on(self, host: str, line: collections.deque[_InLine]) -> None:
-        while line and line[0].result is not None:
-            page = line.popleft()
-            result = cast("Sketch | Failure", page.result)
-            if isinstance(result, Failure):
-                page.out.errback(result)
-            else:
-                page.out.callback(result)
-        if not line and self._lines.get(host) is line:
-            del self._lines[host]  # the line is empty: nothing to keep per host
 
     def _sketch(self, content: Content, worker: SketchWorker | None, template: HostTemplate | None = None,
                 ) -> Deferred[Sketch]:

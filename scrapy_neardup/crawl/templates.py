@@ -17,9 +17,10 @@ is decided before its template is known:
   Likewise when the pages held come to more than ``MAX_HELD_SIZE`` characters of content: a few very large pages
   must not keep each other in memory.
 
-The backend is asked for a host's template once; the pages arriving meanwhile wait for that one answer, and get
-it in the order they asked. (That a host's pages leave for their decisions in the order they arrived, whatever
-each waited for, is :mod:`scrapy_neardup.crawl.page_sketcher`'s to keep.)
+Order: the backend is asked for a host's template once; the pages arriving meanwhile wait for that one answer and
+get it in the order they asked, and held pages are released in the order they began to wait. Answers are handed
+on through Deferred callbacks, which run at once, so a slow answer never lets a later page of the host overtake
+an earlier one (see :meth:`PageSketcher.sketch_page <scrapy_neardup.crawl.page_sketcher.PageSketcher.sketch_page>`).
 
 Holding a page holds its response in Scrapy's scraper too: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB by default; the
 add-on raises it to 100 MB) bounds what Scrapy processes at once, and the idle check above releases the held pages

@@ -1,9 +1,8 @@
-"""The order in which a host's pages are answered by :class:`HostTemplates` and leave the
-:class:`PageSketcher`: the order they arrived, whatever the backend's answers take (the crawl-level checks are in
-``test_templates_crawl.py``).
+"""The order in which :class:`HostTemplates` answers a host's pages: the order they asked, whatever the
+backend's answers take (the crawl-level check is in ``test_templates_crawl.py``).
 
-The template tests run on an asyncio loop, as in a crawl on Scrapy's default reactor: the backend's answers are
-asyncio futures the test resolves; ``settle()`` lets the loop run the callbacks they start.
+Run on an asyncio loop, as in a crawl on Scrapy's default reactor: the backend's answers are asyncio futures the
+test resolves; ``settle()`` lets the loop run the callbacks they start.
 """
 
 from __future__ import annotations
@@ -12,12 +11,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred
-from twisted.python.failure import Failure
+import numpy as np
 
-from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.template import HostTemplate
-from scrapy_neardup.crawl.page_sketcher import PageSketcher
 from scrapy_neardup.crawl.templates import HostTemplates
 from scrapy_neardup.store.backend import BackendError
 
@@ -92,36 +88,18 @@ def test_a_failed_load_fails_every_waiting_page_and_is_asked_again() -> None:
     run(scenario)
 
 
-def test_pages_leave_the_sketcher_in_arrival_order_whatever_order_their_sketches_come_in() -> None:
-    """A host's pages are handed to the pipeline in the order they came, also when a later page's sketch is ready
-    first (it was not held for the template) or an earlier one fails; the line empties behind them."""
-    sketcher = PageSketcher(Sketcher(), sketch_process=False, template_sample=3, crawler=None,
-                            count=lambda stat, n: None)
-    sketches: list[Deferred[Any]] = [Deferred() for _ in range(4)]
-    left: list[Any] = []
-    for page, sketched in enumerate(sketches):
-        sketcher._in_arrival_order("a.test", sketched).addBoth(
-            lambda result, page=page: left.append((page, "failed" if isinstance(result, Failure) else result)))
-    other: Deferred[Any] = Deferred()
-    sketcher._in_arrival_order("b.test", other).addCallback(lambda result: left.append(("b", result)))
-    other.callback("b0")  # another host's line does not wait for this one
-    sketches[2].callback("s2")
-    sketches[3].callback("s3")
-    assert left == [("b", "b0")]
-    sketches[1].errback(Failure(BackendError("down")))
-    assert left == [("b", "b0")]
-    sketches[0].callback("s0")
-    assert left == [("b", "b0"), (0, "s0"), (1, "failed"), (2, "s2"), (3, "s3")]
-    assert sketcher._lines == {}
+def test_held_pages_are_released_in_the_order_they_began_to_wait() -> None:
+    async def scenario() -> None:
+        backend = HeldAnswers()
+        host_templates = templates(backend, sample=3)
+        released: list[int] = []
+        for page in range(3):
+            host_templates.add("a.test", f"http://a.test/{page}", np.array([1, 2, 3, page + 10], dtype=np.uint64))
+            host_templates.wait("a.test", 100).addCallback(lambda template, page=page: released.append(page))
+        await settle()
+        assert len(backend.saves) == 1 and released == []  # a full sample: learning, the pages still held
+        backend.saves[0].set_result(None)
+        await settle()
+        assert released == [0, 1, 2]
 
-
-def test_a_long_line_is_handed_on_without_recursion() -> None:
-    sketcher = PageSketcher(Sketcher(), sketch_process=False, template_sample=3, crawler=None,
-                            count=lambda stat, n: None)
-    sketches: list[Deferred[Any]] = [Deferred() for _ in range(20_000)]
-    left: list[Any] = []
-    for sketched in sketches:
-        sketcher._in_arrival_order("a.test", sketched).addCallback(left.append)
-    for page, sketched in reversed(list(enumerate(sketches))):
-        sketched.callback(page)
-    assert left == list(range(20_000)) and sketcher._lines == {}
+    run(scenario)

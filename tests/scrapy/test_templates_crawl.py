@@ -5,18 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from neardup_testkit import (
-    COPYRIGHT,
-    NAV,
-    CrawlResult,
-    NearDupSite,
-    Page,
-    article_words,
-    check_kinds_outcome,
-    kinds_site,
-    path_of,
-    template_site,
-)
+from neardup_testkit import CrawlResult, NearDupSite, check_kinds_outcome, kinds_site, path_of, template_site
 
 
 def _outcome(result: CrawlResult) -> tuple[set[str], dict[str, str]]:
@@ -76,31 +65,3 @@ def test_pages_are_decided_in_arrival_order_when_template_loads_answer_out_of_or
     assert result.returncode == 0, result.log[-3000:]
     check_kinds_outcome(result, site, server)
     assert result.stat("neardup/test_template_loads") == 1
-
-
-def _plain_page(title: str, words: list[str], links: list[str]) -> str:
-    """A page that marks nothing (``div`` layout), so that it is held while its host's template is learned."""
-    paragraphs = "".join(f"<p>{' '.join(words[i:i + 40])}</p>" for i in range(0, len(words), 40))
-    anchors = "".join(f"<a href='{href}'>{href}</a> " for href in links)
-    return (f"<html><head><title>{title}</title></head><body><div class='top'>{NAV}</div><h1>{title}</h1>"
-            f"<div>{paragraphs}</div><div class='foot'>{COPYRIGHT}</div><div>{anchors}</div></body></html>")
-
-
-def test_a_single_block_copy_is_not_decided_before_its_held_original(serve_site: Any, run_crawl: Any) -> None:
-    """A page no template changes (one block: a plain-text copy) is not held for the template, but it still waits
-    behind the pages of its host that arrived before it: its original, held while the host's template is
-    learned, is kept, and the copy dropped naming it."""
-    originals = {f"/news/{i}.html": article_words(2000 + i) for i in (1, 2)}
-    pages = {path: Page(_plain_page(f"Article {path}", words, [path.replace("/news/", "/text/")]))
-             for path, words in originals.items()}
-    copies = {path.replace("/news/", "/text/"): path for path in originals}
-    for copy, original in copies.items():
-        pages[copy] = Page("<html><body><p>" + " ".join(originals[original]) + "</p></body></html>")
-    pages["/"] = Page(_plain_page("Home", article_words(7, 40), list(originals)))
-    server = serve_site(pages)
-    result = run_crawl(spider={"start_url": server.url + "/"})
-    assert result.returncode == 0, result.log[-3000:]
-    kept, dropped = _outcome(result)
-    assert kept == {"/", *originals}
-    assert dropped == copies
-    assert result.stat("neardup/template_pages_held") == len(originals) + 1  # the copies were not held
