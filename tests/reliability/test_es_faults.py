@@ -1331,7 +1331,9 @@ def test_node_unreachable_mid_crawl_stop_closes_the_spider(es_url: str, es_index
     unchecked = result.stat("neardup/unchecked")
     # The pages in the pipeline when the check failed, and the requests in flight then, pass through unchecked.
     assert 1 <= unchecked == len(outcome["unchecked"]) <= len(site.served) + 1  # (+ the start page)
-    assert len(site.served) <= down_at + 6  # the crawl stopped
+    # The crawl stopped: after the node went down, pages come 2 at a time, 1 s each, while the backend retries
+    # (3.1 s) and the spider closes; a crawl that went on would fetch all 60.
+    assert len(site.served) <= down_at + 12 < len(pages)
     assert "stopping the crawl (close reason neardup_backend_down)" in result.log
     results = spidermon_results(result.log)
     assert results["Near-duplicate backend/Crawl not stopped by a backend outage"] == "FAIL", result.log[-5000:]
