@@ -135,7 +135,7 @@ class HostTemplates:
     async def _load(self, host: str) -> None:
         try:
             template = await self.backend.load_template(host)
-        except BackendError as exc:
+        except Exception as exc:  # noqa: BLE001 - BackendError, or a bug: no page may be left waiting forever
             for waiter in self._loading.pop(host):
                 waiter.errback(exc)
             return
