@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.params import content_change, parse_tag
+from scrapy_neardup.core.params import content_change, parse_tag, still_made
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
 from scrapy_neardup.errors import TagMismatch
@@ -323,8 +323,9 @@ def tag_mismatch(index: str, others: Sequence[str], tag: str, *, settings: bool 
     if change is not None:
         mode = parse_tag(others[0]).content
         keep = f"NEARDUP_CONTENT={mode!r}" if settings else f"--content {mode}"
+        keep = f", or keep it with {keep}" if still_made(others[0]) else ""
         return (f"index {index}: {change}; re-sketch it with `neardup es backfill --force` (documents with the "
-                f"text), use another index, or keep it with {keep}")
+                f"text), or use another index{keep}")
     options = ("NEARDUP_NUM_PERM, NEARDUP_SHINGLE, NEARDUP_SHINGLE_SIZE, NEARDUP_SEED, NEARDUP_CONTENT" if settings
                else "--num-perm, --shingle, --shingle-size, --seed, --content")
     return (f"index {index} holds sketches made with {', '.join(others)}, this run sketches with {tag}: they cannot "

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import StateError
-from .params import content_change, parse_tag
+from .params import content_change, parse_tag, still_made
 from .storage import atomic_writer
 
 logger = logging.getLogger(__name__)
@@ -50,8 +50,9 @@ def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, i
     change = content_change(str(saved[0]), used[0]) if saved[1:] == used[1:] else None
     if change is not None:
         mode = parse_tag(str(saved[0])).content
+        keep = f", or keep it with NEARDUP_CONTENT={mode!r}" if still_made(str(saved[0])) else ""
         return (f"{path}: {change}; reset the store with NEARDUP_RESET=True (each page is sketched anew "
-                f"when the crawl meets it), or keep it with NEARDUP_CONTENT={mode!r}")
+                f"when the crawl meets it){keep}")
     return (f"{path} was made with tag={saved[0]} num_perm={saved[1]} min_shared={saved[2]}, but this run uses "
             f"tag={used[0]} num_perm={used[1]} min_shared={used[2]}; use another state directory or reset it")
 

@@ -1,9 +1,10 @@
 """Unicode normalization: the text that is shingled, the same for every page that says the same words.
 
 Normalization makes the sketch insensitive to differences that never make two pages different documents:
-Unicode compatibility forms (NFKC), letter case (``str.casefold``, which also handles the Russian and German
-cases that ``lower`` misses), and runs of whitespace and punctuation (every character that is not a letter,
-digit or underscore separates words). Invalid Unicode (lone surrogates) is replaced rather than raised on.
+Unicode compatibility forms (NFKC), then the folding of :mod:`scrapy_neardup.core.fold` (letter case, accents,
+format characters such as soft hyphens and zero-width spaces, lookalike letters of other scripts), and runs of
+whitespace and punctuation (every character that is not a letter, digit, underscore or kept mark separates words).
+Invalid Unicode (lone surrogates) is replaced rather than raised on. See ``docs/folding.md``.
 
 Two foldings share the code: the plain one, and the *marked* one, which keeps the marker bytes of
 :mod:`scrapy_neardup.core.marks` where they are (every other separator becomes a space), so that the block
@@ -12,13 +13,13 @@ structure HTML extraction recorded survives into the normalized text.
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .fold import before_nfkc, fold_text
 from .marks import MARKS
 
 # Long non-ASCII texts get NFKC in pieces of about this many characters (see _nfkc).
@@ -27,8 +28,6 @@ _ASCII_CHAR = re.compile(r"[\x00-\x7f]")
 # C0/C1 controls other than whitespace, plus the Unicode noncharacters U+FFFE/U+FFFF.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
 _CONTROL_BUT_MARKS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1b\x1f\x7f-\x9f\ufffe\uffff]")
-# Non-ASCII characters that are not word characters (punctuation, symbols, odd spaces, C1 controls).
-_NON_ASCII_SEPARATOR = re.compile(r"[^\w\x00-\x7f]+")
 _SPACE = 32
 # A non-ASCII text with more than one run of non-ASCII characters per this many bytes is folded whole.
 _SPARSE_RUNS = 64
@@ -45,13 +44,11 @@ class Folding:
     Attributes:
         separator: ``bool[256]``: ASCII bytes that separate words (everything but letters, digits, underscore and,
             in the marked folding, the marker bytes). Bytes >= 128 belong to UTF-8 sequences of characters that
-            survived the non-ASCII separator regex, so they are word bytes.
-        space_only: ``bytes.translate`` table: separators to spaces.
-        fold: the same, also lower-casing A-Z (ASCII's part of casefold).
+            :func:`~scrapy_neardup.core.fold.fold_text` kept as word characters, so they are word bytes.
+        fold: ``bytes.translate`` table: separators to spaces, A-Z lower-cased (ASCII's part of casefold).
     """
 
     separator: np.ndarray
-    space_only: bytes
     fold: bytes
     cache: dict[bytes, bytes] = field(default_factory=dict)
 
@@ -61,9 +58,8 @@ class Folding:
         separator = np.array(
             [b < 128 and b not in kept and not (chr(b).isalnum() or chr(b) == "_") for b in range(256)], dtype=bool
         )
-        space_only = bytes(_SPACE if separator[b] else b for b in range(256))
         fold = bytes(_SPACE if separator[b] else b + 32 if 65 <= b <= 90 else b for b in range(256))
-        return cls(separator, space_only, fold)
+        return cls(separator, fold)
 
 
 #: Every separator a space.
@@ -104,7 +100,7 @@ def normalize_capped(text: str, max_chars: int | None, folding: Folding = PLAIN)
 
     Every step is local, so most of the work is done on bytes: ASCII letters are lower-cased and ASCII
     separators turned into spaces by one ``bytes.translate``, and runs of spaces collapsed with numpy. Only
-    non-ASCII characters take the Unicode path (NFKC, ``\\w`` test, ``casefold``): piecewise on mostly-ASCII
+    non-ASCII characters take the Unicode path (NFKC, then :func:`fold_text`): piecewise on mostly-ASCII
     text (:func:`_fold_sparse`), over the whole text otherwise (:func:`_fold_dense`). A text long enough for
     NFKC to reach ``max_chars`` (18 characters out per character in at most) takes the capped path.
     """
@@ -117,9 +113,8 @@ def normalize_capped(text: str, max_chars: int | None, folding: Folding = PLAIN)
         raw = text.encode("utf-8")
     if max_chars is None or len(text) * _NFKC_MAX_GROWTH <= max_chars:
         return collapse_spaces(_fold_non_ascii(raw, folding)), False
-    text, cut = _nfkc(text, max_chars)
-    text = _NON_ASCII_SEPARATOR.sub(" ", text)
-    return _collapse_separators(text, folding), cut
+    text, cut = _nfkc(before_nfkc(text), max_chars)
+    return collapse_spaces(fold_text(text).encode("utf-8").translate(folding.fold)), cut
 
 
 def collapse_spaces(folded: bytes) -> bytes:
@@ -140,7 +135,7 @@ def _fold_non_ascii(raw: bytes, folding: Folding) -> bytes:
     high = data >= 0x80
     edges = np.flatnonzero(high[1:] != high[:-1]) + 1
     if edges.size * _SPARSE_RUNS > data.size:
-        return _fold_dense(raw, data, folding)
+        return _fold_dense(raw, folding)
     return _fold_sparse(raw, edges.tolist(), bool(high[0]), folding)
 
 
@@ -174,61 +169,18 @@ def _fold_sparse(raw: bytes, edges: list[int], starts_high: bool, folding: Foldi
 
 
 def _fold_exact(text: str, folding: Folding) -> bytes:
-    """The reference definition: NFKC, non-ASCII separators to spaces, casefold, ASCII separators to spaces."""
-    text = _NON_ASCII_SEPARATOR.sub(" ", unicodedata.normalize("NFKC", text))
-    return text.casefold().encode("utf-8").translate(folding.space_only)
+    """The reference definition: NFKC, then every non-ASCII character folded (:func:`fold_text`: accents, format
+    characters and lookalikes, case, separators to spaces), then ASCII lower-cased and its separators spaces."""
+    return fold_text(unicodedata.normalize("NFKC", before_nfkc(text))).encode("utf-8").translate(folding.fold)
 
 
-def _fold_dense(raw: bytes, data: np.ndarray, folding: Folding) -> bytes:
-    """Fold a text with many non-ASCII characters (Cyrillic, Greek, CJK...) as a whole.
-
-    NFKC only when the text is not already normalized; the separator test by a code point table over the
-    UTF-8 lead bytes instead of a regex; one ``casefold`` on the result.
-    """
-    text = raw.decode("utf-8")
+def _fold_dense(raw: bytes, folding: Folding) -> bytes:
+    """Fold a text with many non-ASCII characters (Cyrillic, Greek, CJK...) as a whole: NFKC only when the text is
+    not already normalized, then one table look-up per code point (:func:`fold_text`)."""
+    text = before_nfkc(raw.decode("utf-8"))
     if not unicodedata.is_normalized("NFKC", text):
-        raw = unicodedata.normalize("NFKC", text).encode("utf-8")
-        data = np.frombuffer(raw, dtype=np.uint8)
-    spaced = _space_non_ascii_separators(data)
-    if spaced is not None:
-        raw = spaced.tobytes()
-    if raw.isascii():
-        return raw.translate(folding.fold)
-    return raw.decode("utf-8").casefold().encode("utf-8").translate(folding.space_only)
-
-
-def _space_non_ascii_separators(data: np.ndarray) -> np.ndarray | None:
-    """UTF-8 bytes with every byte of each non-ASCII non-word character set to a space (None if none)."""
-    lead = np.flatnonzero(data >= 0xC0)
-    if lead.size == 0:
-        return None
-    last = data.size - 1
-    b0 = data[lead].astype(np.int32)
-    b1 = data[np.minimum(lead + 1, last)].astype(np.int32) & 0x3F
-    b2 = data[np.minimum(lead + 2, last)].astype(np.int32) & 0x3F
-    size = 2 + (b0 >= 0xE0) + (b0 >= 0xF0)
-    point = np.where(size == 2, ((b0 & 0x1F) << 6) | b1, ((b0 & 0x0F) << 12) | (b1 << 6) | b2)
-    separator = np.zeros(lead.size, dtype=bool)
-    bmp = size < 4
-    separator[bmp] = _bmp_separators()[point[bmp]]
-    for i in np.flatnonzero(~bmp).tolist():  # characters beyond the BMP (emoji...): rare
-        char = bytes(data[lead[i] : lead[i] + 4]).decode("utf-8")
-        separator[i] = not (char.isalnum() or char == "_")
-    if not separator.any():
-        return None
-    out = data.copy()
-    start, size = lead[separator], size[separator]
-    out[start] = _SPACE
-    out[start + 1] = _SPACE
-    out[start[size > 2] + 2] = _SPACE
-    out[start[size > 3] + 3] = _SPACE
-    return out
-
-
-@functools.cache
-def _bmp_separators() -> np.ndarray:
-    """For each code point below 0x10000: not a word character (``\\w``: ``isalnum()`` or ``_``)."""
-    return np.array([not (chr(c).isalnum() or c == 0x5F) for c in range(0x10000)], dtype=bool)
+        text = unicodedata.normalize("NFKC", text)
+    return fold_text(text).encode("utf-8").translate(folding.fold)
 
 
 def _nfkc(text: str, max_chars: int | None) -> tuple[str, bool]:
@@ -260,22 +212,3 @@ def _nfkc(text: str, max_chars: int | None) -> tuple[str, bool]:
             return "".join(pieces)[:max_chars], True
         start = stop
     return "".join(pieces), False
-
-
-def _collapse_separators(text: str, folding: Folding) -> bytes:
-    """Case-fold, then words joined by single spaces, as UTF-8 (ASCII separators found with numpy)."""
-    data = np.frombuffer(text.casefold().encode("utf-8"), dtype=np.uint8)
-    space = folding.separator[data]
-    if not space.any():
-        return data.tobytes()
-    # Keep a space only where the byte before it is not one; leading and trailing spaces go.
-    keep = ~space
-    keep[1:] |= ~space[:-1]
-    nonspace = np.flatnonzero(~space)
-    if nonspace.size == 0:
-        return b""
-    keep[: nonspace[0]] = False
-    keep[nonspace[-1] + 1 :] = False
-    out = data[keep]
-    out[space[keep]] = 32
-    return out.tobytes()

@@ -23,10 +23,12 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: 3: HTML text extracted by lexbor, every element boundary a word separator (2: lxml, block elements only).
 #: 4: ``"auto"`` content (the page's own text, template and link lists out: :mod:`scrapy_neardup.core.blocks`), and
 #: ``"main"`` content read once where the main element matched twice (``<main role="main">``).
-SCHEME_VERSION = 4
-#: ``"body"`` sketches have not changed since scheme 3, which their tags keep: stores and indices of earlier
-#: versions stay usable in that mode.
-BODY_SCHEME_VERSION = 3
+#: 5: Unicode folding before words are split (accents, format characters, lookalike letters:
+#: :mod:`scrapy_neardup.core.fold`), in every content mode.
+SCHEME_VERSION = 5
+#: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
+#: that stores of those versions stayed usable in that mode; folding changed every mode.
+BODY_SCHEME_VERSION = 5
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a
 #: thousand positions the candidate queries of Elasticsearch grow past its clause limits.
@@ -254,9 +256,10 @@ _CONTENT_WORDS = {"body": "each page's whole body", "main": "the main content ea
 
 
 def content_change(saved: str, tag: str) -> str | None:
-    """When sketches tagged ``saved`` and ``tag`` differ only in what of a page they read (the content mode, and
-    with it the scheme): a sentence saying so, for the one-line refusal of a store or index made in another mode
-    (e.g. by an earlier version, whose default read the whole body). ``None`` when other parameters differ too."""
+    """When sketches tagged ``saved`` and ``tag`` differ only in what of a page they read (the content mode) or in
+    how they read it (the scheme: an earlier version's text extraction or normalization): a sentence saying so, for
+    the one-line refusal of a store or index made otherwise (e.g. by an earlier version). ``None`` when other
+    parameters differ too, or none does. :func:`still_made` tells whether this version can still make ``saved``."""
     try:
         old, new = parse_tag(saved), parse_tag(tag)
     except ValueError:
@@ -264,10 +267,24 @@ def content_change(saved: str, tag: str) -> str | None:
     if (old.num_perm, old.shingle, old.width, old.seed) != (new.num_perm, new.shingle, new.width, new.seed):
         return None
     if old.content == new.content:
-        return None
+        if old.scheme == new.scheme:
+            return None
+        return (f"its sketches were made by an earlier version ({saved}), which reads text otherwise (no folding of "
+                f"accents, lookalike letters and invisible characters), this run's by {tag}: they never compare")
     default = ", the default of earlier versions" if old.content == "body" and old.scheme < SCHEME_VERSION else ""
     return (f"its sketches read {_CONTENT_WORDS[old.content]} ({saved}{default}), this run's read "
             f"{_CONTENT_WORDS[new.content]} ({tag}): they never compare")
+
+
+def still_made(tag: str) -> bool:
+    """Whether this version makes sketches tagged ``tag`` in some content mode (a store made by an earlier
+    scheme is not: choosing that mode would not make it usable)."""
+    try:
+        parts = parse_tag(tag)
+    except ValueError:
+        return False
+    content = next((mode for mode in CONTENT_MODES if mode == parts.content), None)
+    return content is not None and make_tag(parts.num_perm, parts.shingle, parts.width, parts.seed, content) == tag
 
 
 __all__ = [
@@ -291,4 +308,5 @@ __all__ = [
     "make_tag",
     "params_or_tag",
     "parse_tag",
+    "still_made",
 ]

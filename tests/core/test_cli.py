@@ -239,3 +239,23 @@ def test_the_package_lists_its_public_names_only() -> None:
     assert set(scrapy_neardup.__all__) <= set(names) and "__version__" in names
     assert {"NearDuplicatePipeline", "NearDuplicateAddon", "CsvItemExporter"} <= set(names)
     assert all(getattr(scrapy_neardup, name) is not None for name in scrapy_neardup.__all__)
+
+
+RUSSIAN = " ".join(f"Капибара водосвинка живет у воды номер{i} и хорошо плавает в реке" for i in range(30))
+# The same text typed with Latin lookalikes, stress marks, soft hyphens and zero-width spaces.
+TYPED = (RUSSIAN.replace("а", "a").replace("о", "o").replace("р", "p").replace("ка", "к\u00ada")
+         .replace("во", "в\u200bо").replace("ет", "е\u0301т"))
+
+
+def test_dedupe_and_compare_fold_text_typed_with_tricks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = _write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "text": RUSSIAN},
+                                                  {"id": 2, "text": f"<html><body><p>{TYPED}</p></body></html>"}])
+    out = tmp_path / "out.jsonl"
+    code, _, _ = _run(["dedupe", str(source), "-o", str(out)], capsys)
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["duplicate_of"] for r in rows] == [None, 1] and rows[1]["resemblance"] == 1.0
+    (tmp_path / "a.txt").write_text(RUSSIAN)
+    (tmp_path / "b.txt").write_text(TYPED)
+    code, out_json, _ = _run(["compare", str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--json"], capsys)
+    assert code == 0 and json.loads(out_json)["jaccard"] == 1.0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,7 +134,32 @@ def test_a_store_of_whole_body_sketches_is_refused_with_the_way_out(tmp_path: Pa
         asyncio.run(crawl(Sketcher()))
     message = str(refused.value)
     assert "\n" not in message
-    assert "whole body (mh3-k128-word5-s1, the default of earlier versions)" in message
-    assert "own text (mh4-k128-word5-s1-auto)" in message
+    assert "whole body (mh5-k128-word5-s1)" in message
+    assert "own text (mh5-k128-word5-s1-auto)" in message
     assert "NEARDUP_RESET=True" in message and "NEARDUP_CONTENT='body'" in message
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_store_of_an_earlier_scheme_is_refused_without_a_mode_that_would_not_help(tmp_path: Path) -> None:
+    """A store written before text folding (scheme 4) meets this version: one line naming the earlier version and
+    the reset, and no NEARDUP_CONTENT suggestion (no mode of this version makes such sketches)."""
+    sketch = Sketcher().sketch("words of a page that says something of its own here")
+    earlier = sketch.tag.replace("mh5-", "mh4-")
+
+    async def crawl(tag: str, page: Any) -> None:
+        backend = EmbeddedBackend(128, 107, tag, state_dir=tmp_path)
+        await backend.open()
+        try:
+            await backend.check_and_add("a", page)
+        finally:
+            await backend.close()
+
+    asyncio.run(crawl(earlier, dataclasses.replace(sketch, tag=earlier)))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(StateError) as refused:
+        asyncio.run(crawl(sketch.tag, sketch))
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"made by an earlier version ({earlier})" in message and f"this run's by {sketch.tag}" in message
+    assert "NEARDUP_RESET=True" in message and "NEARDUP_CONTENT" not in message
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
