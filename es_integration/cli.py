@@ -26,6 +26,7 @@ from scrapy_neardup.cli.options import add_sketch_options
 from scrapy_neardup.cli.progress import progress_bar
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.template import learn_hosts
+from scrapy_neardup.errors import InputError
 
 from .band_filter import BandFilterStore, default_directory
 from .cli_jobs import connection_options, job_params, run_job
@@ -201,7 +202,8 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
             learner = learn_hosts(record_pages(lines, args.text_field, args.url_field), sketcher.block_hashes)
             templates = resolve_templates(client, args.index, sketcher.tag, learner)
             lines.seek(0)
-        records = _json_records(lines)
+        bad: list[InputError] = []
+        records = _json_records(lines, bad)
         if args.id_field is None:  # the first record tells (scrapy_neardup.cli.jsonl.choose_id_field)
             first = next(records, None)
             args.id_field = choose_id_field(None, first, args.url_field, "neardup es index", get=get_field)
@@ -212,6 +214,9 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
             progress=bar.update, templates=templates, url_field=args.url_field, move_root_to=args.move_neardup_to,
         )
     print(f"neardup es index: {args.index}: {stats.summary()}", file=sys.stderr)
+    if bad:
+        print(f"neardup es index: error: {bad[0]}; the records before it are written, none after", file=sys.stderr)
+        return 1
     records = stats.indexed + stats.errors
     if records and stats.missing_text == records:
         # Every page its own group forever: what a wrong --text-field does; the user must know.
@@ -224,9 +229,16 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
     return 1 if stats.errors else 0
 
 
-def _json_records(lines: Any) -> Any:
-    for _number, record in read_records(lines):
-        yield record
+def _json_records(lines: Any, bad: list[InputError] | None = None) -> Any:
+    """The records of ``lines``; with ``bad``, a bad line ends them (kept in ``bad``) instead of raising inside
+    the bulk writer, so the records before it are written, as ``neardup dedupe`` does."""
+    try:
+        for _number, record in read_records(lines):
+            yield record
+    except InputError as exc:
+        if bad is None:
+            raise
+        bad.append(exc)
 
 
 # -- backfill ------------------------------------------------------------------------------------------------------

@@ -120,3 +120,47 @@ def test_commands_that_would_do_nothing_say_so(es_client: Any, es_url: str, tmp_
     assert main(["es", "index", str(path), "--es-url", es_url, "--index", index, "--text-field", "body"]) == 0
     assert "4 of 5 records have no 'body' field" in capsys.readouterr().err
     es_client.indices.delete(index=f"{plain},{index}")
+
+
+def test_index_writes_the_records_before_a_bad_line(es_client: Any, es_url: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [json.dumps({"url": f"https://a.test/{i}", "text": f"page {i} " * 40}) for i in range(5)]
+    lines += ['{"url": "https://a.test/bad", "text": "unterminated', lines[0]]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    index = f"nd-bad-{uuid.uuid4().hex[:8]}"
+    assert main(["es", "index", str(path), "--es-url", es_url, "--index", index]) == 1
+    err = capsys.readouterr().err
+    assert "5 documents written" in err, err
+    assert "error: line 6: invalid JSON (Invalid control character at column 52)" in err, err
+    assert "at at" not in err
+    assert es_client.count(index=index)["count"] == 5
+    es_client.indices.delete(index=index)
+
+
+def test_the_documented_search_collapsed_snippet_works(es_client: Any, es_url: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from es_integration.collapse import search_collapsed
+
+    text = " ".join(f"harbor bridge word{i}" for i in range(100))
+    records = [{"url": f"https://a.test/{i}", "title": f"Harbor {i}", "text": text} for i in range(3)]
+    path = tmp_path / "pages.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    index = f"nd-doc-{uuid.uuid4().hex[:8]}"
+    assert main(["es", "index", str(path), "--es-url", es_url, "--index", index]) == 0
+    assert main(["es", "groups", "--es-url", es_url, "--index", index, "--assign"]) == 0
+    capsys.readouterr()
+    # docs/elasticsearch/collapse.md, as written there
+    for hit in search_collapsed(es_client, index, "harbor bridge", size=5, source=["url", "title"]):
+        print(hit.source["title"], hit.source["url"], f"{hit.omitted} similar omitted" if hit.omitted else "")
+    assert capsys.readouterr().out == "Harbor 0 https://a.test/0 2 similar omitted\n"
+    es_client.indices.delete(index=index)
+
+
+def test_a_search_index_meets_a_down_node_at_start_with_the_backends_retries() -> None:
+    """The search index's writer and the crawler backend give a node that is down the same retries at start, so a
+    crawl with both stops as fast whichever meets the node first."""
+    from es_integration.backend import ElasticsearchBackend
+    from es_integration.search_index import STARTUP_BACKOFF, STARTUP_RETRIES
+
+    assert (ElasticsearchBackend.retries, ElasticsearchBackend.backoff) == (STARTUP_RETRIES, STARTUP_BACKOFF)
