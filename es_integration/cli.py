@@ -26,6 +26,7 @@ from scrapy_neardup.cli.options import add_sketch_options
 from scrapy_neardup.cli.progress import progress_bar
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.template import learn_hosts
+from scrapy_neardup.errors import InputError
 
 from .band_filter import BandFilterStore, default_directory
 from .cli_jobs import connection_options, job_params, run_job
@@ -34,7 +35,7 @@ from .collapse import collapse_hits, search_collapsed, text_fields, text_query
 from .groups import KeepRule, assign_groups, find_groups, find_new_groups
 from .indexing import backfill, get_field, index_records
 from .listing import duplicate_targets, hit_line, label_fields, label_of, page_labels, write_groups
-from .mapping import F_DUPLICATE_OF, F_STATUS, ensure_index, require_tag
+from .mapping import F_DUPLICATE_OF, F_GROUP, F_STATUS, ensure_index, require_tag
 from .names import validate_field_name
 from .templates import resolve_templates
 
@@ -167,7 +168,9 @@ def _add_index(commands: Any) -> None:
     p.add_argument("--url-field", default="url",
                    help="field with the page URL: --content auto learns each host's template over the input, or "
                         "uses the one the index keeps (default: url)")
-    p.add_argument("--chunk-size", type=int, default=500, help="documents per bulk request (default: 500)")
+    p.add_argument("--chunk-size", type=int, default=500,
+                   help="documents per bulk request to start with; requests the node rejects (HTTP 429) are retried "
+                   "with backoff in smaller ones (default: 500)")
     p.add_argument("--threads", type=int, default=1,
                    help="bulk request threads; more than 1 overlaps sketching with indexing (default: 1)")
     p.add_argument("--move-neardup-to", default=None, metavar="FIELD",
@@ -184,6 +187,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _index_job(args: argparse.Namespace, client: Any) -> int:
+    if args.chunk_size < 1:
+        raise EsError(f"--chunk-size must be positive, got {args.chunk_size}")
     for field in (args.id_field, args.text_field, args.url_field, args.move_neardup_to):
         if field is not None:
             validate_field_name(field)
@@ -197,7 +202,8 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
             learner = learn_hosts(record_pages(lines, args.text_field, args.url_field), sketcher.block_hashes)
             templates = resolve_templates(client, args.index, sketcher.tag, learner)
             lines.seek(0)
-        records = _json_records(lines)
+        bad: list[InputError] = []
+        records = _json_records(lines, bad)
         if args.id_field is None:  # the first record tells (scrapy_neardup.cli.jsonl.choose_id_field)
             first = next(records, None)
             args.id_field = choose_id_field(None, first, args.url_field, "neardup es index", get=get_field)
@@ -208,12 +214,31 @@ def _index_job(args: argparse.Namespace, client: Any) -> int:
             progress=bar.update, templates=templates, url_field=args.url_field, move_root_to=args.move_neardup_to,
         )
     print(f"neardup es index: {args.index}: {stats.summary()}", file=sys.stderr)
+    if bad:
+        print(f"neardup es index: error: {bad[0]}; the records before it are written, none after", file=sys.stderr)
+        return 1
+    records = stats.indexed + stats.errors
+    if records and stats.missing_text == records:
+        # Every page its own group forever: what a wrong --text-field does; the user must know.
+        print(f"neardup es index: error: no record has the text field {args.text_field!r}: the {records} documents "
+              "have no sketch (give the field with the text or HTML: --text-field)", file=sys.stderr)
+        return 1
+    if stats.missing_text:
+        print(f"neardup es index: {stats.missing_text} of {records} records have no {args.text_field!r} field: "
+              "written without a sketch (nobody's near-duplicate)", file=sys.stderr)
     return 1 if stats.errors else 0
 
 
-def _json_records(lines: Any) -> Any:
-    for _number, record in read_records(lines):
-        yield record
+def _json_records(lines: Any, bad: list[InputError] | None = None) -> Any:
+    """The records of ``lines``; with ``bad``, a bad line ends them (kept in ``bad``) instead of raising inside
+    the bulk writer, so the records before it are written, as ``neardup dedupe`` does."""
+    try:
+        for _number, record in read_records(lines):
+            yield record
+    except InputError as exc:
+        if bad is None:
+            raise
+        bad.append(exc)
 
 
 # -- backfill ------------------------------------------------------------------------------------------------------
@@ -285,6 +310,9 @@ def _add_groups(commands: Any) -> None:
                    "members, not its representative (chains join distinct pages); --new then needs the last "
                    "--assign run to have been --transitive too")
     p.add_argument("--threads", type=int, default=2, help="parallel sweep slices (default: 2)")
+    p.add_argument("--chunk-size", type=int, default=500,
+                   help="--assign: documents per bulk request to start with; requests the node rejects (HTTP 429) "
+                   "are retried with backoff in smaller ones (default: 500)")
     p.add_argument("--json", action="store_true", help="one JSON object per line per group")
     p.add_argument("--keep", choices=("first", "shortest-url", "highest"), default="first",
                    help="representative: first indexed (default), shortest URL, or highest --value-field")
@@ -316,6 +344,11 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
     store = None if args.no_band_filter else BandFilterStore(args.band_filter_dir or default_directory())
     if not args.ignore_other_tags:
         require_tag(client, args.index, params.tag)  # documents with other tags would be ignored silently
+    if args.chunk_size < 1:
+        raise EsError(f"--chunk-size must be positive, got {args.chunk_size}")
+    if not args.new and int(client.count(index=args.index)["count"]) == 0:
+        raise EsError(f"index {args.index} has no documents: nothing to group (`neardup es index` writes documents "
+                      "with their sketches)")
     with _progress(args, "groups") as bar:
         if args.threads < 1:
             raise EsError(f"--threads must be positive, got {args.threads}")
@@ -326,15 +359,32 @@ def _groups_job(args: argparse.Namespace, client: Any) -> int:
             report = find_new_groups(client, args.index, params, band_filter=store, **options)
         else:
             report = find_groups(client, args.index, params, **options)
+    if not args.new and report.documents == 0:
+        _no_sketches(client, args.index, params.tag)
     write_groups(sys.stdout, client, args.index, report.groups, url_field=args.url_field,
                  title_field=args.title_field, as_json=args.json)
     print(f"neardup es groups: {args.index}: {report.summary()} (k={params.num_perm}, t={t}, "
           f"{report.linkage} linkage)", file=sys.stderr)
     if args.assign:
         with _progress(args, "assign") as bar:
-            written = assign_groups(client, args.index, report, progress=bar.update, band_filter=store)
+            written = assign_groups(client, args.index, report, progress=bar.update, band_filter=store,
+                                    chunk_size=args.chunk_size)
         print(f"neardup es groups: group fields updated on {written} documents", file=sys.stderr)
     return 0
+
+
+def _no_sketches(client: Any, index: str, tag: str) -> None:
+    """Refuse a full groups run that found no sketched document: it would do nothing, whatever it assigns."""
+    total = int(client.count(index=index)["count"])
+    raise EsError(f"none of the {total} documents of index {index} has a sketch made with {tag}: nothing to group; "
+                  f"add sketches with `neardup es backfill --index {index} --text-field F` (F: the field with the "
+                  "text or HTML), or give the parameters the index was sketched with")
+
+
+def _has_field(client: Any, index: str, path: str) -> bool:
+    """Whether every index ``index`` names maps the dotted field ``path``."""
+    answer = client.indices.get_field_mapping(index=index, fields=path)
+    return bool(answer) and all(path in (entry.get("mappings") or {}) for entry in dict(answer).values())
 
 
 # -- search --------------------------------------------------------------------------------------------------------
@@ -387,6 +437,11 @@ def _search_job(args: argparse.Namespace, client: Any) -> int:
     shown = [name for value in args.fields for name in value.split(",") if name]
     for name in [*shown, args.url_field, args.title_field]:
         validate_field_name(name)
+    if not (args.by_sketch or args.no_collapse) and not _has_field(client, args.index, F_GROUP):
+        raise EsError(f"index {args.index} has no group ids ({F_GROUP}) to collapse on: search it with "
+                      "--no-collapse (every page) or --by-sketch (sketched pages), or give it sketches and groups "
+                      f"(`neardup es backfill --index {args.index} --text-field F`, then `neardup es groups "
+                      "--assign`)")
     # Fetch only what is printed: pages' sources can be large (whole HTML), so --json asks for none of it
     # unless --fields or --source name it; the text listing needs a label.
     listed = [*label_fields(args.url_field, args.title_field, text=True), F_STATUS, F_DUPLICATE_OF]

@@ -1,7 +1,8 @@
 """Bulk indexing of documents with their sketches, and backfilling sketches into an existing index.
 
-Both run through ``elasticsearch.helpers.streaming_bulk`` (or ``parallel_bulk`` with ``threads > 1``, which
-overlaps sketching in this thread with bulk requests in worker threads). Sketches are computed in batches with
+Both write through :func:`es_integration.bulk.write_bulk` (``elasticsearch.helpers.streaming_bulk`` chunks that
+ride out HTTP 429 rejections with backoff and smaller requests; with ``threads > 1`` sketching in this thread
+overlaps bulk requests in worker threads). Sketches are computed in batches with
 :meth:`Sketcher.sketch_many` (the vectorized path). Every document gets ``neardup.group = _id`` and
 ``neardup.status = "kept"``: until groups are assigned, each page is its own group, so serve-time collapse
 works from the first query.
@@ -30,7 +31,7 @@ from scrapy_neardup.core.stored import StoredSignature, values_from_token_lists
 from scrapy_neardup.core.template import HostTemplate, learn_hosts
 from scrapy_neardup.errors import InputError
 
-from .engine import bulk_helpers
+from .bulk import write_bulk
 from .mapping import F_POSITIONS, F_SIG, F_TAG, KEPT, ROOT, ensure_index, sketch_fields, stored_fields
 from .names import validate_field_name, validate_index_name
 from .sweep import point_in_time, sweep
@@ -55,6 +56,7 @@ class IndexStats:
         indexed: documents written (created, replaced or updated).
         without_text: documents whose text field was missing, not a string, or had no shingles (they get
             ``neardup.empty = true`` and no positions: they are nobody's near-duplicate).
+        missing_text: of those, the documents without the text field at all (a wrong ``--text-field``, say).
         errors: documents Elasticsearch refused; ``error_kinds`` groups them by kind.
         error_kinds: per Elasticsearch error type (``mapper_parsing_exception``, ...): how many documents, the
             first one's id and its reason cut to :data:`MAX_REASON_CHARS` (a reason may quote a whole page).
@@ -65,6 +67,7 @@ class IndexStats:
 
     indexed: int = 0
     without_text: int = 0
+    missing_text: int = 0
     errors: int = 0
     upgraded: int = 0
     error_kinds: dict[str, BulkErrorKind] = field(default_factory=dict)
@@ -73,7 +76,8 @@ class IndexStats:
     def summary(self) -> str:
         """One line, then one line per kind of error."""
         rate = self.indexed / self.seconds if self.seconds > 0 else 0.0
-        text = f"{self.indexed} documents written ({self.without_text} without text), {self.errors} errors, "
+        missing = f", {self.missing_text} missing the text field" if self.missing_text else ""
+        text = f"{self.indexed} documents written ({self.without_text} without text{missing}), {self.errors} errors, "
         text += f"{self.seconds:.1f}s ({rate:.0f} docs/s)"
         if self.upgraded:
             text += f"; {self.upgraded} given the compact signature fields from their positions"
@@ -182,11 +186,12 @@ def record_actions(
         if templates:
             hosts = [_host(get_field(record, url_field)) for record in batch]
             chosen = [_hashes(templates.get(host)) if host is not None else None for host in hosts]
-        sketches = sketcher.sketch_many([_text_of(get_field(record, text_field)) for record in batch],
-                                        templates=chosen)
-        for doc_id, record, sketch in zip(ids, batch, sketches, strict=True):
+        values = [get_field(record, text_field) for record in batch]
+        sketches = sketcher.sketch_many([_text_of(value) for value in values], templates=chosen)
+        for doc_id, record, sketch, value in zip(ids, batch, sketches, values, strict=True):
             if stats is not None and sketch.empty:
                 stats.without_text += 1
+                stats.missing_text += value is None
             source = {**record, ROOT: sketch_fields(sketch, seq=clock(), group=doc_id, status=KEPT)}
             yield {"_op_type": "index", "_index": index, "_id": doc_id, "_source": source}
 
@@ -248,14 +253,13 @@ def index_records(
         move_root_to: where a record's own ``neardup`` field goes (see :func:`record_actions`: refused without).
         templates: ``"auto"`` sketches: the template of each host (see :func:`record_actions`).
         url_field: the field whose URL names a record's host, for ``templates``.
-        chunk_size: documents per bulk request.
-        threads: 1 uses ``streaming_bulk`` (retrying 429 answers with backoff); more uses ``parallel_bulk``.
+        chunk_size: documents per bulk request to start with: rejected requests (HTTP 429) are retried with
+            backoff in smaller ones (:func:`es_integration.bulk.write_bulk`).
+        threads: bulk requests in flight at once; more than 1 overlaps sketching in this thread with them.
         refresh: refresh the index at the end, so the documents are searchable when this returns.
         progress: called with the number of documents done since the last call.
         create_index: create the index with the ``neardup`` mapping (or add it to an existing index) first.
     """
-    helpers = bulk_helpers(client)
-
     validate_index_name(index)
     validate_field_name(id_field)
     validate_field_name(text_field)
@@ -267,17 +271,7 @@ def index_records(
     started = time.perf_counter()
     actions = record_actions(records, sketcher, index, id_field=id_field, text_field=text_field, stats=stats,
                              templates=templates, url_field=url_field, move_root_to=move_root_to)
-    results: Iterable[tuple[bool, Any]]
-    if threads > 1:
-        results = helpers.parallel_bulk(
-            client, actions, thread_count=threads, chunk_size=chunk_size, raise_on_error=False,
-            raise_on_exception=True,
-        )
-    else:
-        results = helpers.streaming_bulk(
-            client, actions, chunk_size=chunk_size, raise_on_error=False, max_retries=3, initial_backoff=0.5,
-        )
-    _drain(results, stats, progress)
+    _drain(write_bulk(client, actions, chunk_size=chunk_size, threads=threads), stats, progress)
     if refresh:
         client.indices.refresh(index=index)
     stats.seconds = time.perf_counter() - started
@@ -317,8 +311,6 @@ def backfill(
     Args:
         total: called once with the number of documents to do (for a progress bar) before the sweep.
     """
-    helpers = bulk_helpers(client)
-
     validate_index_name(index)
     validate_field_name(text_field)
     ensure_index(client, index)
@@ -337,10 +329,7 @@ def backfill(
             templates = resolve_templates(client, index, sketcher.tag, learner)
         pages = sweep(client, pit, query=query, source=[text_field, url_field], page_size=page_size)
         actions = _backfill_actions(pages, sketcher, text_field, stats, templates, url_field)
-        results = helpers.streaming_bulk(
-            client, actions, chunk_size=page_size, raise_on_error=False, max_retries=3, initial_backoff=0.5
-        )
-        _drain(results, stats, progress)
+        _drain(write_bulk(client, actions, chunk_size=page_size), stats, progress)
     if refresh:
         client.indices.refresh(index=index)
     stats.seconds = time.perf_counter() - started
@@ -356,7 +345,6 @@ def upgrade_signatures(client: Elasticsearch, index: str, params: SketchParams, 
     Raises:
         elasticsearch.helpers.BulkIndexError: an update was refused.
     """
-    helpers = bulk_helpers(client)
     tag, num_perm = params.tag, params.num_perm
     query = {"bool": {"filter": [{"term": {F_TAG: tag}}, {"exists": {"field": F_POSITIONS}}],
                       "must_not": [{"exists": {"field": F_SIG}}]}}
@@ -375,7 +363,11 @@ def upgrade_signatures(client: Elasticsearch, index: str, params: SketchParams, 
                            "doc": {ROOT: {"sig": fields["sig"], "bands": fields["bands"]}}, "retry_on_conflict": 3}
 
     upgraded = 0
-    for ok, _ in helpers.streaming_bulk(client, actions(), chunk_size=page_size, max_retries=3, initial_backoff=0.5):
+    for ok, info in write_bulk(client, actions(), chunk_size=page_size):
+        if not ok:
+            from elasticsearch.helpers import BulkIndexError  # lazy: elasticsearch-py is slow to import
+
+            raise BulkIndexError("a signature upgrade was refused", [info])
         upgraded += ok
     client.indices.refresh(index=index)
     logger.info("wrote the compact signature and band fields of %d documents of %s", upgraded, index)

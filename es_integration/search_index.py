@@ -85,6 +85,13 @@ logger = logging.getLogger(__name__)
 
 #: Seconds at least for one bulk request: a batch of whole pages is megabytes.
 BULK_TIMEOUT = 30.0
+#: Retries (at most; fewer with a lower ``NEARDUP_SEARCH_RETRIES``) and first backoff (doubled per retry) of
+#: connecting and preparing the index at start: those of the
+#: crawler backend (:class:`es_integration.backend.ElasticsearchBackend`), 3.1 s of waits in all, so that a node
+#: that is down stops the crawl as fast with either; bulk writes during the crawl use ``NEARDUP_SEARCH_RETRIES``
+#: and :attr:`ElasticsearchSearchSink.backoff` (a busy node gets more time).
+STARTUP_RETRIES = 5
+STARTUP_BACKOFF = 0.1
 #: Documents moved to a canonical page's group per round (a search, then one bulk of updates).
 _REGROUP_BATCH = 1000
 
@@ -194,8 +201,10 @@ class ElasticsearchSearchSink(SearchSink):
         try:
             with transport_logs_at_debug():
                 connect = functools.partial(connect_async, self.connection, max_retries=0, retry_on_timeout=False)
-                self._client = await self._retried("connecting", connect)
-                await self._retried("preparing the index", self._prepare_index)
+                # At start the crawler backend's policy (STARTUP_RETRIES, STARTUP_BACKOFF): a node that is down
+                # stops the crawl as fast whichever of the two meets it first.
+                self._client = await self._retried("connecting", connect, startup=True)
+                await self._retried("preparing the index", self._prepare_index, startup=True)
         except TagMismatch:
             await self._release()
             raise
@@ -376,7 +385,11 @@ class ElasticsearchSearchSink(SearchSink):
             ((verb, result),) = item.items()
             status = int(result.get("status", 500))
             if 200 <= status < 300 or (verb == "delete" and status == 404):
-                self._count("search_removed" if verb == "delete" else "search_indexed")
+                # A removal counts only when a document was there: in a new index a duplicate has none to remove.
+                if verb != "delete":
+                    self._count("search_indexed")
+                elif status != 404:
+                    self._count("search_removed")
                 continue
             error = result.get("error")
             kind = str(error.get("type", f"http_{status}")) if isinstance(error, dict) else f"http_{status}"
@@ -406,10 +419,13 @@ class ElasticsearchSearchSink(SearchSink):
         if self._events is not None:
             self._events.failed(op.key, op.page, kind, reason)
 
-    async def _retried(self, what: str, func: Any, *args: Any, **kwargs: Any) -> Any:
-        """``await func(...)`` under the retry policy; a final failure is one :class:`EsError` line."""
+    async def _retried(self, what: str, func: Any, *args: Any, startup: bool = False, **kwargs: Any) -> Any:
+        """``await func(...)`` under the retry policy (``startup``: the crawler backend's, see :meth:`open`); a
+        final failure is one :class:`EsError` line."""
+        retries, backoff = ((min(self.retries, STARTUP_RETRIES), STARTUP_BACKOFF) if startup
+                            else (self.retries, self.backoff))
         try:
-            async for attempt in retrying(self.retries, self.backoff, on_retry=self._on_retry):
+            async for attempt in retrying(retries, backoff, on_retry=self._on_retry):
                 with attempt:
                     return await func(*args, **kwargs)
         except (ApiError, TransportError) as exc:

@@ -56,7 +56,11 @@ def render(client: Any, index: str, q: str, group: str | None) -> str:
             items.append(f'<li class="hit"><a class="title" href="{url}">{html.escape(str(source.get("title", url)))}'
                          f'</a><div class="url">{url}</div><div class="snippet">{snippet}</div>{similar}</li>')
         back = f'<p><a class="back" href="/?{html.escape(urlencode({"q": q}))}">back to all results</a></p>'
-        heading = f"{len(found.hits)} similar pages" if group else f"{found.total} pages match"
+        # A group's page names the same count its link did ("N similar pages omitted"): the pages it lists are
+        # the result shown plus those N.
+        others = len(found.hits) - 1
+        heading = (f"the result shown and its {others} similar page{'s' if others != 1 else ''}" if group
+                   else f"{found.total} pages match")
         body = (f'<p class="summary">{heading}</p>{back if group else ""}<ol class="results">{"".join(items)}</ol>'
                 if items else '<p class="summary">no results</p>')
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>Search</title><style>{STYLE}</style></head>'

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_neardup.core.stored import stored_bands
 
 from ..band_filter import BandFilter, BandFilterStore
-from ..engine import bulk_helpers
+from ..bulk import write_bulk
 from ..mapping import DUPLICATE, KEPT, ROOT
 from ..names import validate_index_name
 from .queries import Progress
@@ -33,6 +33,7 @@ def assign_groups(
     refresh: bool = True,
     progress: Progress | None = None,
     band_filter: BandFilterStore | None = None,
+    chunk_size: int = 500,
 ) -> int:
     """Write each swept document's group fields where they change; return the number of documents updated.
 
@@ -46,23 +47,29 @@ def assign_groups(
             for the watermark it records; an incremental run that used one adds its new documents to it; one
             that did not removes this index's (it no longer covers the watermark). See
             :mod:`es_integration.band_filter`.
+        chunk_size: updates per bulk request to start with; rejected requests (HTTP 429) are retried with backoff
+            in smaller ones (:func:`es_integration.bulk.write_bulk`).
 
     Raises:
-        EsError: via the caller's :func:`~es_integration.client.translate_errors`; a refused update is raised
-            as ``elasticsearch.helpers.BulkIndexError``.
+        EsError: via the caller's :func:`~es_integration.client.translate_errors`; refused updates (rejected
+            past the retries included) are raised as ``elasticsearch.helpers.BulkIndexError`` once the others are
+            written, and the watermark is then not recorded (the next ``--new`` run covers them).
     """
-    helpers = bulk_helpers(client)
+    from elasticsearch.helpers import BulkIndexError  # lazy: elasticsearch-py is slow to import
 
     validate_index_name(index)
     written = 0
-    for ok, _ in helpers.streaming_bulk(
-        client, _assign_actions(index, report), chunk_size=1000, max_retries=3, initial_backoff=0.5
-    ):
+    refused: list[Any] = []
+    for ok, info in write_bulk(client, _assign_actions(index, report), chunk_size=chunk_size):
         written += ok
+        if not ok:
+            refused.append(info)
         if progress is not None:
             progress(1)
     if refresh:
         client.indices.refresh(index=index)
+    if refused:
+        raise BulkIndexError(f"{len(refused)} document(s) failed to update; {written} updated", refused)
     if report.tag:
         seq = write_watermark(client, index, report)
         if band_filter is not None:

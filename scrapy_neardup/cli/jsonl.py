@@ -94,7 +94,9 @@ def read_records(
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(f"line {number}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            # Some of json's messages end in "at" ("Unterminated string starting at"): the column completes them.
+            where = "column" if exc.msg.endswith(" at") else "at column"
+            raise InputError(f"line {number}: invalid JSON ({exc.msg} {where} {exc.colno})") from None
         if not isinstance(record, dict):
             raise InputError(f"line {number}: expected a JSON object, got {type(record).__name__}")
         yield number, record

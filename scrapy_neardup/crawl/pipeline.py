@@ -64,6 +64,7 @@ from .item_fields import MARK_FIELD_MISSING, TEXT_FIELD_PROBE, ItemFieldChecks, 
 from .order import KeepOrder
 from .outage import UNCHECKED, BackendOutage, describe_unchecked, too_many_unchecked
 from .page_sketcher import PageSketcher
+from .search_index import require_search_writer
 from .settings import NearDupSettings, NearDupSettingsError
 from .soft404 import Soft404Dropped
 from .startup import component_startup, report_startup_failure
@@ -152,6 +153,7 @@ class NearDuplicatePipeline:
         log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
         with component_startup(crawler):
             config = NearDupSettings.from_settings(crawler.settings)
+            require_search_writer(crawler.settings)  # a search index nothing would write: said at start
             if not config.enabled:
                 raise NotConfigured("NEARDUP_ENABLED is False")
             hosts = HostSettings.from_settings(crawler.settings)

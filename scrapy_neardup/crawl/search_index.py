@@ -16,6 +16,11 @@ and removes the document a page had from an earlier crawl when it has become a d
 pipeline could not check is written ``unchecked`` (its own group); an item it did not sketch (no text) is
 written without a sketch. A later crawl of a page replaces its document (one id per URL).
 
+The item's text field (``NEARDUP_TEXT_FIELD``) is stored as searchable plain text: when it holds HTML (say
+``response.text``), the document gets the page's visible text instead (:func:`scrapy_neardup.core.html.html_to_text`:
+markup, scripts and styles out, the title and body text in), so that snippets show no tags and no word inside a tag
+matches a search. The item itself, and what feed exports write, keep the HTML.
+
 The writer itself is a :class:`~scrapy_neardup.store.search_sink.SearchSink`, loaded by dotted path
 (:data:`SINK`: Elasticsearch or OpenSearch, ``es_integration.search_index``, which documents its batching,
 retries and index settings). Nothing is lost silently: an item that could not be written after the retries is
@@ -55,6 +60,7 @@ from scrapy.exceptions import CloseSpider, NotConfigured
 from scrapy.utils.misc import load_object
 from scrapy.utils.serialize import ScrapyJSONEncoder
 
+from ..core.html import html_to_text, looks_like_html
 from ..store.config import NearDupSettingsError, SettingsLike, read_choice, read_str
 from ..store.search_sink import SearchPage, SearchSink, SearchStatus
 from .drops import NearDuplicateDropped, RepeatDropped
@@ -129,6 +135,7 @@ class SearchIndexPipeline:
         self.config = config
         self.sink = sink
         self.url_field = pipeline.url_field
+        self.text_field = pipeline.text_field
         self.crawler = crawler
         self.stats: StatsCollector | None = crawler.stats if crawler is not None else None
         self.counts: dict[str, int] = {}
@@ -256,7 +263,12 @@ class SearchIndexPipeline:
             fields = json.loads(self._encoder.encode(ItemAdapter(item).asdict()))
         except (TypeError, ValueError):
             return None
-        return fields if isinstance(fields, dict) else None
+        if not isinstance(fields, dict):
+            return None
+        text = fields.get(self.text_field)
+        if isinstance(text, str) and looks_like_html(text):
+            fields[self.text_field] = html_to_text(text)  # searchable words, not markup (see the module doc)
+        return fields
 
     def _key(self, item: Any, fields: dict[str, Any] | None) -> str:
         """The key of an item the pipeline did not sketch: its URL, else a hash of its fields."""
@@ -301,6 +313,29 @@ class SearchIndexPipeline:
                 if self._failed_file is not None:
                     self._failed_file.close()
             self._failed_file = None
+
+
+def require_search_writer(settings: Any) -> None:
+    """Refuse ``NEARDUP_SEARCH_INDEX`` without this component in ``ITEM_PIPELINES``: the index would never be
+    written, and nothing would say so (the add-on adds the component; a project listing its pipelines by hand must
+    list this one too).
+
+    Raises:
+        NearDupSettingsError: the one line naming what to add.
+    """
+    from scrapy.utils.conf import build_component_list  # lazy: only a crawl with the setting pays for it
+
+    if not settings.get("NEARDUP_SEARCH_INDEX"):
+        return
+    enabled = {load_object(path) if isinstance(path, str) else path
+               for path in build_component_list(settings.getwithbase("ITEM_PIPELINES"))}
+    if SearchIndexPipeline not in enabled:
+        raise NearDupSettingsError(
+            f"NEARDUP_SEARCH_INDEX={settings.get('NEARDUP_SEARCH_INDEX')!r} is set but ITEM_PIPELINES has no "
+            "scrapy_neardup.SearchIndexPipeline, which writes it: add it (e.g. ITEM_PIPELINES = "
+            "{..., 'scrapy_neardup.SearchIndexPipeline': 900}), or enable the add-on (ADDONS = "
+            "{'scrapy_neardup.NearDuplicateAddon': 0}), or unset NEARDUP_SEARCH_INDEX"
+        )
 
 
 def _sink_class() -> type[SearchSink]:

@@ -89,6 +89,7 @@ def test_a_crawl_fills_a_multi_shard_index_that_a_collapsed_search_shows_once_pe
         url, neardup = source["url"], source["neardup"]
         assert doc["_id"] == doc_id_of(url) and neardup["key"] == url
         assert source["title"] and source["text"] and neardup["tag"] and len(neardup["positions"]) == 128
+        assert "<" not in source["text"] and "</" not in source["text"]  # the crawl's items carry the HTML
         if url in drops:
             assert neardup["status"] == "duplicate"
             assert neardup["group"] == neardup["duplicate_of"] == doc_id_of(drops[url])
@@ -110,6 +111,9 @@ def test_a_crawl_fills_a_multi_shard_index_that_a_collapsed_search_shows_once_pe
     hits = search_with_collapse(es_client, search_index, {"query": {"match": {"text": word}}}).hits
     assert [(h.source["url"], h.omitted) for h in hits] == [(server.url + original, 4)]
     assert "positions" not in hits[0].source["neardup"]  # the sketch fields stay out of the sources
+    assert word in hits[0].source["text"].split()
+    # Words of the markup (tag and attribute names) are not in the searchable text.
+    assert search_with_collapse(es_client, search_index, {"query": {"match": {"text": "href"}}}).hits == []
     # Without collapse every page comes back, duplicates too.
     plain = search_with_collapse(es_client, search_index, {"query": {"match": {"text": word}}}, collapse=False)
     assert len(plain.hits) == 5 and {h.omitted for h in plain.hits} == {0}
@@ -147,6 +151,12 @@ def test_a_recrawl_updates_changed_pages_in_place_and_skip_leaves_duplicates_out
     left = documents(es_client, search_index)
     assert {doc["_source"]["url"] for doc in left.values()} == set(first.kept_urls)
     assert third.stat("neardup/search_removed") == len(near_duplicate_drops(third)) > 0
+    # Again: the duplicates have no document left to remove, and the summary says none was.
+    fourth = run_crawl(settings=search_settings(es_url, search_index, NEARDUP_SEARCH_DUPLICATES="skip", **state),
+                       spider={"start_url": server.url + "/"}, name="fourth")
+    assert fourth.returncode == 0 and len(near_duplicate_drops(fourth)) > 0, fourth.log[-3000:]
+    assert not fourth.stat("neardup/search_removed")
+    assert " 0 removed, 0 items not written" in fourth.log
 
 
 def test_an_item_without_text_is_written_as_its_own_group(
@@ -178,6 +188,9 @@ def test_an_item_without_text_is_written_as_its_own_group(
     ({"NEARDUP_SEARCH_BATCH_SIZE": "0"}, "NEARDUP_SEARCH_BATCH_SIZE='0' is not valid"),
     ({"NEARDUP_ES_URL": None}, "NEARDUP_SEARCH_INDEX needs NEARDUP_ES_URL"),
     ({"NEARDUP_SEARCH_INDEX": "Pages"}, "NEARDUP_SEARCH_INDEX='Pages' is not valid: expected a lowercase"),
+    # Pipelines listed by hand without the writer: the index would never be written.
+    ({"ADDONS": {}, "ITEM_PIPELINES": {"scrapy_neardup.NearDuplicatePipeline": 300}},
+     "NEARDUP_SEARCH_INDEX='same-index' is set but ITEM_PIPELINES has no scrapy_neardup.SearchIndexPipeline"),
 ])
 def test_wrong_settings_stop_the_crawl_at_start_with_one_line(
     extra: dict[str, Any], message: str, run_crawl: Any, serve_site: Any,
