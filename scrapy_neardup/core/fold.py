@@ -39,6 +39,9 @@ MAX_FOLD = 3
 _DATA = Path(__file__).resolve().parent.parent / "data" / "confusables.tsv"
 _SPACE = " "
 _BMP = 0x10000
+_WIDTH_RANGE = np.arange(MAX_FOLD, dtype=np.uint8)
+# Long texts are folded in pieces of this many characters (folding is per character: pieces join exactly).
+_PIECE = 1 << 20
 #: Combining marks that are accents, stress marks, optional vowel points or variation selectors (dropped).
 _DROPPED_MARKS = (
     (0x0300, 0x036F), (0x0483, 0x0489), (0x0591, 0x05C7), (0x0610, 0x061A), (0x064B, 0x065F), (0x0670, 0x0670),
@@ -57,14 +60,84 @@ def fold_text(text: str) -> str:
     """
     if text.isascii():
         return text
+    if len(text) > _PIECE:  # bounded temporaries (12 bytes a character) on long texts
+        return "".join(fold_text(text[start : start + _PIECE]) for start in range(0, len(text), _PIECE))
     points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     table, counts = _bmp_table()
     astral = points >= _BMP
     if astral.any():
         return _fold_mixed(points, astral, table, counts)
-    wide = table[points]
-    keep = counts[points][:, None] > _WIDTH_RANGE
-    return wide[keep].tobytes().decode("utf-32-le", "surrogatepass")
+    sizes = counts[points]
+    if (sizes == 1).all():  # no character dropped or folded to several: one gather
+        return table[points, 0].tobytes().decode("utf-32-le", "surrogatepass")
+    keep = sizes[:, None] > _WIDTH_RANGE
+    return table[points][keep].tobytes().decode("utf-32-le", "surrogatepass")
+
+
+def fold_utf8(raw: bytes) -> bytes:
+    """:func:`fold_text` on UTF-8 bytes, the form normalization works on.
+
+    Text of the Basic Multilingual Plane (every character takes two or three bytes in UTF-8, ASCII aside) is
+    folded on its bytes: each character of two bytes (U+0080-07FF: Latin, Greek, Cyrillic... with their accents) or
+    three (U+0800-FFFF: punctuation such as ``’`` and ``—``, CJK...) is replaced by its fold, which never takes more
+    bytes than the character (padding bytes that UTF-8 never uses, 0xFF, are removed after), in a few numpy passes
+    that leave ASCII bytes alone. Characters beyond the BMP, and the rare folds longer than their character, send
+    the text through :func:`fold_text`.
+    """
+    data = np.frombuffer(raw, dtype=np.uint8)
+    lead = np.flatnonzero(data >= 0xC0)
+    if lead.size == 0:
+        return raw
+    first = data[lead]
+    if first.max() >= 0xF0:
+        return _through_text(raw)
+    out = data.copy()
+    for size, chosen in ((2, first < 0xE0), (3, first >= 0xE0)):
+        starts = lead[chosen]
+        if starts.size == 0:
+            continue
+        points = (data[starts].astype(np.uint32) & (0x1F if size == 2 else 0x0F)) << (6 * (size - 1))
+        for offset in range(1, size):
+            points |= (data[starts + offset].astype(np.uint32) & 0x3F) << (6 * (size - 1 - offset))
+        folds, fits = _byte_table(size)
+        if not fits[points].all():
+            return _through_text(raw)
+        replaced = folds[points]
+        for offset in range(size):
+            out[starts + offset] = replaced[:, offset]
+    return out[out != _PAD_BYTE].tobytes()
+
+
+def _through_text(raw: bytes) -> bytes:
+    return fold_text(raw.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
+
+
+_PAD_BYTE = 0xFF
+
+
+@functools.cache
+def _byte_table(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each code point that takes ``size`` bytes in UTF-8 (2: below U+0800, 3: the rest of the BMP, indexed
+    by code point): the UTF-8 of its fold in ``size`` bytes, padded with 0xFF, and whether it fits."""
+    table, counts = _bmp_table()
+    stop = 0x800 if size == 2 else _BMP
+    folds = np.full((stop, size), _PAD_BYTE, dtype=np.uint8)
+    fits = np.ones(stop, dtype=bool)
+    low = 0x80 if size == 2 else 0x800
+    points = np.arange(low, stop, dtype=np.uint32)
+    for offset in range(size):  # what folds to itself is itself: its own UTF-8, computed for all at once
+        shift = 6 * (size - 1 - offset)
+        folds[low:, offset] = (0x80 | ((points >> shift) & 0x3F)) if offset else ((0xC0 if size == 2 else 0xE0)
+                                                                                   | (points >> shift))
+    changed = np.flatnonzero((counts[low:stop] != 1) | (table[low:stop, 0] != points)) + low
+    for point in changed.tolist():
+        folded = "".join(map(chr, table[point, : counts[point]])).encode("utf-8", "surrogatepass")
+        folds[point] = _PAD_BYTE
+        if len(folded) > size:
+            fits[point] = False
+        else:
+            folds[point, : len(folded)] = list(folded)
+    return folds, fits
 
 
 def before_nfkc(text: str) -> str:
@@ -72,8 +145,8 @@ def before_nfkc(text: str) -> str:
 
     NFKC turns Greek lunate sigma ``ϲ`` (which looks like ``c``) into ``ς`` and ``ͺ`` (which looks like ``i``)
     into a space and a mark; folded after NFKC, a ``c`` typed as ``ϲ`` would read as ``σ``. The characters concerned
-    (:func:`_shape_changes`) are letters of the Latin, Greek and Cyrillic blocks only; a regular expression finds
-    them, so text without them costs one scan in C.
+    (:func:`_shape_changes`) are letters of the Latin, Greek and Cyrillic blocks only; none is NFKC-normalized, so
+    callers need this only for text that is not; a regular expression finds them.
     """
     changes, pattern = _shape_changes()
     if pattern.search(text) is None:
@@ -109,7 +182,6 @@ def _fold_mixed(points: np.ndarray, astral: np.ndarray, table: np.ndarray, count
     return "".join(pieces)
 
 
-_WIDTH_RANGE = np.arange(MAX_FOLD, dtype=np.uint8)
 
 
 @functools.cache

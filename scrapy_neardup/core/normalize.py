@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .fold import before_nfkc, fold_text
+from .fold import before_nfkc, fold_utf8
 from .marks import MARKS
 
 # Long non-ASCII texts get NFKC in pieces of about this many characters (see _nfkc).
@@ -100,7 +100,7 @@ def normalize_capped(text: str, max_chars: int | None, folding: Folding = PLAIN)
 
     Every step is local, so most of the work is done on bytes: ASCII letters are lower-cased and ASCII
     separators turned into spaces by one ``bytes.translate``, and runs of spaces collapsed with numpy. Only
-    non-ASCII characters take the Unicode path (NFKC, then :func:`fold_text`): piecewise on mostly-ASCII
+    non-ASCII characters take the Unicode path (NFKC, then :func:`fold_utf8`): piecewise on mostly-ASCII
     text (:func:`_fold_sparse`), over the whole text otherwise (:func:`_fold_dense`). A text long enough for
     NFKC to reach ``max_chars`` (18 characters out per character in at most) takes the capped path.
     """
@@ -114,7 +114,7 @@ def normalize_capped(text: str, max_chars: int | None, folding: Folding = PLAIN)
     if max_chars is None or len(text) * _NFKC_MAX_GROWTH <= max_chars:
         return collapse_spaces(_fold_non_ascii(raw, folding)), False
     text, cut = _nfkc(before_nfkc(text), max_chars)
-    return collapse_spaces(fold_text(text).encode("utf-8").translate(folding.fold)), cut
+    return collapse_spaces(fold_utf8(text.encode("utf-8")).translate(folding.fold)), cut
 
 
 def collapse_spaces(folded: bytes) -> bytes:
@@ -169,18 +169,19 @@ def _fold_sparse(raw: bytes, edges: list[int], starts_high: bool, folding: Foldi
 
 
 def _fold_exact(text: str, folding: Folding) -> bytes:
-    """The reference definition: NFKC, then every non-ASCII character folded (:func:`fold_text`: accents, format
+    """The reference definition: NFKC, then every non-ASCII character folded (:func:`fold_utf8`: accents, format
     characters and lookalikes, case, separators to spaces), then ASCII lower-cased and its separators spaces."""
-    return fold_text(unicodedata.normalize("NFKC", before_nfkc(text))).encode("utf-8").translate(folding.fold)
+    return fold_utf8(unicodedata.normalize("NFKC", before_nfkc(text)).encode("utf-8")).translate(folding.fold)
 
 
 def _fold_dense(raw: bytes, folding: Folding) -> bytes:
     """Fold a text with many non-ASCII characters (Cyrillic, Greek, CJK...) as a whole: NFKC only when the text is
-    not already normalized, then one table look-up per code point (:func:`fold_text`)."""
-    text = before_nfkc(raw.decode("utf-8"))
+    not already normalized (the few letters :func:`before_nfkc` reshapes are never), then :func:`fold_utf8` over its
+    bytes."""
+    text = raw.decode("utf-8")
     if not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text)
-    return fold_text(text).encode("utf-8").translate(folding.fold)
+        raw = unicodedata.normalize("NFKC", before_nfkc(text)).encode("utf-8")
+    return fold_utf8(raw).translate(folding.fold)
 
 
 def _nfkc(text: str, max_chars: int | None) -> tuple[str, bool]:
