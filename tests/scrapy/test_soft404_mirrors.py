@@ -211,7 +211,10 @@ def test_mark_mode_marks_soft_404s(hosts: Hosts, run_crawl: RunCrawl, tmp_path: 
     soft_404_urls = {s.url + p for s in (hosts.original, hosts.mirror) for p in hosts.soft_404_paths}
     assert soft_404_urls <= set(by_url)  # mirrors not skipped here: every soft 404 was fetched and marked
     for url in soft_404_urls:
-        assert "neardup-soft404-probe-" in by_url[url]["neardup"]["soft404"]
+        mark = by_url[url]["neardup"]
+        assert "neardup-soft404-probe-" in mark["soft404"]
+        assert mark["rule"] == "soft404" and mark["shared"] == round(mark["resemblance"] * mark["k"])
+        assert mark["interval"][0] <= mark["resemblance"] <= mark["interval"][1]
     assert result.stat("neardup/soft404") == len(soft_404_urls)
 
 
