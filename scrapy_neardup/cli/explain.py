@@ -201,7 +201,9 @@ def _records(sketcher: Sketcher, args: argparse.Namespace) -> list[Side]:
 
 def _cut(words: str) -> str:
     parts = words.split()
-    return words if len(parts) <= _SHOWN_WORDS else " ".join(parts[:_SHOWN_WORDS]) + f" ... (+{len(parts) - 40} words)"
+    if len(parts) <= _SHOWN_WORDS:
+        return words
+    return " ".join(parts[:_SHOWN_WORDS]) + f" ... (+{len(parts) - _SHOWN_WORDS} words)"
 
 
 def render_text(result: dict[str, Any]) -> str:
@@ -216,7 +218,8 @@ def render_text(result: dict[str, Any]) -> str:
     changes = [d for d in result["diff"] if d[0] != "equal"]
     lines.append(f"differences of the sketched texts: {len(changes)}")
     for op, wa, wb in changes[:10]:
-        lines.append(f"   {op:8} A: [-{_cut(wa)}-]  B: {{+{_cut(wb)}+}}")
+        shown = {"delete": f"A only: {_cut(wa)}", "insert": f"B only: {_cut(wb)}"}
+        lines.append("   " + shown.get(op, f"A: {_cut(wa)}  ->  B: {_cut(wb)}"))
     if len(changes) > 10:
         lines.append(f"   ... {len(changes) - 10} more")
     low, high = result["interval"]

@@ -27,9 +27,10 @@ NEARDUP_SHINGLE_SIZE  units per shingle (default 5 words / 9 characters).
 NEARDUP_SEED          hash seed (default 1).
 NEARDUP_CONTENT       ``"auto"`` (default: the page's own text), ``"main"`` (marked main content) or ``"body"``.
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
-NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode
-                      (``{"revisit": True, "changed": bool}`` for a revisit, ``{"repeat": True}`` for a
-                      repeat, ``None`` for a kept page).
+NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode, with the
+                      evidence ``{"rule", "shared", "k", "interval"}`` (docs/evidence.md)
+                      (``{"revisit": True, "changed": bool}`` for a revisit, ``{"repeat": True, "rule": "repeat"}``
+                      for a repeat, ``None`` for a kept page).
 NEARDUP_REVISIT       ``"emit"`` (default) or ``"drop_unchanged"``: what becomes of a page seen again under
                       its key by a later crawl (a recurring crawl) whose content did not change. Met again
                       unchanged within one crawl, a page is a repeat: dropped (or marked), never emitted twice.

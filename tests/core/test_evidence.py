@@ -133,3 +133,28 @@ def test_dedupe_output_carries_the_evidence(tmp_path: Path, capsys: pytest.Captu
     assert fields["rule"] == "near_duplicate" and fields["k"] == 128
     assert fields["interval"][0] <= second["resemblance"] <= fields["interval"][1]
     assert fields["shared"] == round(second["resemblance"] * 128)
+
+
+def test_explain_fetches_pages_given_as_urls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import functools
+    import http.server
+    import threading
+
+    a, b, _ = _pages(tmp_path)
+    (tmp_path / "a.html").write_text(a)
+    (tmp_path / "b.html").write_text(b)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert main(["explain", f"{base}/a.html", f"{base}/b.html", "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["decision"] == "near_duplicate" and result["pages"][1]["name"] == f"{base}/b.html"
+        assert main(["explain", f"{base}/a.html", f"{base}/missing.html"]) == 1
+        assert "cannot fetch" in capsys.readouterr().err
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
