@@ -44,6 +44,7 @@ from .jsonl import (
 )
 from .options import add_progress_option, add_sketch_options, add_threshold_options, params_from_args
 from .progress import progress_bar
+from .report import add_report
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dedupe(sub)
     _add_compare(sub)
     add_explain(sub)
+    add_report(sub)
     _add_curve(sub)
     _add_es(sub)
     return parser
