@@ -13,8 +13,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from ..core.report_html import page, plot
 from ..core.sketch import Sketcher
-from ..core.theory import curve
 from ..errors import CommandError
 from .explain import Side, explain
 from .jsonl import ID_FIELD_HELP, choose_id_field, open_input, read_records, record_host
@@ -95,7 +95,8 @@ def render_report(records: dict[str, dict[str, Any]], order: list[str], args: ar
         f'<div class="card"><b>{value}</b>{esc(label)}</div>' for value, label in (
             (len(order), "records"), (len(order) - len(dups), "kept"), (len(dups), "duplicates"),
             (exact, "exact copies"), (f"{len(dups) / max(1, len(order)):.1%}", "duplicate rate"))) + "</div>")
-    parts.append("<h2>Resemblance of the duplicate pairs</h2>" + _plot(records, dups, k, min_shared))
+    resemblances = [float(records[rid].get("resemblance") or 0) for rid in dups]
+    parts.append("<h2>Resemblance of the duplicate pairs</h2>" + plot(resemblances, k, min_shared))
     rows = "".join(
         f"<tr><td>{esc(host)}</td><td class=n>{n}</td><td class=n>{d}</td><td><span class=bar style=\"width:"
         f"{100 * d / n:.0f}px\"></span> {d / n:.0%}</td></tr>"
@@ -104,7 +105,7 @@ def render_report(records: dict[str, dict[str, Any]], order: list[str], args: ar
                  f"<th>rate</th></tr>{rows}</table>")
     rows = "".join(
         f"<tr><td>{esc(_name(records.get(kept, {}), kept, args.url_field))}</td><td class=n>{n + 1}</td></tr>"
-        for kept, n in groups.most_common(20))
+        for kept, n in groups.most_common(10))
     parts.append("<h2>Largest groups</h2><table><tr><th>kept page</th><th>pages</th></tr>"
                  f"{rows or '<tr><td colspan=2>no duplicates</td></tr>'}</table>")
     views, rows_html = [], []
@@ -127,8 +128,7 @@ def render_report(records: dict[str, dict[str, Any]], order: list[str], args: ar
                  f"<th>resemblance</th><th>evidence</th></tr>{''.join(rows_html)}</table>")
     if views:
         parts.append("<h2>Side by side</h2>" + "".join(views))
-    return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>Near-duplicate report</title>"
-            f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")
+    return page("Near-duplicate report", "".join(parts))
 
 
 def _view(number: int, kept: dict[str, Any], dup: dict[str, Any], kept_id: str, dup_id: str,
@@ -173,50 +173,5 @@ def _fold(words: str, first: bool, last: bool, keep: int = 12) -> str:
     return (html.escape(" ".join(head)) + f' <span class="same">&hellip; {folded} words the same &hellip;</span> '
             + html.escape(" ".join(tail)))
 
-
-def _plot(records: dict[str, dict[str, Any]], dups: list[str], k: int, t: int) -> str:
-    """Inline SVG: the S-curve ``p(r)`` of ``t`` of ``k`` and, below it, a tick per duplicate pair at its estimated
-    resemblance (their count per 0.01 of ``r`` as a histogram)."""
-    width, height, left, top, plot_w, plot_h = 640, 300, 50, 15, 560, 220
-
-    def x(r: float) -> float:
-        return left + r * plot_w
-
-    def y(p: float) -> float:
-        return top + (1 - p) * plot_h
-
-    points = " ".join(f"{x(r):.1f},{y(p):.1f}" for r, p in curve(k, t))
-    counts = Counter(min(99, int(float(records[rid].get("resemblance") or 0) * 100)) for rid in dups)
-    most = max(counts.values(), default=1)
-    bars = "".join(f'<rect x="{x(b / 100):.1f}" y="{y(n / most):.1f}" width="{plot_w / 100:.1f}" '
-                   f'height="{plot_h * n / most:.1f}" class="hist"><title>{n} pairs at r = {b / 100:.2f}</title></rect>'
-                   for b, n in sorted(counts.items()))
-    axis = "".join(f'<line x1="{x(r)}" y1="{y(0)}" x2="{x(r)}" y2="{y(0) + 5}" class="ax"/><text x="{x(r)}" '
-                   f'y="{y(0) + 18}" class="lab">{r:.1f}</text>' for r in (0, 0.2, 0.4, 0.6, 0.8, 1.0))
-    axis += "".join(f'<text x="{left - 8}" y="{y(p) + 4}" class="lab end">{p:.1f}</text>' for p in (0, 0.5, 1.0))
-    return (f'<svg viewBox="0 0 {width} {height}" style="width:100%;max-width:{width + 180}px" role="img" '
-            f'aria-label="estimated resemblance of the duplicate pairs and the S-curve">'
-            f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="frame"/>{bars}'
-            f'<polyline points="{points}" class="curve"/>{axis}'
-            f'<text x="{left + plot_w / 2}" y="{height - 8}" class="lab">resemblance r (bars: duplicate pairs, '
-            f'scaled to the largest; line: probability a pair at r is flagged)</text></svg>')
-
-
-_CSS = """body{font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1100px;
-padding:1.5em 2em;color:#1f2933;background:#fff}h1{font-size:1.6em;margin:.2em 0}h2{font-size:1.2em;
-margin-top:2em;border-bottom:1px solid #e4e7eb;padding-bottom:.3em}h3{font-size:1em;margin:.3em 0}
-.sub{color:#616e7c;margin:.2em 0}.cards{display:flex;gap:1em;flex-wrap:wrap;margin:1em 0}
-.card{background:#f5f7fa;border-radius:8px;padding:.7em 1.2em;min-width:7em;color:#52606d}
-.card b{display:block;font-size:1.6em;color:#1f2933}table{border-collapse:collapse;width:100%}
-th,td{text-align:left;padding:.35em .6em;border-bottom:1px solid #eef0f3;vertical-align:top;word-break:break-all}
-th{color:#52606d;font-weight:600}td.n{text-align:right;white-space:nowrap}
-.bar{display:inline-block;height:.7em;background:#e0796b;border-radius:2px;vertical-align:middle}
-svg .frame{fill:#fafbfc;stroke:#d9dde2}svg .curve{fill:none;stroke:#2f6fbf;stroke-width:2}
-svg .hist{fill:#e0796b;opacity:.75}svg .ax{stroke:#9aa5b1}svg .lab{font-size:11px;fill:#52606d;text-anchor:middle}
-svg .end{text-anchor:end}.cols{display:grid;grid-template-columns:1fr 1fr;gap:1.2em}
-.text{background:#fafbfc;border:1px solid #e4e7eb;border-radius:6px;padding:.7em;max-height:18em;overflow:auto;
-font-size:.92em}del{background:#fbd5d0;text-decoration:none}ins{background:#cdeccd;text-decoration:none}
-.same{color:#7b8794;font-style:italic;white-space:nowrap}
-.view{border-top:1px dashed #d9dde2;padding-top:.6em;margin-top:1em}a{color:#2f6fbf}"""
 
 __all__ = ["DEFAULT_VIEWS", "add_report", "render_report", "run_report"]

@@ -42,6 +42,8 @@ NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT
 NEARDUP_STATE_DIR     where the embedded store is saved (default ``<JOBDIR>/neardup``; none without JOBDIR).
 NEARDUP_RESET         bool: discard the saved embedded store at start.
 NEARDUP_DEBUG         bool: log every drop at INFO instead of DEBUG.
+NEARDUP_REPORT        path: write an HTML report of the crawl's decisions there at its end (default: none;
+                      the add-on enables :class:`~scrapy_neardup.crawl.report.CrawlReport`).
 NEARDUP_WORKER        bool, default True: sketch in one child process, off the crawl's reactor thread
                       (False: sketch in the crawl's own process).
 NEARDUP_TEMPLATE_SAMPLE  int >= 1, default 100: pages of a host its template is learned from ("auto" mode).
