@@ -237,9 +237,18 @@ def test_each_feature_switches_off(hosts: Hosts, run_crawl: RunCrawl, tmp_path: 
 
 
 def test_mark_mode_marks_soft_404s(hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path) -> None:
-    result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_ACTION="mark", NEARDUP_MIRRORS_ENABLED=False),
+    report = tmp_path / "report.html"
+    result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_ACTION="mark", NEARDUP_MIRRORS_ENABLED=False,
+                                               NEARDUP_REPORT=str(report)),
                        spider={"start_url": hosts.original.url + "/", "item_type": "item"})
     assert result.returncode == 0, result.log[-3000:]
+    # The report reads the marks: every marked item is a row with its rule, every item counted once.
+    page = report.read_text()
+    marked = [i for i in result.scraped if i["neardup"] is not None]
+    assert f'<div class="card"><b>{len(result.scraped)}</b>pages</div>' in page
+    assert f'<div class="card"><b>{len(marked)}</b>dropped or marked</div>' in page
+    rows = page.split("<h2>Every drop or mark", 1)[1].count("<tr><td>")
+    assert rows == len(marked) and page.count("soft404: ") == sum(1 for i in marked if "soft404" in i["neardup"])
     by_url = {item["url"]: item for item in result.scraped}
     soft_404_urls = {s.url + p for s in (hosts.original, hosts.mirror) for p in hosts.soft_404_paths}
     assert soft_404_urls <= set(by_url)  # mirrors not skipped here: every soft 404 was fetched and marked
