@@ -243,6 +243,10 @@ del{background:#fdd;text-decoration:none}ins{background:#dfd;text-decoration:non
 .near_duplicate,.exact{background:#fde8d8}.kept{background:#e3f4e3}"""
 
 
+def _runs(n: int) -> str:
+    return "nothing" if n == 0 else f"{n} run" if n == 1 else f"{n} runs"
+
+
 def render_html(result: dict[str, Any]) -> str:
     """The comparison as one self-contained HTML page (inline CSS, no external assets)."""
     esc = html.escape
@@ -264,7 +268,7 @@ def render_html(result: dict[str, Any]) -> str:
             f"<div><h2>{label}: {esc(str(page['name']))}</h2><p>Sketched: {esc(page['sketched'])}, "
             f"{page['words_sketched']} of {page['words_whole']} words ({page['removed_share']:.0%} left out)</p>"
             f'<div class="text">{" ".join(body)}</div>'
-            f"<details><summary>Left out ({len(page['left_out'])} runs)</summary>{out}</details></div>")
+            f"<details><summary>Left out: {_runs(len(page['left_out']))}</summary>{out}</details></div>")
     decision = {"exact": "Exact copy", "near_duplicate": "Near-duplicates",
                 "kept": "Not near-duplicates: both kept"}[result["decision"]]
     return (
