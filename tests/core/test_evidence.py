@@ -158,3 +158,24 @@ def test_explain_fetches_pages_given_as_urls(tmp_path: Path, capsys: pytest.Capt
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_report_from_dedupe_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b, far = _pages(tmp_path)
+    pages = tmp_path / "pages.jsonl"
+    pages.write_text("".join(json.dumps({"id": i, "url": f"http://x.test/{i}", "text": t}) + "\n"
+                             for i, t in ((1, a), (2, far), (3, b))))
+    out, report = tmp_path / "out.jsonl", tmp_path / "report.html"
+    assert main(["dedupe", str(pages), "-o", str(out)]) == 0
+    assert main(["report", str(out), "-o", str(report)]) == 0
+    page = report.read_text()
+    second = json.loads(out.read_text().splitlines()[2])
+    low, high = second["evidence"]["interval"]
+    assert f"near_duplicate: {second['evidence']['shared']} of 128, r in [{low:.3f}, {high:.3f}]" in page
+    assert page.count('<section id="why-') == 1 and "<ins>changed</ins>" in page and "<ins>other</ins>" in page
+    assert main(["report", str(out), "-o", str(report), "--views", "0"]) == 0
+    assert '<section id="why-' not in report.read_text()
+    # Not a dedupe output: said, with the line, and a non-zero exit.
+    assert main(["report", str(pages), "-o", str(tmp_path / "r2.html")]) == 1
+    assert "line 1: no 'duplicate_of' field" in capsys.readouterr().err
+    assert not (tmp_path / "r2.html").exists()
