@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import __version__
 from ..core.dedupe import Deduper
+from ..core.evidence import match_evidence
 from ..core.params import DEFAULT_NUM_PERM, SketchParams
 from ..core.sketch import Sketcher
 from ..core.template import learn_hosts
@@ -30,6 +31,7 @@ from ..core.theory import (
     min_shared_for,
 )
 from ..errors import CommandError
+from .explain import add_explain
 from .jsonl import (
     ID_FIELD_HELP,
     InputError,
@@ -42,6 +44,7 @@ from .jsonl import (
 )
 from .options import add_progress_option, add_sketch_options, add_threshold_options, params_from_args
 from .progress import progress_bar
+from .report import add_report
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_dedupe(sub)
     _add_compare(sub)
+    add_explain(sub)
+    add_report(sub)
     _add_curve(sub)
     _add_es(sub)
     return parser
@@ -96,7 +101,8 @@ def _add_dedupe(sub: Any) -> None:
         "dedupe",
         help="mark or drop near-duplicate records of a JSON-lines file",
         description="Read JSON lines; write every record back in input order with 'duplicate_of' (id of the kept "
-        "record it near-duplicates, or null) and 'resemblance' (estimated, or null). First seen is kept. "
+        "record it near-duplicates, or null), 'resemblance' (estimated, or null) and 'evidence' (rule, shared "
+        "positions of k, 95%% interval of the resemblance; or null). First seen is kept. "
         "Records without usable text are kept with duplicate_of null and counted in the summary.",
     )
     p.add_argument("input", help="JSON-lines file, or - for stdin")
@@ -181,6 +187,7 @@ def _dedupe_batch(
         match = verdict.match
         record["duplicate_of"] = json.loads(match.key) if match else None
         record["resemblance"] = match.resemblance if match else None
+        record["evidence"] = match_evidence(match, deduper.sketcher.num_perm) if match else None
         sink.write(json_line(record))
 
 

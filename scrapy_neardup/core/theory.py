@@ -148,6 +148,42 @@ def describe_rule(num_perm: int, min_shared: int) -> str:
     )
 
 
+#: Two-sided normal quantile of a 95% interval, ``z = Phi^-1(0.975)``.
+_Z95 = 1.959963984540054
+
+
+def resemblance_interval(shared: int, num_perm: int, z: float = _Z95) -> tuple[float, float]:
+    """The 95% (Wilson score) interval of the resemblance ``r`` of two pages whose signatures agree in
+    ``shared`` of ``k`` positions.
+
+    Args:
+        shared: ``s``, positions where the signatures agree (``0 <= s <= k``).
+        num_perm: ``k``, signature positions.
+        z: normal quantile of the interval (default ``1.96``: 95%, two-sided).
+
+    Each position agrees independently with probability ``r``, so ``s ~ Binomial(k, r)`` and ``r^ = s / k`` is
+    the estimate. The Wilson interval inverts the normal test of ``r``::
+
+        centre    = (r^ + z^2 / 2k) / (1 + z^2 / k)
+        halfwidth = z / (1 + z^2 / k) * sqrt(r^ (1 - r^) / k + z^2 / 4k^2)
+        interval  = [centre - halfwidth, centre + halfwidth]
+
+    Unlike ``r^ +- z sqrt(r^(1 - r^)/k)`` it does not collapse to a point at ``s = k`` (all positions
+    agree): with ``k = 128``, ``s = 128`` gives ``[0.971, 1]``, ``s = 122`` gives ``[0.901, 0.978]``.
+    """
+    _check_k_t(num_perm, 0)
+    if not 0 <= shared <= num_perm:
+        raise ValueError(f"shared must lie in [0, num_perm={num_perm}], got {shared}")
+    k, p, z2 = float(num_perm), shared / num_perm, z * z
+    scale = 1.0 + z2 / k
+    centre = (p + z2 / (2 * k)) / scale
+    half = z / scale * float(np.sqrt(p * (1 - p) / k + z2 / (4 * k * k)))
+    # Exact at the ends: s = 0 cannot rule out r = 0, s = k cannot rule out r = 1 (rounding aside).
+    low = 0.0 if shared == 0 else max(0.0, centre - half)
+    high = 1.0 if shared == num_perm else min(1.0, centre + half)
+    return low, high
+
+
 def _check_k_t(num_perm: int, min_shared: int) -> None:
     if num_perm < 1:
         raise ValueError(f"num_perm must be >= 1, got {num_perm}")

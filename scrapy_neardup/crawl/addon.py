@@ -37,6 +37,7 @@ from .canonical import CanonicalLinkMiddleware
 from .exporters import CSV_EXPORTER
 from .mirrors import MirrorHostsMiddleware
 from .pipeline import NearDuplicatePipeline
+from .report import CrawlReport
 from .search_index import SearchIndexPipeline
 from .soft404 import Soft404Middleware
 from .templates import HOLD_ACTIVE_SIZE
@@ -65,6 +66,8 @@ class NearDuplicateAddon:
         settings.setdefault_in_component_priority_dict(
             "DOWNLOADER_MIDDLEWARES", CanonicalLinkMiddleware, CANONICAL_PRIORITY
         )
+        if settings.get("NEARDUP_REPORT"):
+            settings.setdefault_in_component_priority_dict("EXTENSIONS", CrawlReport, 0)
         if settings.get("NEARDUP_SEARCH_INDEX"):
             settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", SearchIndexPipeline,
                                                            SEARCH_INDEX_PRIORITY)

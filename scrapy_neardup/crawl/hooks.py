@@ -62,6 +62,8 @@ class CrawlHooks:
         self.decided: list[DecidedObserver] = []
         #: who tells whether a host may still copy an earlier one (the mirror middleware, when enabled).
         self.copy_judges: list[CopyJudge] = []
+        #: the mirror hosts found (:class:`~scrapy_neardup.core.mirrors.MirrorDecision`), for the crawl report.
+        self.mirror_decisions: list[Any] = []
         #: whether a middleware reads canonical links from responses (else the pipeline reads its text field).
         self.reads_canonical_links = False
         self._canonical_links: OrderedDict[str, str] = OrderedDict()

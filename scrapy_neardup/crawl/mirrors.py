@@ -79,7 +79,7 @@ class MirrorHostsMiddleware:
         self._store_warned = False
         self._closing = False
         self._spider_open = False
-        hooks = crawl_hooks(crawler)
+        hooks = self._hooks = crawl_hooks(crawler)
         hooks.observers.append(self)
         hooks.copy_judges.append(self)
 
@@ -207,6 +207,7 @@ class MirrorHostsMiddleware:
 
     def _decided(self, decision: MirrorDecision, note: str = "") -> None:
         self._inc("mirror_hosts")
+        self._hooks.mirror_decisions.append(decision)
         logger.info(decision.describe() + note)
 
     def _inc(self, name: str, count: int = 1) -> None:

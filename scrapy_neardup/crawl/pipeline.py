@@ -49,6 +49,7 @@ from scrapy.exceptions import CloseSpider, NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from ..core.dedupe import SKIP_EMPTY, SKIP_NOT_TEXT, skip_reason
+from ..core.evidence import evidence, match_evidence
 from ..core.match import Match
 from ..core.theory import describe_rule
 from ..errors import BinaryContent, MarkFieldError
@@ -372,7 +373,7 @@ class NearDuplicatePipeline:
         verb = "Marked" if self.config.action == "mark" else "Dropped"
         logger.log(level, "%s %s: its canonical link names %s, kept as %s", verb, key, canonical, holder)
         if self.config.action == "mark":
-            adapter[self.config.mark_field] = {"duplicate_of": holder, "canonical": canonical}
+            adapter[self.config.mark_field] = {"duplicate_of": holder, "canonical": canonical, "rule": "canonical"}
             self._inc("marked")
             return item
         self._inc("dropped")
@@ -400,16 +401,18 @@ class NearDuplicatePipeline:
             self._inc("exact_duplicates")
         level = logging.INFO if self.config.debug else logging.DEBUG
         verb = "Marked" if self.config.action == "mark" else "Dropped"
-        logger.log(level, "%s near-duplicate %s of %s (%s)", verb, key, match.key, describe(match))
+        logger.log(level, "%s near-duplicate %s of %s (%s)", verb, key, match.key,
+                   describe(match, self.config.num_perm))
         if self.config.action == "mark":
-            mark: dict[str, Any] = {"duplicate_of": match.key, "resemblance": match.resemblance, "exact": match.exact}
+            mark: dict[str, Any] = {"duplicate_of": match.key, "resemblance": match.resemblance, "exact": match.exact,
+                                    **match_evidence(match, self.config.num_perm)}
             if representative:
                 mark["representative"] = True
             adapter[self.config.mark_field] = mark
             self._inc("marked")
             return item
         self._inc("dropped")
-        raise NearDuplicateDropped(key, match)
+        raise NearDuplicateDropped(key, match, self.config.num_perm)
 
     def _revisit(self, item: Any, adapter: ItemAdapter, key: str, changed: bool) -> Any:
         """A page seen again under its key (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`):
@@ -439,7 +442,7 @@ class NearDuplicatePipeline:
         logger.log(level, "%s repeat of %s (met again in this crawl, unchanged)",
                    "Marked" if self.config.action == "mark" else "Dropped", key)
         if self.config.action == "mark":
-            adapter[self.config.mark_field] = {"repeat": True}
+            adapter[self.config.mark_field] = {"repeat": True, "rule": "repeat"}
             return item
         raise RepeatDropped(key)
 
@@ -452,7 +455,8 @@ class NearDuplicatePipeline:
                    soft404.resemblance)
         self._inc("soft404")
         if self.config.action == "mark":
-            adapter[self.config.mark_field] = {"soft404": soft404.probe_url, "resemblance": soft404.resemblance}
+            adapter[self.config.mark_field] = {"soft404": soft404.probe_url, "resemblance": soft404.resemblance,
+                                               **evidence(soft404.shared, soft404.num_perm, "soft404")}
             return item
         raise Soft404Dropped(url, soft404)
 

@@ -27,9 +27,10 @@ NEARDUP_SHINGLE_SIZE  units per shingle (default 5 words / 9 characters).
 NEARDUP_SEED          hash seed (default 1).
 NEARDUP_CONTENT       ``"auto"`` (default: the page's own text), ``"main"`` (marked main content) or ``"body"``.
 NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
-NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode
-                      (``{"revisit": True, "changed": bool}`` for a revisit, ``{"repeat": True}`` for a
-                      repeat, ``None`` for a kept page).
+NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode, with the
+                      evidence ``{"rule", "shared", "k", "interval"}`` (docs/evidence.md)
+                      (``{"revisit": True, "changed": bool}`` for a revisit, ``{"repeat": True, "rule": "repeat"}``
+                      for a repeat, ``None`` for a kept page).
 NEARDUP_REVISIT       ``"emit"`` (default) or ``"drop_unchanged"``: what becomes of a page seen again under
                       its key by a later crawl (a recurring crawl) whose content did not change. Met again
                       unchanged within one crawl, a page is a repeat: dropped (or marked), never emitted twice.
@@ -41,6 +42,8 @@ NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT
 NEARDUP_STATE_DIR     where the embedded store is saved (default ``<JOBDIR>/neardup``; none without JOBDIR).
 NEARDUP_RESET         bool: discard the saved embedded store at start.
 NEARDUP_DEBUG         bool: log every drop at INFO instead of DEBUG.
+NEARDUP_REPORT        path: write an HTML report of the crawl's decisions there at its end (default: none;
+                      the add-on enables :class:`~scrapy_neardup.crawl.report.CrawlReport`).
 NEARDUP_WORKER        bool, default True: sketch in one child process, off the crawl's reactor thread
                       (False: sketch in the crawl's own process).
 NEARDUP_TEMPLATE_SAMPLE  int >= 1, default 100: pages of a host its template is learned from ("auto" mode).

@@ -56,6 +56,7 @@ from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
+from ..core.evidence import describe_evidence, evidence
 from ..core.mirrors import host_of
 from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_path, url_words
 from ..errors import NearDupError
@@ -85,7 +86,8 @@ class Soft404Dropped(DropItem, NearDupError):
     def __init__(self, url: str, match: Soft404Match) -> None:
         super().__init__(
             f"soft 404: near-duplicate of the not-found page answered for {match.probe_url} "
-            f"(resemblance {match.resemblance:.3f})", log_level="DEBUG",
+            f"(resemblance {match.resemblance:.3f}, "
+            f"{describe_evidence(evidence(match.shared, match.num_perm, 'soft404'))})", log_level="DEBUG",
         )
         self.url = url
         self.soft404 = match

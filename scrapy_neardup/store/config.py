@@ -40,7 +40,8 @@ PARAM_SETTINGS: Mapping[str, str] = {name: f"NEARDUP_{name.upper()}" for name in
 KNOWN_SETTINGS: frozenset[str] = frozenset({
     # the pipeline (scrapy_neardup.crawl.settings) and the sketch parameters (PARAM_SETTINGS)
     "NEARDUP_ENABLED", "NEARDUP_TEXT_FIELD", "NEARDUP_URL_FIELD", "NEARDUP_ACTION", "NEARDUP_MARK_FIELD",
-    "NEARDUP_REVISIT", "NEARDUP_BACKEND", "NEARDUP_DEBUG", "NEARDUP_WORKER", "NEARDUP_TEMPLATE_SAMPLE",
+    "NEARDUP_REVISIT", "NEARDUP_BACKEND", "NEARDUP_DEBUG", "NEARDUP_REPORT", "NEARDUP_WORKER",
+    "NEARDUP_TEMPLATE_SAMPLE",
     *PARAM_SETTINGS.values(),
     # backend outages and their monitors (scrapy_neardup.crawl.settings)
     "NEARDUP_MAX_UNCHECKED", "NEARDUP_ON_BACKEND_DOWN", "NEARDUP_BACKEND_DOWN_MAX_WAIT",

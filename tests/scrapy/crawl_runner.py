@@ -98,6 +98,7 @@ def _record_items(crawler: Any, result: dict[str, Any], stop_after_items: int | 
             "duplicate_of": match.key if match else getattr(exception, "duplicate_of", None),
             "resemblance": match.resemblance if match else None,
             "exact": match.exact if match else None,
+            "evidence": getattr(exception, "evidence", None),
         })
 
     def item_error(item: Any, failure: Any, **kwargs: Any) -> None:

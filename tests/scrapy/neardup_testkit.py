@@ -688,6 +688,13 @@ def check_kinds_outcome(result: CrawlResult, site: NearDupSite, server: SiteServ
         assert copy in drops, f"{copy} (a copy of {original}) was not dropped"
         assert drops[copy]["duplicate_of"] == base + original
         assert drops[copy]["reason"] == "NearDuplicateDropped"
+        # The drop's evidence: the rule, shared positions of k, and a 95% interval holding the estimate.
+        evidence, drop = drops[copy]["evidence"], drops[copy]
+        assert evidence["rule"] == ("exact" if drop["exact"] else "near_duplicate")
+        assert evidence["shared"] == round(drop["resemblance"] * evidence["k"])
+        assert evidence["interval"][0] <= drop["resemblance"] <= evidence["interval"][1]
+        low, high = evidence["interval"]
+        assert f"positions shared, r in [{low:.3f}, {high:.3f}]" in drop["message"]
     kept_404 = [p for p in site.soft_404 if p in kept]
     assert len(kept_404) == 1, kept_404
     for path in set(site.soft_404) - set(kept_404):

@@ -15,6 +15,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_neardup import NearDuplicatePipeline, Sketcher, StateError
 from scrapy_neardup.core.index import Match
 from scrapy_neardup.core.sketch import Sketch
+from scrapy_neardup.core.theory import resemblance_interval
 from scrapy_neardup.crawl.pipeline import MarkFieldError, NearDuplicateDropped
 from scrapy_neardup.store.backend import Backend, BackendError
 from scrapy_neardup.store.embedded import STATE_FILE
@@ -309,6 +310,9 @@ def test_mark_dict_items_get_the_field() -> None:
 
     first, second = run(scenario())
     assert first["dup"] is None  # kept items carry the field too: feed exports get a stable schema
-    assert second["dup"] == {"duplicate_of": "a", "resemblance": 1.0, "exact": True}
+    # The evidence: the rule that decided, shared positions of k, the 95% interval of the resemblance.
+    k = pipeline.config.num_perm
+    assert second["dup"] == {"duplicate_of": "a", "resemblance": 1.0, "exact": True, "rule": "exact", "shared": k,
+                             "k": k, "interval": [round(resemblance_interval(k, k)[0], 3), 1.0]}
     assert stats(pipeline) == {"neardup/checked": 2, "neardup/kept": 1, "neardup/exact_duplicates": 1,
                                "neardup/marked": 1}

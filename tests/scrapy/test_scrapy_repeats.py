@@ -64,7 +64,8 @@ def test_mark_mode_marks_a_repeat(run_crawl: RunCrawl, serve_site: Any) -> None:
     assert result.returncode == 0, result.log[-3000:]
     marks = [(path_of(item["url"]), item["neardup"]) for item in result.scraped]
     assert sorted(p for p, m in marks if m is None) == sorted(site)  # each page once as itself
-    assert [m for p, m in marks if m is not None] == [{"repeat": True}] * result.stat("neardup/repeats")
+    repeats = result.stat("neardup/repeats")
+    assert [m for p, m in marks if m is not None] == [{"repeat": True, "rule": "repeat"}] * repeats
     assert {p for p, m in marks if m is not None} == {"/"} and result.stat("neardup/repeats") >= 1
 
 

@@ -126,13 +126,46 @@ def crawl_settings(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     }
 
 
+def check_crawl_report(page: str, result: CrawlResult, hosts: Hosts) -> None:
+    """The report NEARDUP_REPORT wrote: every drop a row with its rule and evidence, the mirror decision, the
+    totals; one self-contained page."""
+    import html
+
+    assert "<script" not in page and " src=" not in page and "stylesheet" not in page
+    drops_part = page.split("<h2>Every drop or mark", 1)[1]
+    rows = re.findall(r"<tr><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td><td>(.*?)</td></tr>", drops_part)
+    by_url = {html.unescape(u): (html.unescape(of), r, html.unescape(ev)) for u, of, r, ev in rows}
+    assert set(by_url) == set(result.drops_by_url())
+    for url, drop in result.drops_by_url().items():
+        of, resemblance, evidence = by_url[url]
+        if drop["reason"] == "NearDuplicateDropped":
+            fields = drop["evidence"]
+            low, high = fields["interval"]
+            assert of == drop["duplicate_of"] and float(resemblance) == pytest.approx(drop["resemblance"], abs=5e-4)
+            assert evidence.startswith(f"{fields['rule']}: {fields['shared']} of {fields['k']}, r in "
+                                       f"[{low:.3f}, {high:.3f}]")
+            assert f"neardup explain {of} {url}" in evidence
+        else:
+            assert drop["reason"] == "Soft404Dropped" and evidence.startswith("soft404: ") and "-probe-" in of
+    mirror = re.search(r"<h2>Mirror hosts</h2><table>.*?</table>", page)
+    assert mirror is not None
+    assert f"<tr><td>{host_of(hosts.mirror.url)}</td><td>{host_of(hosts.original.url)}</td>" in mirror.group(0)
+    pages = len(result.kept_urls) + len(result.dropped)
+    assert f'<div class="card"><b>{pages}</b>pages</div>' in page
+    assert f'<div class="card"><b>{len(result.dropped)}</b>dropped or marked</div>' in page
+    assert "<polyline" in page
+
+
 def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
     hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path
 ) -> None:
-    result = run_crawl(settings=crawl_settings(tmp_path), spider={"start_url": hosts.original.url + "/"})
+    report = tmp_path / "report.html"
+    result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_REPORT=str(report)),
+                       spider={"start_url": hosts.original.url + "/"})
     assert result.returncode == 0, result.log[-3000:]
     kept = set(result.kept_urls)
     drops = result.drops_by_url()
+    check_crawl_report(report.read_text(), result, hosts)
 
     # Probes never become items, and every host was probed (the original under "/", /news/ and /old/).
     probe_items = [u for u in [*kept, *drops] if "neardup-soft404-probe-" in u]
@@ -204,14 +237,26 @@ def test_each_feature_switches_off(hosts: Hosts, run_crawl: RunCrawl, tmp_path: 
 
 
 def test_mark_mode_marks_soft_404s(hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path) -> None:
-    result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_ACTION="mark", NEARDUP_MIRRORS_ENABLED=False),
+    report = tmp_path / "report.html"
+    result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_ACTION="mark", NEARDUP_MIRRORS_ENABLED=False,
+                                               NEARDUP_REPORT=str(report)),
                        spider={"start_url": hosts.original.url + "/", "item_type": "item"})
     assert result.returncode == 0, result.log[-3000:]
+    # The report reads the marks: every marked item is a row with its rule, every item counted once.
+    page = report.read_text()
+    marked = [i for i in result.scraped if i["neardup"] is not None]
+    assert f'<div class="card"><b>{len(result.scraped)}</b>pages</div>' in page
+    assert f'<div class="card"><b>{len(marked)}</b>dropped or marked</div>' in page
+    rows = page.split("<h2>Every drop or mark", 1)[1].count("<tr><td>")
+    assert rows == len(marked) and page.count("soft404: ") == sum(1 for i in marked if "soft404" in i["neardup"])
     by_url = {item["url"]: item for item in result.scraped}
     soft_404_urls = {s.url + p for s in (hosts.original, hosts.mirror) for p in hosts.soft_404_paths}
     assert soft_404_urls <= set(by_url)  # mirrors not skipped here: every soft 404 was fetched and marked
     for url in soft_404_urls:
-        assert "neardup-soft404-probe-" in by_url[url]["neardup"]["soft404"]
+        mark = by_url[url]["neardup"]
+        assert "neardup-soft404-probe-" in mark["soft404"]
+        assert mark["rule"] == "soft404" and mark["shared"] == round(mark["resemblance"] * mark["k"])
+        assert mark["interval"][0] <= mark["resemblance"] <= mark["interval"][1]
     assert result.stat("neardup/soft404") == len(soft_404_urls)
 
 

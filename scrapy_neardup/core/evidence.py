@@ -1,0 +1,61 @@
+"""The evidence of a decision: which rule decided, how many signature positions the two pages share of ``k``, and
+the resemblance this estimates with its 95% interval. The same few fields go into the mark field, a drop's message,
+the ``neardup dedupe`` output and the groups, so a user can answer "why?" from the output alone.
+
+Fields (a plain dict, JSON-ready; documented in ``docs/evidence.md``):
+
+``rule``
+    what decided: ``"near_duplicate"`` (``>= t`` of ``k`` positions shared with a kept page), ``"exact"`` (the
+    normalized texts are identical), ``"canonical"`` (the page names a kept page as its canonical link),
+    ``"soft404"`` (like the answer its host gives for a URL that cannot exist), ``"mirror"`` (its host mirrors a
+    host crawled earlier) or ``"repeat"`` (the same page met twice in one crawl).
+``shared``, ``k``
+    signature positions that agree, of ``k``.
+``interval``
+    ``[low, high]``, the 95% Wilson interval of the resemblance ``r`` given ``shared`` of ``k``
+    (:func:`~scrapy_neardup.core.theory.resemblance_interval`), rounded to 3 decimals. The estimate itself is
+    ``shared / k`` (the ``resemblance`` field next to it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from .match import Match
+from .theory import resemblance_interval
+
+Rule = Literal["near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat"]
+RULES: tuple[str, ...] = ("near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat")
+
+
+def evidence(shared: int, num_perm: int, rule: Rule) -> dict[str, Any]:
+    """``{"rule", "shared", "k", "interval"}`` for a decision taken on ``shared`` of ``num_perm`` positions.
+
+    Args:
+        shared: ``s``, positions where the two signatures agree (``0 <= s <= k``).
+        num_perm: ``k``, signature positions.
+        rule: the rule that decided (module doc).
+
+    The resemblance ``r`` is estimated by ``s / k`` (``s ~ Binomial(k, r)``); ``interval`` is its 95% Wilson score
+    interval, so a drop at ``s = 108`` of ``k = 128`` says ``r`` lies in ``[0.77, 0.90]`` (not "is 0.84").
+    """
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    low, high = resemblance_interval(shared, num_perm)
+    return {"rule": rule, "shared": int(shared), "k": int(num_perm), "interval": [round(low, 3), round(high, 3)]}
+
+
+def match_evidence(match: Match, num_perm: int, canonical: bool = False) -> dict[str, Any]:
+    """The evidence of a duplicate of ``match``: rule ``"exact"`` for equal fingerprints, ``"canonical"`` when the
+    page was grouped by its canonical link (``canonical=True``), ``"near_duplicate"`` otherwise."""
+    rule: Rule = "canonical" if canonical else ("exact" if match.exact else "near_duplicate")
+    return evidence(min(match.shared, num_perm), num_perm, rule)
+
+
+def describe_evidence(fields: dict[str, Any]) -> str:
+    """One line for a log or a drop message: ``near_duplicate: 122 of 128 positions shared, r in [0.901, 0.978]``."""
+    low, high = fields["interval"]
+    return f"{fields['rule']}: {fields['shared']} of {fields['k']} positions shared, r in [{low:.3f}, {high:.3f}]"
+
+
+__all__ = ["RULES", "Rule", "describe_evidence", "evidence", "match_evidence"]

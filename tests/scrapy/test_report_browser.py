@@ -1,0 +1,95 @@
+"""``neardup report`` read in a real headless browser (Debian's chromium and chromedriver): the page loads nothing
+from outside, shows the totals, the per-host rates, the plot of the pairs against the S-curve, and every duplicate's
+"why" link leads to its side-by-side view with the differences highlighted."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapy_neardup.cli.main import main
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    assert CHROMIUM.exists() and CHROMEDRIVER.exists(), "apt-get install -y chromium chromium-driver"
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1800"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _pages(path: Path) -> None:
+    """Two hosts; news has three stories with an edited copy each, blog three distinct stories."""
+    rng = random.Random(5)
+    records, n = [], 0
+    for host, copies in (("news.test", True), ("blog.test", False)):
+        for story in range(3):
+            words = [f"{host[0]}{story}w{rng.randint(0, 9999)}" for _ in range(300)]
+            versions = [words]
+            if copies:
+                edited = list(words)
+                edited[150] = "edited"
+                versions.append(edited)
+            for v, text in enumerate(versions):
+                n += 1
+                records.append({"id": n, "url": f"http://{host}/{story}-{v}.html",
+                                "text": f"<html><body><article><p>{' '.join(text)}</p></article></body></html>"})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_the_report_reads_in_a_browser(tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    _pages(tmp_path / "pages.jsonl")
+    assert main(["dedupe", str(tmp_path / "pages.jsonl"), "-o", str(tmp_path / "out.jsonl")]) == 0
+    report = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "out.jsonl"), "-o", str(report)]) == 0
+    source = report.read_text()
+    assert "http://" not in source.replace('http://news.test', '').replace('http://blog.test', '').replace(
+        'http://www.w3.org', '')  # no asset from outside: every URL in it is a page of the report
+
+    browser.get(report.as_uri())
+    cards = [c.text.split("\n") for c in browser.find_elements(By.CSS_SELECTOR, ".card")]
+    assert cards[:3] == [["9", "records"], ["6", "kept"], ["3", "duplicates"]]
+    hosts = {r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td")[3].text
+             for r in browser.find_elements(By.XPATH, "//h2[.='Duplicate rate per host']/following-sibling::table[1]"
+                                                       "//tr[td]")}
+    assert hosts == {"http://news.test:80": "50%", "http://blog.test:80": "0%"}
+    curve = browser.find_element(By.CSS_SELECTOR, "svg polyline.curve")
+    assert curve.size["width"] > 300 and len(browser.find_elements(By.CSS_SELECTOR, "svg rect.hist")) >= 1
+    # Resolved styles: the plot's frame is light, not the default black fill.
+    assert browser.execute_script(
+        "return getComputedStyle(document.querySelector('svg rect.frame')).fill") != "rgb(0, 0, 0)"
+    rows = browser.find_elements(By.XPATH, "//tr[starts-with(@id, 'dup-')]")
+    assert len(rows) == 3 and all("near_duplicate: " in r.text and "r in [" in r.text for r in rows)
+    browser.save_screenshot(str(tmp_path / "report.png"))
+
+    assert browser.execute_script("return window.scrollY") == 0
+    rows[2].find_element(By.LINK_TEXT, "why").click()
+    view = browser.find_element(By.ID, "why-2")
+    # Scrolled to the pair's view: it lies within the window now.
+    top, bottom, inner = browser.execute_script(
+        "const r = arguments[0].getBoundingClientRect(); return [r.top, r.bottom, window.innerHeight]", view)
+    assert browser.execute_script("return window.scrollY") > 0 and top >= 0 and bottom <= inner
+    assert browser.current_url.endswith("#why-2")
+    assert [e.text for e in view.find_elements(By.TAG_NAME, "ins")] == ["edited"]
+    assert len(view.find_elements(By.TAG_NAME, "del")) == 1 and "positions shared" in view.text
+    browser.save_screenshot(str(tmp_path / "view.png"))
+    # The words both share are folded around the difference, which stays in sight.
+    assert "words the same" in view.text and view.find_element(By.TAG_NAME, "ins").is_displayed()
