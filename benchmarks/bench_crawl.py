@@ -11,6 +11,16 @@ before each run) and reports that cost against the pipeline alone.
 
     python benchmarks/bench_crawl.py [--pages 4000] [--rounds 3] [--quick] [--es-url URL]
 
+The add-on as a user meets it (``--addon-site DIR``, e.g. the HTML of Debian's python3.11-doc): a plain
+``CrawlSpider`` over the pages of DIR served by nginx, items ``{"url", "text": response.text}``, Scrapy's default
+settings, crawled without and with ``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}`` (its defaults), runs
+alternated; on one host, and on three (the site, an identical mirror, a copy whose footers differ, on 127.0.0.1,
+127.0.0.2 and 127.0.0.3). Prints the median wall time and the median peak memory (``VmHWM`` of the crawl's
+process; the sketch worker's beside it) of each, and their ratios (targets: at most 1.10x the wall time and 1.5x
+the peak memory); writes ``benchmarks/results/addon-crawl.json``.
+
+    python benchmarks/bench_crawl.py --addon-site DIR [--rounds 3] [--max-pages N]
+
 nginx comes from Debian (``apt-get install -y nginx-light``); run as root the benchmark installs it if missing.
 """
 
@@ -80,7 +90,7 @@ def ensure_nginx() -> str:
     return "/usr/sbin/nginx"
 
 
-def start_nginx(site: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
+def start_nginx(site: Path, work: Path, port: int, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
     conf = work / "nginx.conf"
     user = "user root;\n" if os.geteuid() == 0 else ""
     conf.write_text(
@@ -89,13 +99,13 @@ def start_nginx(site: Path, work: Path, port: int) -> subprocess.Popen[bytes]:
         "http { access_log off; sendfile on; keepalive_requests 100000;\n"
         f"  client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;\n"
         f"  uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;\n"
-        f"  server {{ listen 127.0.0.1:{port}; root {site}; default_type text/html; }} }}\n"
+        f"  server {{ listen {host}:{port}; root {site}; default_type text/html; }} }}\n"
     )
     process = subprocess.Popen([ensure_nginx(), "-c", str(conf), "-p", str(work)])
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            if s.connect_ex((host, port)) == 0:
                 return process
         time.sleep(0.05)
     process.kill()
@@ -192,6 +202,117 @@ def run_crawl(url: str, mode: str) -> None:
     }))
 
 
+def addon_spider(urls: list[str], max_pages: int | None) -> type:
+    """A plain CrawlSpider over the hosts of ``urls``: every page an item with its HTML."""
+    from scrapy.linkextractors import LinkExtractor
+    from scrapy.spiders import CrawlSpider, Rule
+
+    hosts = sorted({u.split("/")[2].split(":")[0] for u in urls})
+
+    class DocSpider(CrawlSpider):
+        name = "docs"
+        allowed_domains = hosts
+        start_urls = urls
+        rules = (Rule(LinkExtractor(), callback="parse_item", follow=True),)
+        custom_settings = {"CLOSESPIDER_PAGECOUNT": max_pages or 0}
+
+        def parse_start_url(self, response):  # type: ignore[no-untyped-def]
+            return self.parse_item(response)
+
+        def parse_item(self, response):  # type: ignore[no-untyped-def]
+            yield {"url": response.url, "text": response.text}
+
+    return DocSpider
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory (``VmHWM``), MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_addon_crawl(urls: list[str], mode: str, max_pages: int | None) -> None:
+    """Child process: the add-on crawl (``mode`` "with" or "without" the add-on); stats as one JSON line."""
+    from scrapy.crawler import CrawlerProcess
+
+    settings: dict[str, object] = {"LOG_LEVEL": "ERROR", "TELNETCONSOLE_ENABLED": False}
+    if mode == "with":
+        settings["ADDONS"] = {"scrapy_neardup.NearDuplicateAddon": 0}
+    process = CrawlerProcess(settings)
+    crawler = process.create_crawler(addon_spider(urls, max_pages))
+    started = time.perf_counter()
+    process.crawl(crawler)
+    process.start()
+    elapsed = time.perf_counter() - started
+    stats = crawler.stats.get_stats()
+    print(json.dumps({
+        "crawl_s": elapsed, "peak_rss_mb": peak_rss_mb(),
+        "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "responses": stats.get("response_received_count", 0), "items": stats.get("item_scraped_count", 0),
+        "dropped": stats.get("item_dropped_count", 0),
+        "template_pages_held": stats.get("neardup/template_pages_held", 0),
+        "copy_waits": stats.get("neardup/copy_waits", 0),
+    }))
+
+
+def changed_footers(site: Path, copy: Path) -> None:
+    """``site`` copied to ``copy`` with a sentence added to every page's footer (or end of body)."""
+    shutil.copytree(site, copy, symlinks=True)
+    for page in copy.rglob("*.html"):
+        html = page.read_text(encoding="utf-8", errors="replace")
+        marker = '<div class="footer">' if '<div class="footer">' in html else "</body>"
+        note = "Served from a copy of this documentation, kept in sync every night by the mirror team."
+        html = html.replace(marker, f"{marker}<p>{note}</p>" if marker != "</body>" else f"<p>{note}</p></body>", 1)
+        page.write_text(html, encoding="utf-8")
+
+
+def addon_crawls(site: Path, rounds: int, max_pages: int | None) -> dict[str, object]:
+    """Without and with the add-on, alternated, on one host and on three (see the module doc)."""
+    results: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="neardup-addon-bench-") as tmp:
+        os.chmod(tmp, 0o755)
+        footers = Path(tmp) / "footers"
+        changed_footers(site, footers)
+        servers = []
+        urls = []
+        try:
+            for n, root in enumerate((site, site, footers)):
+                work = Path(tmp) / f"nginx{n}"
+                work.mkdir()
+                port = free_port()
+                servers.append(start_nginx(root, work, port, host=f"127.0.0.{n + 1}"))
+                urls.append(f"http://127.0.0.{n + 1}:{port}/index.html")
+            for name, hosts in (("1 host", urls[:1]), ("3 hosts", urls)):
+                runs: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
+                for _ in range(rounds):
+                    for mode in runs:
+                        result = subprocess.run(
+                            [sys.executable, __file__, "--run-addon-crawl", ",".join(hosts), "--mode", mode,
+                             *(["--max-pages", str(max_pages)] if max_pages else [])],
+                            capture_output=True, text=True, check=True)
+                        runs[mode].append(json.loads(result.stdout.strip().splitlines()[-1]))
+                wall = {m: statistics.median(r["crawl_s"] for r in v) for m, v in runs.items()}
+                rss = {m: statistics.median(r["peak_rss_mb"] for r in v) for m, v in runs.items()}
+                worker = statistics.median(r["worker_peak_rss_mb"] for r in runs["with"])
+                items = {m: v[-1]["items"] for m, v in runs.items()}
+                print(f"{name}: without {wall['without']:.2f} s, {rss['without']:.0f} MB; with the add-on "
+                      f"{wall['with']:.2f} s, {rss['with']:.0f} MB (sketch worker {worker:.0f} MB); "
+                      f"wall {wall['with'] / wall['without']:.2f}x (target <= 1.10x), peak memory "
+                      f"{rss['with'] / rss['without']:.2f}x (target <= 1.5x); items {items['without']} / "
+                      f"{items['with']} kept, held for templates {runs['with'][-1]['template_pages_held']}, "
+                      f"copy waits {runs['with'][-1]['copy_waits']}")
+                results[name] = {"median_crawl_s": wall, "median_peak_rss_mb": rss, "worker_peak_rss_mb": worker,
+                                 "wall_ratio": wall["with"] / wall["without"],
+                                 "memory_ratio": rss["with"] / rss["without"], "runs": runs}
+        finally:
+            for server in servers:
+                server.terminate()
+                server.wait()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=4000)
@@ -200,7 +321,20 @@ def main() -> None:
     parser.add_argument("--run-crawl", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=(*MODES, "search"), default="with", help=argparse.SUPPRESS)
     parser.add_argument("--es-url", help="also crawl writing every item into a search index on this node")
+    parser.add_argument("--addon-site", type=Path, help="measure the add-on crawling the HTML pages of this directory")
+    parser.add_argument("--max-pages", type=int, help="with --addon-site: stop each crawl after this many pages")
+    parser.add_argument("--run-addon-crawl", metavar="URLS", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.run_addon_crawl:
+        run_addon_crawl(args.run_addon_crawl.split(","), args.mode, args.max_pages)
+        return
+    if args.addon_site:
+        report = addon_crawls(args.addon_site.resolve(), args.rounds, args.max_pages)
+        RESULTS.mkdir(exist_ok=True)
+        name = "addon-crawl-quick.json" if args.max_pages else "addon-crawl.json"
+        (RESULTS / name).write_text(json.dumps({"site": str(args.addon_site), "rounds": args.rounds,
+                                                "max_pages": args.max_pages, **report}, indent=2))
+        return
     modes = MODES + (("search",) if args.es_url else ())
     if args.es_url:
         os.environ["NEARDUP_ES_URL"] = args.es_url

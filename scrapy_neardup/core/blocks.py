@@ -37,7 +37,7 @@ import numpy as np
 
 from .hashing import fmix64_inplace
 from .marks import BLOCK, LINK_END, LINK_START, MARKS
-from .shingles import join_texts, tokens, word_hashes
+from .shingles import join_texts, word_hashes
 
 #: A block whose link characters are at least this share of its characters is a link block (an index entry such as
 #: "name: a link to its class", about half link text, is not: it is what an index page says).
@@ -47,6 +47,8 @@ LINK_SHARE = 0.7
 LINK_RUN = 3
 #: Fewer words than this left after taking template and link lists out: link lists are put back (step 2).
 MIN_OWN_WORDS = 10
+# Bytes that separate words in normalized text (spaces and the marks).
+_SEPARATOR = 32
 _MARKS_TO_SPACES = bytes(32 if b in MARKS else b for b in range(256))
 # Mix a word's rank in its block, and whether it is link text, into its hash (arbitrary odd constants).
 _RANK = np.uint64(0x9E3779B97F4A7C15)
@@ -111,21 +113,16 @@ def split_blocks_many(texts: Sequence[bytes]) -> list[Blocks]:
     if not texts:
         return []
     buffer, ends = join_texts(texts)
-    starts, lengths = tokens(buffer)
-    data = np.frombuffer(buffer, dtype=np.uint8, count=int(ends[-1]))
-    boundaries = np.flatnonzero(data == BLOCK)
+    starts, lengths, block, in_link, boundaries = _read_marks(buffer, ends)
     text_starts = np.concatenate(([0], ends[:-1] + 1))
     # Global block numbers: a text's first block follows the previous text's last one.
     first_block = np.searchsorted(boundaries, text_starts) + np.arange(len(texts))
-    text_of = np.searchsorted(text_starts, starts, side="right") - 1
-    block = np.searchsorted(boundaries, starts) + text_of
     total = boundaries.size + len(texts)  # a text's blocks: its boundaries + 1
     hashes = word_hashes(buffer, starts, lengths)
-    in_link = _in_link(data, starts, boundaries, ends)
     counts = np.bincount(block, minlength=total)
     chars = np.bincount(block, weights=lengths, minlength=total).astype(np.int64)
     link_chars = np.bincount(block[in_link], weights=lengths[in_link], minlength=total).astype(np.int64)
-    block_hashes = _block_hashes(hashes, in_link, block, total)
+    block_hashes = _block_hashes(hashes, in_link, block, counts)
     words_before = np.searchsorted(starts, ends)
     out = []
     for i, text in enumerate(texts):
@@ -140,34 +137,62 @@ def split_blocks_many(texts: Sequence[bytes]) -> list[Blocks]:
     return out
 
 
-def _in_link(data: np.ndarray, starts: np.ndarray, boundaries: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Whether each word is link text: the latest :data:`LINK_START` before it is later than the latest
-    :data:`LINK_END`, block boundary or end of text (a link never runs past its block)."""
-    opens = np.flatnonzero(data == LINK_START)
-    if opens.size == 0:
-        return np.zeros(starts.size, dtype=bool)
-    closers = np.sort(np.concatenate((np.flatnonzero(data == LINK_END), boundaries, ends)))
-    last_open = np.searchsorted(opens, starts) - 1
-    last_close = np.searchsorted(closers, starts) - 1
-    opened = np.where(last_open >= 0, opens[np.maximum(last_open, 0)], -1)
-    closed = np.where(last_close >= 0, closers[np.maximum(last_close, 0)], -1)
-    in_link: np.ndarray = opened > closed
-    return in_link
+def _read_marks(
+    buffer: bytes, ends: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The words of a :func:`~scrapy_neardup.core.shingles.join_texts` buffer (starts, lengths), each word's global
+    block, whether it is link text, and where the block boundaries are; one pass over the separators (the marks are
+    separators), no search per word.
+
+    A word's block is the number of block boundaries and text ends before it; it is link text when the latest
+    mark before it is :data:`LINK_START` rather than :data:`LINK_END`, a block boundary or a text end (a link
+    never runs past its block).
+    """
+    data = np.frombuffer(buffer, dtype=np.uint8, count=int(ends[-1]) + 1)
+    separators = np.flatnonzero(data <= _SEPARATOR)  # the last byte is a text's closing space: never empty
+    codes = data[separators]
+    closing = codes == BLOCK
+    boundaries = separators[closing]
+    closing[np.searchsorted(separators, ends)] = True  # text ends are separators too
+    # Token k runs from separator k - 1 (exclusive) to separator k; the blocks closed before it: those up to k - 1.
+    closed = np.cumsum(closing.view(np.uint8), dtype=np.int64)  # counting bytes: twice as fast as bools
+    starts = np.empty_like(separators)
+    starts[0] = 0
+    np.add(separators[:-1], 1, out=starts[1:])
+    lengths = separators - starts
+    block = np.empty_like(separators)
+    block[0] = 0
+    block[1:] = closed[:-1]
+    opens = codes == LINK_START
+    if opens.any():
+        closing |= codes == LINK_END
+        latest = np.where(opens | closing, np.arange(separators.size), -1)
+        np.maximum.accumulate(latest, out=latest)
+        in_link = np.zeros(separators.size, dtype=bool)
+        # Token k is link text when the latest mark among separators 0 .. k - 1 opens a link.
+        in_link[1:] = (latest[:-1] >= 0) & opens[np.maximum(latest[:-1], 0)]
+    else:
+        in_link = np.zeros(separators.size, dtype=bool)
+    nonempty = np.flatnonzero(lengths)  # marks next to spaces leave empty tokens
+    if nonempty.size < lengths.size:
+        starts, lengths, block, in_link = starts[nonempty], lengths[nonempty], block[nonempty], in_link[nonempty]
+    return starts, lengths, block, in_link, boundaries
 
 
-def _block_hashes(words: np.ndarray, in_link: np.ndarray, block: np.ndarray, total: int) -> np.ndarray:
+def _block_hashes(words: np.ndarray, in_link: np.ndarray, block: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Each block's hash from its words' hashes and whether each is link text (see the module doc); ``block`` is
-    non-decreasing."""
+    non-decreasing, ``counts`` the words of each block."""
+    total = counts.size
     hashes = np.zeros(total, dtype=np.uint64)
     if words.size == 0:
         return hashes
-    first = np.searchsorted(block, np.arange(total))  # each block's first word (words of a block are contiguous)
+    first = np.cumsum(counts) - counts  # each block's first word (words of a block are contiguous)
     rank = np.arange(1, words.size + 1, dtype=np.int64) - first[block]
     key = words ^ (rank.astype(np.uint64) * _RANK) ^ (in_link.astype(np.uint64) * _LINK)
     fmix64_inplace(key)
     running = np.cumsum(key, dtype=np.uint64)
-    last = np.searchsorted(block, np.arange(total), side="right") - 1
-    present = last >= first
+    present = counts > 0
+    last = first + counts - 1
     before = np.where(first > 0, running[np.maximum(first - 1, 0)], np.uint64(0))
     hashes[present] = running[last[present]] - before[present]
     return hashes

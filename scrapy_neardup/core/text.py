@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 
 from .html import looks_like_html, marked_text, markup_to_text
-from .marks import BLOCK, CLEAR_MARKS_STR
+from .marks import BLOCK, MARKS
 from .normalize import MARKED, normalize_capped
 
 #: Default cap on the characters of raw content looked at; a longer page is truncated and flagged.
@@ -56,8 +56,10 @@ _BINARY_SIGNATURES = (
     b"7z\xbc\xaf\x27\x1c", b"\x28\xb5\x2f\xfd", b"\x7fELF", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", b"\x00asm",
 )
 _LT = 0x3C
-# Plain text in "auto" mode: each line a block.
-_LINES = CLEAR_MARKS_STR | {ord("\n"): chr(BLOCK)}
+# Plain text in "auto" mode: each line a block. The marker characters a text holds literally become spaces first
+# (str.replace per character: memchr-fast, where str.translate with a dict costs a dict look-up per character).
+_MARK_CHARS = tuple(chr(m) for m in MARKS)
+_BLOCK_CHAR = chr(BLOCK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +135,20 @@ def clean_text(
         else:
             raw = markup_to_text(data, tags, mode)
     elif mode == "auto":
-        raw = raw.translate(_LINES)
+        raw = _lines_to_blocks(raw)
     if mode == "auto":
         utf8, cut = normalize_capped(raw, max_chars, MARKED)
     else:
         utf8, cut = normalize_capped(raw, max_chars)
     return CleanText(utf8, truncated or cut, marked)
+
+
+def _lines_to_blocks(raw: str) -> str:
+    """Plain text with each line a block: literal marker characters to spaces, newlines to :data:`BLOCK`."""
+    for mark in _MARK_CHARS:
+        if mark in raw:
+            raw = raw.replace(mark, " ")
+    return raw.replace("\n", _BLOCK_CHAR)
 
 
 def _head(content: str | bytes | bytearray | memoryview, max_chars: int) -> tuple[str, bool]:

@@ -23,10 +23,10 @@ item to that search index with its sketch.
 It registers :class:`~scrapy_neardup.crawl.exporters.CsvItemExporter` for the ``csv`` feed format unless the
 project registers its own (``FEED_EXPORTERS["csv"]``): in mark mode the mark is then JSON text in its CSV cell.
 
-It also raises Scrapy's ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB of responses in processing) to
-:data:`HOLD_ACTIVE_SIZE` unless the project sets it: the first pages of each host wait in the pipeline until the
-host's template is learned (:mod:`scrapy_neardup.crawl.templates`), and Scrapy counts their responses as in
-processing meanwhile.
+It leaves Scrapy's ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB of responses in processing) as the project sets it: pages
+that wait in the pipeline (for their host's template, or for an earlier host's copy) raise the scraper's bound by
+their own size while they wait (:mod:`scrapy_neardup.crawl.scraper_room`), so a crawl whose pages never wait
+costs no more memory than Scrapy's own bound.
 """
 
 from __future__ import annotations
@@ -75,8 +75,6 @@ class NearDuplicateAddon:
         exporters = settings["FEED_EXPORTERS"]
         if isinstance(exporters, BaseSettings) and exporters.get("csv") is None:
             exporters.set("csv", CSV_EXPORTER, priority="addon")
-        if settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") < HOLD_ACTIVE_SIZE:
-            settings.set("SCRAPER_SLOT_MAX_ACTIVE_SIZE", HOLD_ACTIVE_SIZE, priority="addon")
 
 
 __all__ = ["CANONICAL_PRIORITY", "HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "SEARCH_INDEX_PRIORITY", "NearDuplicateAddon"]

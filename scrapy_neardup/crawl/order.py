@@ -28,9 +28,10 @@ flight still wait); with it off, until it has ``NEARDUP_MIRROR_MIN_PAGES`` check
 pages of hosts no request was scheduled for (the pipeline driven without a crawl), never wait.
 
 Waiting pages keep their responses in Scrapy's scraper, and a scraper holding ``SCRAPER_SLOT_MAX_ACTIVE_SIZE``
-stops the downloads, those of the pages waited for included: pages wait only while the waiting ones take up less
-than half of it (the add-on raises it to 100 MB); beyond, a page is checked at once (``neardup/copy_waits_full``,
-said once at INFO).
+stops the downloads, those of the pages waited for included: the scraper's bound is raised by each waiting page's
+size while it waits (:mod:`scrapy_neardup.crawl.scraper_room`), and pages wait only while the waiting ones take
+up less than ``room`` (:data:`~scrapy_neardup.crawl.templates.HOLD_ACTIVE_SIZE`, 50 MB, in a crawl); beyond, a page
+is checked at once (``neardup/copy_waits_full``, said once at INFO).
 
 What stays open: a copy under another path that reaches the pipeline more than ``NEARDUP_COPY_WAIT`` before the
 earlier host's copy is kept (raise the setting for such hosts); the earlier host's copy then names it, and the
@@ -79,16 +80,18 @@ class KeepOrder:
         wait: ``NEARDUP_COPY_WAIT``, seconds; 0 switches the waiting off.
         min_pages: ``NEARDUP_MIRROR_MIN_PAGES``: checked pages after which a host no judge speaks for is settled.
         count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
-        room: characters of content that may wait at once: half of Scrapy's ``SCRAPER_SLOT_MAX_ACTIVE_SIZE``, so
-            that waiting pages never stop the downloads (of the very pages they wait for); ``None``: no bound.
+        room: characters of content that may wait at once; ``None``: no bound.
+        grow: called with ``+size`` when a page of ``size`` characters begins to wait and ``-size`` when it goes
+            on (the scraper's room, so that waiting pages never stop the downloads of the pages they wait for).
     """
 
     def __init__(self, hooks: CrawlHooks, wait: float, min_pages: int, count: Callable[[str, int], Any],
-                 room: int | None = None) -> None:
+                 room: int | None = None, grow: Callable[[int], None] | None = None) -> None:
         self.hooks = hooks
         self.wait = wait
         self.min_pages = min_pages
         self.room = room
+        self.grow = grow
         self._count = count
         self._waiting_size = 0
         self._full_logged = False
@@ -195,14 +198,18 @@ class KeepOrder:
             self._count("copy_waits_full", 1)
             if not self._full_logged:
                 self._full_logged = True
-                logger.info("pages waiting for an earlier host's copies fill half of SCRAPER_SLOT_MAX_ACTIVE_SIZE; "
+                logger.info("pages waiting for an earlier host's copies fill their room; "
                             "more pages are checked without waiting (counted in neardup/copy_waits_full)")
             return
         self._waiting_size += size
+        if self.grow is not None:
+            self.grow(size)
         try:
             await self._wait_turn(key)
         finally:
             self._waiting_size -= size
+            if self.grow is not None:
+                self.grow(-size)
 
     async def _wait_turn(self, key: str) -> None:
         where = _where(key)

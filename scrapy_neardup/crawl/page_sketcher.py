@@ -18,8 +18,9 @@ from twisted.internet.defer import Deferred, fail, maybeDeferred
 from ..core.mirrors import host_of
 from ..core.text import looks_binary
 from ..errors import BinaryContent, SketchWorkerError
+from .scraper_room import ScraperRoom
 from .sketch_worker import SketchWorker
-from .templates import HOLD_ACTIVE_SIZE, HostTemplates
+from .templates import HostTemplates
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -69,8 +70,8 @@ class PageSketcher:
         """Start holding pages for their hosts' templates (``"auto"`` mode) and the worker (if the reactor runs;
         else on the first item)."""
         if self.sketcher.content == "auto":
-            self._templates = HostTemplates(backend, self.template_sample, self._inc, self._downloads_idle())
-            self._check_room_to_hold()
+            self._templates = HostTemplates(backend, self.template_sample, self._inc, self._downloads_idle(),
+                                            room=ScraperRoom(self.crawler).grow)
         self.worker()
 
     async def close(self) -> None:
@@ -148,19 +149,6 @@ class PageSketcher:
 
     def _sketch_here(self, content: Content, template: HostTemplate | None) -> Sketch:
         return self.sketcher.sketch(content, template=None if template is None else template.hashes)
-
-    def _check_room_to_hold(self) -> None:
-        """Say once (INFO) when Scrapy's room for responses in processing is small for holding each host's first
-        pages: the hosts' templates are then learned from fewer pages when it fills (see crawl.templates)."""
-        if self.crawler is None:
-            return
-        room = self.crawler.settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE")
-        if room < HOLD_ACTIVE_SIZE:
-            logger.info(
-                "SCRAPER_SLOT_MAX_ACTIVE_SIZE=%d bytes bounds the pages held until their host's template is learned "
-                "(NEARDUP_TEMPLATE_SAMPLE=%d); set it to %d, as the add-on does, to learn from whole samples",
-                room, self.template_sample, HOLD_ACTIVE_SIZE,
-            )
 
     def _downloads_idle(self) -> Any:
         """A check of whether the crawl has no download in flight (for the templates' idle check); ``None``

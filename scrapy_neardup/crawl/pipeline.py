@@ -66,10 +66,12 @@ from .order import KeepOrder
 from .outage import UNCHECKED, BackendOutage, describe_unchecked, too_many_unchecked
 from .page_sketcher import PageSketcher
 from .search_index import require_search_writer
+from .scraper_room import ScraperRoom
 from .settings import NearDupSettings, NearDupSettingsError
 from .soft404 import Soft404Dropped
 from .startup import component_startup, report_startup_failure
 from .summary import SKIP_STATS, summarize
+from .templates import HOLD_ACTIVE_SIZE
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -164,7 +166,8 @@ class NearDuplicatePipeline:
         crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
         if pipeline.order is not None:
             order = pipeline.order
-            order.room = crawler.settings.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") // 2
+            order.room = HOLD_ACTIVE_SIZE
+            order.grow = ScraperRoom(crawler).grow
             crawler.signals.connect(order.request_scheduled, signal=signals.request_scheduled)
             crawler.signals.connect(order.request_dropped, signal=signals.request_dropped)
             crawler.signals.connect(order.response_received, signal=signals.response_received)

@@ -22,9 +22,10 @@ get it in the order they asked, and held pages are released in the order they be
 on through Deferred callbacks, which run at once, so a slow answer never lets a later page of the host overtake
 an earlier one (see :meth:`PageSketcher.sketch_page <scrapy_neardup.crawl.page_sketcher.PageSketcher.sketch_page>`).
 
-Holding a page holds its response in Scrapy's scraper too: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB by default; the
-add-on raises it to 100 MB) bounds what Scrapy processes at once, and the idle check above releases the held pages
-when that bound stops the downloads (the templates are then learned from fewer pages).
+Holding a page holds its response in Scrapy's scraper too: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB by default)
+bounds what Scrapy processes at once, so the scraper's bound is raised by the size of each held page while it is
+held (:mod:`scrapy_neardup.crawl.scraper_room`): holding costs the memory of the pages held, at most
+``MAX_HELD_SIZE``, and a crawl whose pages never wait keeps Scrapy's bound.
 Outside a running crawl (the pipeline driven directly), pages are never held and no template is learned.
 """
 
@@ -60,9 +61,9 @@ MAX_HELD = 2048
 #: Characters of content held at most over all hosts; beyond, the host holding most is learned from what it has.
 #: Scrapy keeps each held page's response (and its decoded text) alive, so this bounds what holding costs.
 MAX_HELD_SIZE = 100_000_000
-#: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` the add-on sets: room for a host's first 100 pages of up to 1 MB, or for
-#: several hosts learning their templates at once.
-HOLD_ACTIVE_SIZE = 100_000_000
+#: Bytes of responses waiting for an earlier host's copies at most (:mod:`scrapy_neardup.crawl.order`); the
+#: scraper's bound grows by what waits, up to this.
+HOLD_ACTIVE_SIZE = 50_000_000
 
 
 @dataclass
@@ -85,12 +86,16 @@ class HostTemplates:
         downloads_idle: whether no download is in flight (``None``: not in a crawl; pages are never held).
         max_held: pages held at most.
         max_held_size: characters of content held at most.
+        room: called with ``+size`` when a page of ``size`` characters begins to wait and ``-size`` when it is
+            released (:meth:`scrapy_neardup.crawl.scraper_room.ScraperRoom.grow`); ``None``: nothing to tell.
     """
 
     def __init__(
         self, backend: Backend, sample_pages: int, count: Callable[[str, int], Any],
         downloads_idle: Callable[[], bool] | None, max_held: int = MAX_HELD, max_held_size: int = MAX_HELD_SIZE,
+        room: Callable[[int], None] | None = None,
     ) -> None:
+        self._room = room
         self.backend = backend
         self.sample_pages = sample_pages
         self.max_held = max_held
@@ -178,6 +183,8 @@ class HostTemplates:
         sample.held_size += size
         self._held += 1
         self._held_size += size
+        if self._room is not None:
+            self._room(size)
         self._count("template_pages_held", 1)
         if self._held > self.max_held:
             self._learn(max(self._samples, key=lambda h: len(self._samples[h].waiters)))
@@ -227,6 +234,8 @@ class HostTemplates:
         del self._samples[host]
         self._held -= len(sample.waiters)
         self._held_size -= sample.held_size
+        if self._room is not None and sample.held_size:
+            self._room(-sample.held_size)
         for waiter in sample.waiters:
             if isinstance(result, BackendError):
                 waiter.errback(result)

@@ -22,7 +22,6 @@ from evaluate import Decision, Evaluation, evaluate
 from labels import Labels
 
 from scrapy_neardup.cli.main import main as neardup
-from scrapy_neardup.crawl.templates import HOLD_ACTIVE_SIZE
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "scrapy"))
@@ -107,9 +106,8 @@ def test_a_crawl_with_the_default_settings_drops_no_distinct_page(
     servers, key_of = _serve(corpus, variant)
     try:
         starts = [server.url + urlsplit(corpus.pages[0].key).path for server in servers]
-        # What the add-on sets: room for each host's first pages to wait for its template.
+        # Scrapy's own room for responses: pages waiting for their host's template make room for themselves.
         settings: dict[str, Any] = {"DEPTH_PRIORITY": 1, "CONCURRENT_REQUESTS": 8,
-                                    "SCRAPER_SLOT_MAX_ACTIVE_SIZE": HOLD_ACTIVE_SIZE,
                                     "SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
                                     "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue"}
         spider = {"start_url": starts[0], "extra_starts": starts[1:], "start_hosts_only": True}

@@ -11,7 +11,6 @@ from scrapy.utils.misc import load_object
 import scrapy_neardup
 from scrapy_neardup.crawl.addon import PIPELINE_PRIORITY, NearDuplicateAddon
 from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline
-from scrapy_neardup.crawl.templates import HOLD_ACTIVE_SIZE
 
 ADDON = "scrapy_neardup.NearDuplicateAddon"
 
@@ -61,10 +60,11 @@ def test_addon_keeps_a_users_own_pipeline_entry() -> None:
         assert own.getdict("ITEM_PIPELINES") == {listed: 120}
 
 
-def test_addon_makes_room_for_the_pages_waiting_for_their_hosts_template() -> None:
+def test_addon_leaves_scrapys_room_for_responses_as_it_is() -> None:
+    """Waiting pages make room for themselves while they wait (crawl.scraper_room): no crawl pays for it up front."""
     fresh = Settings()
     NearDuplicateAddon().update_settings(fresh)
-    assert fresh.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") == HOLD_ACTIVE_SIZE > 5_000_000
+    assert fresh.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") == Settings().getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE")
     own = Settings({"SCRAPER_SLOT_MAX_ACTIVE_SIZE": 2_000_000}, priority="project")
     NearDuplicateAddon().update_settings(own)
     assert own.getint("SCRAPER_SLOT_MAX_ACTIVE_SIZE") == 2_000_000  # the project's own value stands

@@ -38,7 +38,9 @@ def check_marks(csv_marks: dict[str, str], json_marks: dict[str, Any], server: A
     for url, cell in csv_marks.items():
         assert (json.loads(cell) if cell else None) == json_marks[url], (url, cell)
     kinds = {tuple(sorted(mark)) for mark in json_marks.values() if mark is not None}
-    assert ("duplicate_of", "exact", "resemblance") in kinds and ("resemblance", "soft404") in kinds
+    evidence = ("interval", "k", "rule", "shared")  # docs/evidence.md
+    assert tuple(sorted(("duplicate_of", "exact", "resemblance", *evidence))) in kinds
+    assert tuple(sorted(("resemblance", "soft404", *evidence))) in kinds
     site = kinds_site()
     for copy, original in site.original_of.items():
         mark = json_marks[server.url + copy]

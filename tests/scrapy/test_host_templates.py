@@ -103,3 +103,22 @@ def test_held_pages_are_released_in_the_order_they_began_to_wait() -> None:
         assert released == [0, 1, 2]
 
     run(scenario)
+
+
+def test_the_scrapers_room_grows_by_the_pages_held_and_shrinks_when_they_go_on() -> None:
+    """Memory for held pages only: the room grows by each held page's size and is given back on release."""
+    async def scenario() -> None:
+        backend = HeldAnswers()
+        room: list[int] = []
+        host_templates = HostTemplates(backend, 3, lambda stat, n: None,  # type: ignore[arg-type]
+                                       downloads_idle=lambda: False, room=room.append)
+        for page, size in enumerate((100, 250, 40)):
+            host_templates.add("a.test", f"http://a.test/{page}", np.array([1, 2, page + 10], dtype=np.uint64))
+            host_templates.wait("a.test", size)
+        await settle()
+        assert room == [100, 250, 40]  # held: the room grew by each page
+        backend.saves[0].set_result(None)
+        await settle()
+        assert room[3:] == [-390] and sum(room) == 0  # released: all given back
+
+    run(scenario)
