@@ -10,8 +10,14 @@ per pair of hosts, the checked pages of one with a twin on the other, and which 
 When host B has at least ``NEARDUP_MIRROR_MIN_PAGES`` checked pages, at least ``NEARDUP_MIRROR_SHARE`` of them
 have a twin on host A, and A holds more of their kept copies than B (on a tie: A was met first, i.e. its first
 request was scheduled first), B is a mirror of A: one INFO line is logged ("host B mirrors host A: 23 of 24 pages
-are copies; skipping its requests") and every later request to B is dropped before download (``IgnoreRequest``,
-counted in ``neardup/mirror_requests_skipped``). Requests already in the downloader finish normally. The host
+are copies; skipping its requests") and every later request to B is dropped before download (counted in ``neardup/mirror_requests_skipped``). Requests already in
+the downloader finish normally.
+
+A skipped request is no download error: like Scrapy's offsite filter, the middleware drops a mirror's requests when
+they are scheduled (an ``IgnoreRequest`` raised by its ``request_scheduled`` handler, which the engine takes as
+"do not enqueue"), so ``downloader/exception_count`` is left alone and monitors of download errors (Spidermon's
+``DownloaderExceptionMonitor``) do not count them. Requests queued before the decision reach ``process_request``:
+they are handed back to the engine (returned, as a redirect would be), are scheduled again and dropped there. The host
 whose pages the pipeline kept is thus never the one skipped; which copy the pipeline keeps when two hosts serve
 the same pages is :mod:`scrapy_neardup.crawl.order`'s business.
 
@@ -112,18 +118,28 @@ class MirrorHostsMiddleware:
         """Hosts are met in the order their first requests are scheduled: start URLs in the spider's order (the
         downloader's own order follows its slots, not the spider)."""
         host = host_of(request.url)
-        if host is not None:
-            self.table.see(host)
-
-    def process_request(self, request: Request, spider: Any = None) -> None:
-        self._sync_soon()
-        host = host_of(request.url)
         if host is None:
             return
         self.table.see(host)
-        if self.table.mirror_of(host) is not None:
+        decision = self.table.mirror_of(host)
+        if decision is not None:
+            # The engine does not enqueue a request a request_scheduled handler refuses with IgnoreRequest, and
+            # counts no download error for it (Scrapy's OffsiteMiddleware filters the same way).
             self._inc("mirror_requests_skipped")
-            raise IgnoreRequest(f"{host} mirrors {self.table.mirror_of(host).original}")  # type: ignore[union-attr]
+            raise IgnoreRequest(f"{host} mirrors {decision.original}")
+
+    def process_request(self, request: Request, spider: Any = None) -> Request | None:
+        self._sync_soon()
+        host = host_of(request.url)
+        if host is None:
+            return None
+        self.table.see(host)
+        if self.table.mirror_of(host) is not None:
+            # Queued before its host was found a mirror. Raising IgnoreRequest here would count a downloader
+            # exception (DownloaderStats.process_exception); handed back instead, the engine schedules it again
+            # and request_scheduled drops (and counts) it.
+            return request
+        return None
 
     def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,
                      canonical: str | None = None) -> None:
