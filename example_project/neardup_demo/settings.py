@@ -34,7 +34,7 @@ SCHEDULER_MEMORY_QUEUE = "scrapy.squeues.FifoMemoryQueue"
 # -- near-duplicate filtering ---------------------------------------------------------------------------------
 
 # The add-on enables the pipeline (ITEM_PIPELINES, 300) and the soft-404 and mirror-host downloader middlewares.
-ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}
+ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
 
 # Set to False to switch the pipeline off without removing it.
 NEARDUP_ENABLED = True

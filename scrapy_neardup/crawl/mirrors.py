@@ -1,6 +1,6 @@
 """Mirror hosts: stop downloading a host once its pages have proved to be copies of another host's.
 
-Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}``) or by hand::
+Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}``) or by hand::
 
     DOWNLOADER_MIDDLEWARES = {"scrapy_neardup.crawl.mirrors.MirrorHostsMiddleware": 60}
 
