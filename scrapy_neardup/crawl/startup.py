@@ -11,10 +11,10 @@ Deferred that may never log it. And when the failure happens while the spider op
 :func:`report_startup_failure`, called just before the component raises, therefore logs the one line itself
 (``CRITICAL: StateError: <file> is damaged ...``), retrieves the exception from the crawl's task when it ends (no
 unretrieved task exception, at any log level), and installs (once) a logging filter that turns the other reports
-of *that* exception, and of the signal handlers that fail as a consequence, into DEBUG records. Every component of the plugin (the pipeline, the
-mirror-host and soft-404 middlewares) runs its ``from_crawler`` inside :func:`component_startup`, which does
-this for whatever it raises, since whichever Scrapy builds first (middlewares before pipelines) meets a wrong
-setting first.
+of *that* exception, and of the signal handlers that fail as a consequence, into DEBUG records. Every component
+of the plugin (the pipeline, the mirror-host and soft-404 middlewares) runs its ``from_crawler`` inside
+:func:`component_startup`, which does this for whatever it raises, since whichever Scrapy builds first
+(middlewares before pipelines) meets a wrong setting first.
 
 :func:`component_startup` also warns, once per crawl, about each ``NEARDUP_*`` setting that nothing reads
 (``NEARDUP_TRESHOLD``), naming the closest known one: a typo would otherwise be ignored silently.

@@ -77,8 +77,8 @@ def test_mirror_lines_name_the_host_holding_the_kept_pages_and_count_no_download
         assert drop["duplicate_of"].startswith(site.url + "/"), (url, drop)
 
     lines = re.findall(r"INFO: host (\S+) mirrors host (\S+): \d+ of \d+ pages are copies", result.log)
-    assert sorted(lines) == sorted([(host_of(mirror.url), host_of(site.url)), (host_of(copy.url), host_of(site.url))]), \
-        result.log[-3000:]
+    expected = [(host_of(mirror.url), host_of(site.url)), (host_of(copy.url), host_of(site.url))]
+    assert sorted(lines) == sorted(expected), result.log[-3000:]
 
     # Requests were skipped, none counted as a download error; Spidermon's standard monitor passes.
     assert result.stat("neardup/mirror_requests_skipped") > 0
