@@ -15,6 +15,12 @@ such as ``NEARDUP_BACKEND=elasticsearch NEARDUP_ES_URL=...`` or ``NEARDUP_ACTION
 Options: ``--serve`` only serves the site (until Ctrl-C) so that you can run ``scrapy crawl demo`` yourself;
 ``--port`` picks the port (default: a free one).
 
+Each run starts afresh, so that running it twice gives the same report: the site is served on a new port each
+time (its pages are new URLs to a crawler), and a store kept from an earlier run would hold them under the old
+port and drop every page as a copy. The embedded store keeps nothing between runs here (no ``JOBDIR``); with
+``NEARDUP_BACKEND=elasticsearch`` the demo deletes its store index (``NEARDUP_ES_INDEX``, default
+``neardup-demo``, and the sibling indices the backend keeps next to it) before crawling, and says so.
+
 ``--search`` goes on from crawl to search results: the crawl also writes its pages into a search index
 (``NEARDUP_SEARCH_INDEX``, default ``neardup-demo-pages``, emptied first) on the node at ``NEARDUP_ES_URL``, or on a
 local node it starts with the launcher (``neardup es start``; ``pip install -e ./devnode``); then it prints a
@@ -284,6 +290,34 @@ def render_search(client: Any, index: str, query: str) -> str:
     return "\n".join(lines)
 
 
+def reset_es_store() -> str | None:
+    """With ``NEARDUP_BACKEND=elasticsearch``: delete the demo's store index and its siblings (mirror counts, host
+    templates, arrival order) so that this run starts afresh; returns a line saying what was deleted."""
+    sys.path.insert(0, str(PROJECT_DIR))
+    os.environ["SCRAPY_SETTINGS_MODULE"] = "neardup_demo.settings"
+    from scrapy.utils.project import get_project_settings
+
+    settings = get_project_settings()
+    if settings.get("NEARDUP_BACKEND") != "elasticsearch" or not settings.get("NEARDUP_ES_URL"):
+        return None  # the embedded store: nothing is kept without JOBDIR; a missing URL: the crawl says so
+    from es_integration.backend.sequencer import sequencer_index
+    from es_integration.client import ConnectionSettings, make_client
+    from es_integration.hosts import HOSTS_SUFFIX
+    from es_integration.templates import TEMPLATES_SUFFIX
+
+    index = settings.get("NEARDUP_ES_INDEX")
+    client = make_client(ConnectionSettings.create(
+        settings["NEARDUP_ES_URL"], api_key=settings.get("NEARDUP_ES_API_KEY"),
+        username=settings.get("NEARDUP_ES_USERNAME"), password=settings.get("NEARDUP_ES_PASSWORD"),
+        ca_certs=settings.get("NEARDUP_ES_CA_CERTS")))
+    try:
+        for name in (index, index + HOSTS_SUFFIX, index + TEMPLATES_SUFFIX, sequencer_index(index)):
+            client.indices.delete(index=name, ignore_unavailable=True)
+    finally:
+        client.close()
+    return f"The demo starts afresh: deleted its store index {index} (and its siblings) on {settings['NEARDUP_ES_URL']}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true", help="only serve the demo site, until Ctrl-C")
@@ -301,6 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - the demo says what went wrong in one line
             print(f"The demo cannot search: {exc}", file=sys.stderr)
             return 1
+    if not args.serve:
+        try:
+            reset = reset_es_store()
+        except Exception as exc:  # noqa: BLE001 - the demo says what went wrong in one line
+            print(f"The demo cannot reset its Elasticsearch store: {exc}", file=sys.stderr)
+            return 1
+        if reset:
+            print(reset, file=sys.stderr, flush=True)
     server, mirror = start_sites(args.port)
     url = site_url(server)
     try:

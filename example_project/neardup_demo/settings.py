@@ -34,7 +34,7 @@ SCHEDULER_MEMORY_QUEUE = "scrapy.squeues.FifoMemoryQueue"
 # -- near-duplicate filtering ---------------------------------------------------------------------------------
 
 # The add-on enables the pipeline (ITEM_PIPELINES, 300) and the soft-404 and mirror-host downloader middlewares.
-ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}
+ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
 
 # Set to False to switch the pipeline off without removing it.
 NEARDUP_ENABLED = True
@@ -70,9 +70,9 @@ NEARDUP_MARK_FIELD = "neardup"
 # and resumed, and the resumed crawl still drops copies of pages kept before the pause. Without JOBDIR or
 # NEARDUP_STATE_DIR nothing is saved. NEARDUP_RESET = True discards the saved state at start.
 # "elasticsearch": one index shared by every crawler process; set the URL and, for a secured cluster, an API
-# key or a user name and password, and the CA certificate of its TLS. The index outlives the crawl: running
-# the demo twice against the same index drops every page the second time (they are all known already); use
-# another NEARDUP_ES_INDEX to start afresh.
+# key or a user name and password, and the CA certificate of its TLS. The index outlives the crawl (a later
+# crawl of the same URLs finds its pages known: revisits); run_demo.py, which serves the site on a new port each
+# run, deletes this index before it crawls, so that each run starts afresh.
 NEARDUP_BACKEND = os.environ.get("NEARDUP_BACKEND", "embedded")
 # NEARDUP_STATE_DIR = "neardup-state"
 NEARDUP_RESET = False

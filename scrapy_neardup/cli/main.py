@@ -49,6 +49,8 @@ from .report import add_report
 logger = logging.getLogger(__name__)
 
 _BATCH = 512
+#: Exit status after Ctrl-C: 128 + SIGINT, what a shell reports for a command SIGINT stopped.
+INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # e.g. piped into head
         return 0
+    except KeyboardInterrupt:
+        # Ctrl-C, for every subcommand: the command's own finally blocks have run (output flushed, summary
+        # printed, connections closed); one line instead of a traceback, and the shell's status for SIGINT.
+        print("neardup: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,15 +141,34 @@ def _run_dedupe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
                 progress.close()
             source.seek(0)
         progress = progress_bar("dedupe", args.progress, total=size, unit="B")
+        fields: set[str] = set()  # of the first batch: named when no record has the text field
         try:
             for batch in _record_batches(source, progress):
                 if args.id_field is None and batch:
                     args.id_field = choose_id_field(None, batch[0][1], args.url_field, "neardup dedupe")
+                if not fields:
+                    fields.update(name for _, record in batch for name in record)
                 _dedupe_batch(deduper, batch, args, sink, templates)
         finally:
             progress.close()
             print(f"neardup dedupe: {deduper.stats.summary()}", file=sys.stderr)
+    _fail_if_nothing_checked(deduper, args.text_field, fields)
     return 0
+
+
+def _fail_if_nothing_checked(deduper: Deduper, text_field: str, fields: set[str]) -> None:
+    """Every record was skipped for its text: the records were written back unchanged (duplicate_of null), but
+    nothing was compared, which is never what was meant (usually a wrong --text-field). Some records skipped is
+    bad input counted in the summary, as the crawl passes such pages through and counts them: exit 0."""
+    stats = deduper.stats
+    if stats.seen == 0 or stats.skipped < stats.seen:
+        return
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(stats.skipped_by_reason.items()))
+    hint = ""
+    if stats.skipped_by_reason.get("missing") == stats.seen:
+        hint = f"; the records have fields: {', '.join(sorted(fields)) or 'none'} (choose one with --text-field)"
+    raise CommandError(f"no record could be checked: none of the {stats.seen} records has usable text in "
+                       f"--text-field {text_field!r} ({reasons}){hint}")
 
 
 def learn_record_templates(source: IO[bytes], sketcher: Sketcher, text_field: str, url_field: str,

@@ -274,13 +274,19 @@ class MirrorTable:
         if checked < self.min_pages:
             return []
         best: MirrorDecision | None = None
+        best_rank: tuple[int, int, float] | None = None
         for other in self.twin_hosts(host):
             copies = self.copies(host, other)
             # Only the host holding the kept copies is kept at this one's expense (the tolerance absorbs
             # 0.9 * 10 != 9.0).
-            qualifies = copies >= self.share * checked - 1e-9 and self.original_of_pair(host, other) == other
-            if qualifies and (best is None or copies > best.copies):
-                best = MirrorDecision(host, other, copies, checked)
+            if copies < self.share * checked - 1e-9 or self.original_of_pair(host, other) != other:
+                continue
+            # The host named is the one holding the kept copies of this host's pages: of a site A, its mirror B
+            # and a copy C, C's pages are twins of B's as much as of A's, but A holds them. Then the most
+            # copies, then the host met first: never the order in which a set lists hosts.
+            rank = (self.holds(other, host), copies, -self.first_seen(other))
+            if best_rank is None or rank > best_rank:
+                best, best_rank = MirrorDecision(host, other, copies, checked), rank
         if best is None:
             return []
         self._mirror_of[host] = best

@@ -32,6 +32,7 @@ costs no more memory than Scrapy's own bound.
 from __future__ import annotations
 
 from scrapy.settings import BaseSettings
+from scrapy.utils.misc import load_object
 
 from .canonical import CanonicalLinkMiddleware
 from .exporters import CSV_EXPORTER
@@ -58,23 +59,31 @@ class NearDuplicateAddon:
 
     def update_settings(self, settings: BaseSettings) -> None:
         """Add each component unless the project lists it already."""
-        settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", NearDuplicatePipeline, PIPELINE_PRIORITY)
-        settings.setdefault_in_component_priority_dict(
-            "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY
-        )
-        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", Soft404Middleware, SOFT404_PRIORITY)
-        settings.setdefault_in_component_priority_dict(
-            "DOWNLOADER_MIDDLEWARES", CanonicalLinkMiddleware, CANONICAL_PRIORITY
-        )
+        _add_component(settings, "ITEM_PIPELINES", NearDuplicatePipeline, PIPELINE_PRIORITY)
+        _add_component(settings, "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY)
+        _add_component(settings, "DOWNLOADER_MIDDLEWARES", Soft404Middleware, SOFT404_PRIORITY)
+        _add_component(settings, "DOWNLOADER_MIDDLEWARES", CanonicalLinkMiddleware, CANONICAL_PRIORITY)
         if settings.get("NEARDUP_REPORT"):
-            settings.setdefault_in_component_priority_dict("EXTENSIONS", CrawlReport, 0)
+            _add_component(settings, "EXTENSIONS", CrawlReport, 0)
         if settings.get("NEARDUP_SEARCH_INDEX"):
-            settings.setdefault_in_component_priority_dict("ITEM_PIPELINES", SearchIndexPipeline,
-                                                           SEARCH_INDEX_PRIORITY)
+            _add_component(settings, "ITEM_PIPELINES", SearchIndexPipeline, SEARCH_INDEX_PRIORITY)
         # Per key, below the project's priority: a project's own csv exporter stands, its other formats too.
         exporters = settings["FEED_EXPORTERS"]
         if isinstance(exporters, BaseSettings) and exporters.get("csv") is None:
             exporters.set("csv", CSV_EXPORTER, priority="addon")
+
+
+def _add_component(settings: BaseSettings, name: str, cls: type, priority: int) -> None:
+    """Add ``cls`` to the component dict ``name`` at ``priority`` unless it is listed already (under any import
+    path), keeping the setting's priority.
+
+    Added by its import path, not as the class: Scrapy's "Enabled item pipelines / downloader middlewares" lines
+    print the keys as they are, and a class object prints as ``<class '...'>``."""
+    components = settings.getdict(name)
+    if any(load_object(listed) is cls for listed in components):
+        return
+    components[f"{cls.__module__}.{cls.__qualname__}"] = priority
+    settings.set(name, components, settings.getpriority(name) or 0)
 
 
 __all__ = ["CANONICAL_PRIORITY", "HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "SEARCH_INDEX_PRIORITY", "NearDuplicateAddon"]

@@ -1,6 +1,6 @@
 """Mirror hosts: stop downloading a host once its pages have proved to be copies of another host's.
 
-Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}``) or by hand::
+Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}``) or by hand::
 
     DOWNLOADER_MIDDLEWARES = {"scrapy_neardup.crawl.mirrors.MirrorHostsMiddleware": 60}
 
@@ -10,9 +10,19 @@ per pair of hosts, the checked pages of one with a twin on the other, and which 
 When host B has at least ``NEARDUP_MIRROR_MIN_PAGES`` checked pages, at least ``NEARDUP_MIRROR_SHARE`` of them
 have a twin on host A, and A holds more of their kept copies than B (on a tie: A was met first, i.e. its first
 request was scheduled first), B is a mirror of A: one INFO line is logged ("host B mirrors host A: 23 of 24 pages
-are copies; skipping its requests") and every later request to B is dropped before download (``IgnoreRequest``,
-counted in ``neardup/mirror_requests_skipped``). Requests already in the downloader finish normally. The host
-whose pages the pipeline kept is thus never the one skipped; which copy the pipeline keeps when two hosts serve
+are copies; skipping its requests") and every later request to B is dropped before download (counted in
+``neardup/mirror_requests_skipped``). Requests already in the downloader finish normally. The host named is the
+one holding the kept copies of B's pages, then the one with most twins, then the one met first.
+
+A skipped request is no download error. A request to a mirror that reaches ``process_request`` (past the
+scheduler's duplicate filter) is handed back to the engine (returned, as a redirect would be) with a mark in its
+meta; the engine schedules it again, and the middleware's ``request_scheduled`` handler refuses it with
+``IgnoreRequest``, which the engine takes as "do not enqueue", as for Scrapy's offsite filter. So
+``downloader/exception_count`` is left alone and monitors of download errors (Spidermon's
+``DownloaderExceptionMonitor``) do not count skipped requests, and the count is of downloads saved (a page linked
+many times is one request). The host
+whose pages the pipeline kept is thus never the one skipped; a soft-404 probe or a robots.txt download of B,
+started by a request that passed before the decision, finishes too; which copy the pipeline keeps when two hosts serve
 the same pages is :mod:`scrapy_neardup.crawl.order`'s business.
 
 With the embedded backend and a state directory (``NEARDUP_STATE_DIR``, default ``<JOBDIR>/neardup``) the table
@@ -52,6 +62,9 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
 logger = logging.getLogger(__name__)
+
+#: Request meta key: the request is to a mirror host (the value names the original), refused when scheduled again.
+_SKIPPED = "neardup_mirror_of"
 
 
 class MirrorHostsMiddleware:
@@ -112,18 +125,36 @@ class MirrorHostsMiddleware:
         """Hosts are met in the order their first requests are scheduled: start URLs in the spider's order (the
         downloader's own order follows its slots, not the spider)."""
         host = host_of(request.url)
-        if host is not None:
-            self.table.see(host)
-
-    def process_request(self, request: Request, spider: Any = None) -> None:
-        self._sync_soon()
-        host = host_of(request.url)
         if host is None:
             return
         self.table.see(host)
-        if self.table.mirror_of(host) is not None:
+        if request.meta.get(_SKIPPED):
+            # Handed back by process_request: the engine does not enqueue a request a request_scheduled handler
+            # refuses with IgnoreRequest, and counts no download error for it (Scrapy's OffsiteMiddleware filters
+            # the same way).
             self._inc("mirror_requests_skipped")
-            raise IgnoreRequest(f"{host} mirrors {self.table.mirror_of(host).original}")  # type: ignore[union-attr]
+            raise IgnoreRequest(f"{host} mirrors {request.meta[_SKIPPED]}")
+
+    def process_request(self, request: Request, spider: Any = None) -> Request | None:
+        self._sync_soon()
+        host = host_of(request.url)
+        if host is None:
+            return None
+        self.table.see(host)
+        decision = self.table.mirror_of(host)
+        if decision is not None and request.meta.get(_SKIPPED):
+            # Handed back once and here again: it came from ExecutionEngine.download_async (which downloads a
+            # returned request itself instead of scheduling it), not from the scheduler.
+            self._inc("mirror_requests_skipped")
+            raise IgnoreRequest(f"{host} mirrors {decision.original}")
+        if decision is not None and not _internal(request):
+            # Raising IgnoreRequest here would count a downloader exception (DownloaderStats.process_exception).
+            # Handed back instead, the engine schedules it again and request_scheduled drops (and counts) it. It
+            # came here through the scheduler's duplicate filter, so what is counted is downloads saved, not
+            # links: a mirror's page linked ten times is one request skipped.
+            request.meta[_SKIPPED] = decision.original
+            return request
+        return None
 
     def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,
                      canonical: str | None = None) -> None:
@@ -213,6 +244,17 @@ class MirrorHostsMiddleware:
     def _inc(self, name: str, count: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value("neardup/" + name, count)
+
+
+def _internal(request: Request) -> bool:
+    """A soft-404 probe, or a download no spider callback will see (robots.txt, media pipelines). They are
+    started by a request of the host that passed this middleware, so before the host was found a mirror: like a
+    request already in the downloader, they finish."""
+    from scrapy.http.request import NO_CALLBACK
+
+    from .soft404 import PROBE_META
+
+    return bool(request.meta.get(PROBE_META)) or request.callback is NO_CALLBACK
 
 
 def _host_store(crawler: Crawler, config: NearDupSettings) -> HostStore | None:

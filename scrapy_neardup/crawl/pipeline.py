@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from itemadapter import ItemAdapter
 from scrapy import signals
-from scrapy.exceptions import CloseSpider, NotConfigured
+from scrapy.exceptions import CloseSpider, DropItem, NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from ..core.dedupe import SKIP_EMPTY, SKIP_NOT_TEXT, skip_reason
@@ -65,8 +65,8 @@ from .item_fields import MARK_FIELD_MISSING, TEXT_FIELD_PROBE, ItemFieldChecks, 
 from .order import KeepOrder
 from .outage import UNCHECKED, BackendOutage, describe_unchecked, too_many_unchecked
 from .page_sketcher import PageSketcher
-from .search_index import require_search_writer
 from .scraper_room import ScraperRoom
+from .search_index import require_search_writer
 from .settings import NearDupSettings, NearDupSettingsError
 from .soft404 import Soft404Dropped
 from .startup import component_startup, report_startup_failure
@@ -372,15 +372,13 @@ class NearDuplicatePipeline:
         :class:`CanonicalDropped` or marked ``{"duplicate_of": holder, "canonical": canonical}``, never kept."""
         self._checked(key, holder, canonical)
         self._inc("canonical")
-        level = logging.INFO if self.config.debug else logging.DEBUG
-        verb = "Marked" if self.config.action == "mark" else "Dropped"
-        logger.log(level, "%s %s: its canonical link names %s, kept as %s", verb, key, canonical, holder)
         if self.config.action == "mark":
+            logger.log(self._drop_level, "Marked %s: its canonical link names %s, kept as %s", key, canonical, holder)
             adapter[self.config.mark_field] = {"duplicate_of": holder, "canonical": canonical, "rule": "canonical"}
             self._inc("marked")
             return item
         self._inc("dropped")
-        raise CanonicalDropped(key, canonical, holder)
+        raise self._logged_once(CanonicalDropped(key, canonical, holder))
 
     async def _decide(self, key: str, sketch: Sketch) -> Decision:
         """The backend's decision for one page (a batch of one: see :meth:`Backend.check_and_add_many`)."""
@@ -402,11 +400,9 @@ class NearDuplicatePipeline:
         canonical page of that content, met after it (the mark says ``"representative": True``)."""
         if match.exact:
             self._inc("exact_duplicates")
-        level = logging.INFO if self.config.debug else logging.DEBUG
-        verb = "Marked" if self.config.action == "mark" else "Dropped"
-        logger.log(level, "%s near-duplicate %s of %s (%s)", verb, key, match.key,
-                   describe(match, self.config.num_perm))
         if self.config.action == "mark":
+            logger.log(self._drop_level, "Marked near-duplicate %s of %s (%s)", key, match.key,
+                       describe(match, self.config.num_perm))
             mark: dict[str, Any] = {"duplicate_of": match.key, "resemblance": match.resemblance, "exact": match.exact,
                                     **match_evidence(match, self.config.num_perm)}
             if representative:
@@ -415,7 +411,7 @@ class NearDuplicatePipeline:
             self._inc("marked")
             return item
         self._inc("dropped")
-        raise NearDuplicateDropped(key, match, self.config.num_perm)
+        raise self._logged_once(NearDuplicateDropped(key, match, self.config.num_perm))
 
     def _revisit(self, item: Any, adapter: ItemAdapter, key: str, changed: bool) -> Any:
         """A page seen again under its key (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`):
@@ -441,27 +437,34 @@ class NearDuplicatePipeline:
         (:class:`RepeatDropped`, naming the page), or marked ``{"repeat": True}``; never emitted twice as a page.
         """
         self._inc("repeats")
-        level = logging.INFO if self.config.debug else logging.DEBUG
-        logger.log(level, "%s repeat of %s (met again in this crawl, unchanged)",
-                   "Marked" if self.config.action == "mark" else "Dropped", key)
         if self.config.action == "mark":
+            logger.log(self._drop_level, "Marked repeat of %s (met again in this crawl, unchanged)", key)
             adapter[self.config.mark_field] = {"repeat": True, "rule": "repeat"}
             return item
-        raise RepeatDropped(key)
+        raise self._logged_once(RepeatDropped(key))
 
     def _soft404(self, item: Any, adapter: ItemAdapter, soft404: Soft404Match) -> Any:
         """A page that near-duplicates its host's soft-404 template: dropped or marked, never kept."""
         url = str(adapter.get(self.config.url_field))
-        level = logging.INFO if self.config.debug else logging.DEBUG
-        logger.log(level, "%s soft 404 %s (like %s, resemblance %.3f)",
-                   "Marked" if self.config.action == "mark" else "Dropped", url, soft404.probe_url,
-                   soft404.resemblance)
         self._inc("soft404")
         if self.config.action == "mark":
+            logger.log(self._drop_level, "Marked soft 404 %s (like %s, resemblance %.3f)", url, soft404.probe_url,
+                       soft404.resemblance)
             adapter[self.config.mark_field] = {"soft404": soft404.probe_url, "resemblance": soft404.resemblance,
                                                **evidence(soft404.shared, soft404.num_perm, "soft404")}
             return item
-        raise Soft404Dropped(url, soft404)
+        raise self._logged_once(Soft404Dropped(url, soft404))
+
+    @property
+    def _drop_level(self) -> int:
+        """Where each drop or mark is logged: DEBUG, or INFO with ``NEARDUP_DEBUG``."""
+        return logging.INFO if self.config.debug else logging.DEBUG
+
+    def _logged_once(self, drop: DropItem) -> DropItem:
+        """A dropped item is logged by Scrapy (its "Dropped: <reason>" line, at the exception's ``log_level``);
+        the pipeline adds no line of its own, so each drop is logged once, at INFO with ``NEARDUP_DEBUG``."""
+        drop.log_level = logging.getLevelName(self._drop_level)
+        return drop
 
     def _key(self, adapter: ItemAdapter, sketch: Sketch) -> str:
         url = adapter.get(self.config.url_field)

@@ -1,6 +1,6 @@
 """Soft-404 probing: learn what each host answers for a URL that cannot exist, and drop pages that look like it.
 
-Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 300}``) or by hand::
+Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}``) or by hand::
 
     DOWNLOADER_MIDDLEWARES = {"scrapy_neardup.crawl.soft404.Soft404Middleware": 70}
 

@@ -3,18 +3,18 @@
 A wrong ``NEARDUP_*`` setting, or a backend that cannot be opened, must stop the crawl before any request,
 make ``scrapy crawl`` exit with status 1, and say what to fix in one line. Scrapy (2.13+) gets the exit status
 right when a component raises at start-up, but how the exception is reported depends on how the crawl runs:
-``scrapy crawl`` (asyncio) logs it through asyncio's "Task exception was never retrieved" handler, a traceback
-of ~35 lines whose last line is the message; a script's ``CrawlerProcess`` hands it to a Deferred that may
-never log it. And when the failure happens while the spider opens, Scrapy closes a spider whose
+``scrapy crawl`` (asyncio) re-raises it from a task nobody awaits, so asyncio logs it as "Task exception was never
+retrieved", a traceback of ~35 lines whose last line is the message; a script's ``CrawlerProcess`` hands it to a
+Deferred that may never log it. And when the failure happens while the spider opens, Scrapy closes a spider whose
 ``spider_opened`` signal never fired, so ``CoreStats`` adds an unrelated ``AssertionError`` traceback.
 
 :func:`report_startup_failure`, called just before the component raises, therefore logs the one line itself
-(``CRITICAL: StateError: <file> is damaged ...``), and installs (once) a logging filter that turns the later
-reports of *that* exception, and of the signal handlers that fail as a consequence, into DEBUG records: only a
-crawl run at ``LOG_LEVEL = "DEBUG"`` shows their tracebacks. Every component of the plugin (the pipeline, the
-mirror-host and soft-404 middlewares) runs its ``from_crawler`` inside :func:`component_startup`, which does
-this for whatever it raises, since whichever Scrapy builds first (middlewares before pipelines) meets a wrong
-setting first.
+(``CRITICAL: StateError: <file> is damaged ...``), retrieves the exception from the crawl's task when it ends (no
+unretrieved task exception, at any log level), and installs (once) a logging filter that turns the other reports
+of *that* exception, and of the signal handlers that fail as a consequence, into DEBUG records. Every component
+of the plugin (the pipeline, the mirror-host and soft-404 middlewares) runs its ``from_crawler`` inside
+:func:`component_startup`, which does this for whatever it raises, since whichever Scrapy builds first
+(middlewares before pipelines) meets a wrong setting first.
 
 :func:`component_startup` also warns, once per crawl, about each ``NEARDUP_*`` setting that nothing reads
 (``NEARDUP_TRESHOLD``), naming the closest known one: a typo would otherwise be ignored silently.
@@ -83,6 +83,7 @@ def report_startup_failure(exc: BaseException, *, log_level: str | int = "DEBUG"
         log_level: the crawl's ``LOG_LEVEL``; the tracebacks are shown (at DEBUG) only when it is DEBUG.
     """
     level = logging.getLevelName(log_level) if isinstance(log_level, str) else log_level
+    _retrieve_from_tasks(exc)
     _filter.failed = exc
     _filter.show_debug = isinstance(level, int) and level <= logging.DEBUG
     for name in _WATCHED:
@@ -90,6 +91,39 @@ def report_startup_failure(exc: BaseException, *, log_level: str | int = "DEBUG"
         if _filter not in log.filters:
             log.addFilter(_filter)
     logger.critical("%s", one_line(exc))
+
+
+def _retrieve_from_tasks(failure: BaseException) -> None:
+    """Retrieve *failure* from the crawl's task once that task ends with it.
+
+    ``scrapy crawl`` (Scrapy 2.13+, asyncio) runs each crawl in a task (``AsyncCrawlerRunner._crawl_and_track``)
+    that sets ``bootstrap_failed`` on a start-up failure and re-raises it, and that nobody awaits: asyncio reports
+    its exception when the task is collected ("Task exception was never retrieved", a traceback of ~35 lines;
+    the filter above demotes it to DEBUG, and a ``startproject`` project logs at DEBUG). The failure was just
+    reported in one line, so whoever reported it retrieves it: a callback on the crawl's running task reads the
+    exception once the task ends. Another exception (not *failure*, not caused by it) is handed to the loop's
+    exception handler, which is what asyncio would have done with it: nothing else is hidden.
+    """
+    import asyncio
+
+    try:
+        tasks = asyncio.all_tasks()
+    except RuntimeError:  # no running loop: a reactor without asyncio, whose Deferreds the filter covers
+        return
+
+    def retrieve(task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()  # marks it retrieved
+        if exc is None or exc is failure or exc.__cause__ is failure or exc.__context__ is failure:
+            return
+        task.get_loop().call_exception_handler(
+            {"message": "Task exception was never retrieved", "exception": exc, "future": task})
+
+    for task in tasks:
+        coro = task.get_coro()
+        if not task.done() and getattr(coro, "__qualname__", "").endswith("._crawl_and_track"):
+            task.add_done_callback(retrieve)
 
 
 #: The crawlers whose settings were checked for unknown names (once per crawl, whichever component comes first).

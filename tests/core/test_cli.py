@@ -259,3 +259,59 @@ def test_dedupe_and_compare_fold_text_typed_with_tricks(tmp_path: Path, capsys: 
     (tmp_path / "b.txt").write_text(TYPED)
     code, out_json, _ = _run(["compare", str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), "--json"], capsys)
     assert code == 0 and json.loads(out_json)["jaccard"] == 1.0
+
+
+NEARDUP = str(Path(sys.executable).with_name("neardup"))  # the console script, as a user types it
+
+
+def test_dedupe_with_a_text_field_no_record_has_fails_naming_the_fields(tmp_path: Path) -> None:
+    """``--text-field body`` on records without it: every record is still written back, but nothing was
+    compared: one error line naming the fields the records have, exit 1."""
+    source = _write_jsonl(tmp_path / "in.jsonl", [{"url": f"http://a.test/{i}", "text": ARTICLE} for i in range(20)])
+    result = subprocess.run([NEARDUP, "dedupe", str(source), "--text-field", "body"], capture_output=True, text=True)
+    assert result.returncode == 1, result.stderr
+    assert len(result.stdout.splitlines()) == 20
+    assert "skipped (bad text): 20 (missing: 20)" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("neardup: error:")]
+    assert errors == ["neardup: error: no record could be checked: none of the 20 records has usable text in "
+                      "--text-field 'body' (missing: 20); the records have fields: text, url (choose one with "
+                      "--text-field)"]
+
+
+def test_dedupe_with_some_records_skipped_counts_them_and_exits_0(tmp_path: Path) -> None:
+    """Bad text in some records is bad input counted in the summary (the crawl passes such pages through and
+    counts them too): the others were checked, exit 0."""
+    source = _write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "text": ARTICLE}, {"id": 2}, {"id": 3, "text": ARTICLE}])
+    result = subprocess.run([NEARDUP, "dedupe", str(source)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "records: 3, kept: 1, near-duplicates: 1 (exact: 1), skipped (bad text): 1 (missing: 1)" in result.stderr
+
+
+def test_ctrl_c_in_dedupe_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """SIGINT to a running ``neardup dedupe`` (reading a pipe that stays open, as a slow producer would): the
+    records checked so far are written (whole lines), the summary counts them, one line says it was interrupted,
+    exit 130, no traceback."""
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen([NEARDUP, "dedupe", "-", "--content", "main"], stdin=subprocess.PIPE,
+                            stdout=open(tmp_path / "out.jsonl", "wb"), stderr=subprocess.PIPE)  # noqa: SIM115
+    assert proc.stdin is not None and proc.stderr is not None
+    records = 600  # more than one batch (512): the first batch is checked and written while the pipe stays open
+    proc.stdin.write("".join(json.dumps({"id": i, "text": f"{ARTICLE} {i}"}) + "\n"
+                             for i in range(records)).encode())
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while (tmp_path / "out.jsonl").stat().st_size == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "dedupe ended before it was interrupted"
+    os.kill(proc.pid, signal.SIGINT)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 130, err
+    proc.stdin.close()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.splitlines()[-1] == "neardup: interrupted"
+    written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert 0 < len(written) < records and [r["id"] for r in written] == list(range(len(written)))
+    assert f"neardup dedupe: records: {len(written)}, " in err

@@ -66,6 +66,36 @@ def test_on_a_tie_the_host_met_first_is_the_original() -> None:
     assert table.mirror_of(host_of(B)).original == host_of(A)  # type: ignore[arg-type,union-attr]
 
 
+SCRIPT_THREE_HOSTS = """
+from scrapy_neardup.core.mirrors import MirrorTable
+a, b, c = "http://127.0.0.1:8701", "http://127.0.0.1:8702", "http://127.0.0.1:8703"
+table = MirrorTable(min_pages=4, share=0.9)
+for host in (a, b, c):
+    table.see(host)
+for i in range(4):
+    table.record(f"{a}/{i}", None)
+for i in range(4):
+    table.record(f"{b}/{i}", f"{a}/{i}")
+for i in range(4):
+    table.record(f"{c}/{i}", f"{a}/{i}")
+print(sorted((d.mirror, d.original) for d in table.decisions))
+"""
+
+
+@pytest.mark.parametrize("seed", ["0", "1", "2", "3"])
+def test_the_mirror_named_holds_the_kept_pages_whatever_the_hash_seed(seed: str) -> None:
+    """A kept the pages, B and C copy them: C's pages have as many twins on B as on A, and B (met before C) ties
+    with C on kept copies held. C mirrors A, the host its dropped pages name, under every PYTHONHASHSEED."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", SCRIPT_THREE_HOSTS], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+    a, b, c = (host_of(f"http://127.0.0.1:{port}") for port in (8701, 8702, 8703))
+    assert out.strip() == str(sorted([(b, a), (c, a)]))
+
+
 def test_twins_met_through_a_third_host_count() -> None:
     """A partner P reprints A's pages and was checked first: A's and the mirror B's copies both name P's page.
     They are still twins of each other, so B is recognized as A's mirror; P, holding those contents but copying

@@ -23,6 +23,13 @@ def test_addon_alone_drops_near_duplicates_in_a_real_crawl(run_crawl: Any, serve
     assert result.returncode == 0, result.log[-3000:]
     assert "Enabled addons:" in result.log and "NearDuplicateAddon" in result.log
     assert "Soft404Middleware" in result.log and "MirrorHostsMiddleware" in result.log
+    # Scrapy lists the enabled components by import path, ours as the others.
+    assert "<class " not in result.log
+    for path in ("'scrapy_neardup.crawl.pipeline.NearDuplicatePipeline'",
+                 "'scrapy_neardup.crawl.mirrors.MirrorHostsMiddleware'",
+                 "'scrapy_neardup.crawl.soft404.Soft404Middleware'",
+                 "'scrapy_neardup.crawl.canonical.CanonicalLinkMiddleware'"):
+        assert path in result.log, result.log[:4000]
     # What the threshold means, said once at start-up.
     rule = "Near-duplicates: t = 107 of k = 128: flags r >= 0.90 in 99% of cases, r = 0.83 in 50%"
     assert result.log.count(rule) == 1
@@ -50,7 +57,9 @@ def test_addon_keeps_a_users_own_pipeline_entry() -> None:
     assert load_object(ADDON) is NearDuplicateAddon is scrapy_neardup.NearDuplicateAddon
     fresh = Settings({"ITEM_PIPELINES": {"scrapy.pipelines.files.FilesPipeline": 800}})
     NearDuplicateAddon().update_settings(fresh)
-    assert fresh.getdict("ITEM_PIPELINES") == {"scrapy.pipelines.files.FilesPipeline": 800, NearDuplicatePipeline: 300}
+    # Added by import path, so that Scrapy's "Enabled item pipelines" line names it (a class prints as <class ...>).
+    assert fresh.getdict("ITEM_PIPELINES") == {"scrapy.pipelines.files.FilesPipeline": 800,
+                                               "scrapy_neardup.crawl.pipeline.NearDuplicatePipeline": 300}
     assert PIPELINE_PRIORITY == 300
     # Listed already (under any import path): its priority stands and it is not added twice.
     for listed in ("scrapy_neardup.NearDuplicatePipeline", "scrapy_neardup.crawl.pipeline.NearDuplicatePipeline",

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scrapy.http import HtmlResponse
@@ -193,11 +194,11 @@ def test_wrong_setting_is_one_line_without_traceback_above_debug() -> None:
         "[scrapy_neardup.crawl.startup] CRITICAL: NEARDUP_THRESHOLD='2' is not valid: expected a resemblance in (0, 1]"
     ), proc.stderr
     assert "Traceback" not in proc.stderr
-    # At DEBUG (Scrapy's default level) the same line comes, and the traceback is there for whoever wants it.
+    # At DEBUG (Scrapy's default level) the same one line, and no unretrieved task's traceback either.
     debug = _crawl("NEARDUP_THRESHOLD=2")
     assert debug.returncode == 1
     assert "CRITICAL: NEARDUP_THRESHOLD='2' is not valid" in debug.stderr
-    assert "Traceback" in debug.stderr
+    assert "Traceback" not in debug.stderr and "never retrieved" not in debug.stderr
 
 
 def test_unreachable_elasticsearch_is_one_line_and_no_unrelated_traceback() -> None:
@@ -219,3 +220,30 @@ def test_demo_failure_prints_the_error_after_saying_it_failed(tmp_path: Path) ->
     lines = proc.stderr.strip().splitlines()
     assert lines[-2:] == ["The demo crawl failed:",
                           "  NEARDUP_ACTION='bogus' is not valid: expected one of 'drop', 'mark'"], proc.stderr
+
+
+@pytest.mark.es
+def test_demo_on_elasticsearch_gives_the_same_report_when_run_twice(es_url: str, es_client: Any,
+                                                                    tmp_path: Path) -> None:
+    """``NEARDUP_BACKEND=elasticsearch NEARDUP_ES_URL=... python example_project/run_demo.py``, twice: the site is
+    served on a new port each run, and the store index outlives the crawl; the demo deletes it first, so the
+    second run keeps and drops the same pages as the first (not "KEPT 0", every page naming the first run's
+    port)."""
+    index = f"demo-twice-{os.getpid()}"
+    env = {**clean_env(), "NEARDUP_BACKEND": "elasticsearch", "NEARDUP_ES_URL": es_url, "NEARDUP_ES_INDEX": index}
+    runs = []
+    try:
+        for _ in range(2):
+            proc = subprocess.run([sys.executable, str(PROJECT / "run_demo.py")], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=180)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            runs.append(proc)
+    finally:
+        es_client.indices.delete(index=f"{index},{index}-hosts,{index}-templates,{index}-order",
+                                 ignore_unavailable=True)
+    assert f"deleted its store index {index}" in runs[1].stderr
+    kept = [sorted(line.split()[0] for line in report_section(run.stdout, "KEPT")) for run in runs]
+    assert kept[0] == kept[1] == DISTINCT
+    dropped = [{line.split()[0] for line in report_section(run.stdout, "DROPPED") if line.split()[0].startswith("/")}
+               for run in runs]
+    assert dropped[0] == dropped[1] == set(COPIES)

@@ -51,11 +51,12 @@ def test_drops_every_kind_of_near_duplicate(item_type: str, run_crawl: RunCrawl,
     assert result.stat("neardup/exact_duplicates") == sum(d["exact"] for d in result.dropped) == exact
     assert result.stats["finish_reason"] == "finished"
 
-    # One DEBUG line per drop naming the kept URL and the resemblance, and an INFO summary at close.
+    # One DEBUG line per drop (Scrapy's, with the item) naming the kept URL and the resemblance, and an INFO
+    # summary at close.
     for drop in result.dropped:
-        line = (f"DEBUG: Dropped near-duplicate {drop['item']['url']} of {drop['duplicate_of']} "
-                f"(resemblance {drop['resemblance']:.3f}")
+        line = f"DEBUG: Dropped: near-duplicate of {drop['duplicate_of']} (resemblance {drop['resemblance']:.3f}"
         assert line in result.log
+    assert result.log.count("DEBUG: Dropped") == n_drops and "Dropped near-duplicate" not in result.log
     assert (f"INFO: Near-duplicates: checked {n_pages} items, kept {len(result.scraped)}, "
             f"dropped {n_drops} ({exact} exact)") in result.log
 

@@ -88,12 +88,35 @@ def test_each_component_reports_a_wrong_setting_the_same_way(
     assert server.requests == []
 
 
-def test_the_traceback_is_there_at_debug(tmp_path: Path, serve_site: Any) -> None:
+@pytest.mark.parametrize("setting", ["NEARDUP_THRESHOLD = 1.5", "NEARDUP_ACTION = 'bogus'"])
+def test_a_startproject_project_at_debug_gets_one_line_and_no_unretrieved_task(
+    setting: str, tmp_path: Path, serve_site: Any
+) -> None:
+    """A project made by ``scrapy startproject`` logs at DEBUG (Scrapy's default). A wrong setting is still one
+    error line and exit 1: the crawl's task, which Scrapy re-raises the failure from and nobody awaits, has its
+    exception retrieved, so asyncio prints no "Task exception was never retrieved" traceback."""
+    import os
+    import subprocess
+    import sys
+
     server = _site(serve_site)
-    proc = _crawl(tmp_path, server, *ES, "-s", "NEARDUP_ES_INDEX=", "-L", "DEBUG")
-    assert proc.returncode == 1
-    assert [line for line in _error_lines(proc.stderr) if "NEARDUP_ES_INDEX" in line]
-    assert "Traceback" in proc.stderr
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-m", "scrapy", "startproject", "site_copy"], cwd=tmp_path, check=True,
+                   capture_output=True, env=env)
+    project = tmp_path / "site_copy"
+    with open(project / "site_copy" / "settings.py", "a") as settings:
+        settings.write(f'\nADDONS = {{"scrapy_neardup.NearDuplicateAddon": 0}}\n{setting}\n')
+    (project / "site_copy" / "spiders" / "pages.py").write_text(
+        "from neardup_testkit import NearDupTestSpider\n\n\nclass Pages(NearDupTestSpider):\n    name = 'pages'\n")
+    proc = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "pages", "-a", f"start_url={server.url}/"],
+                          cwd=project, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "DEBUG: " in proc.stderr  # the project's level: DEBUG
+    errors = _error_lines(proc.stderr)
+    assert len(errors) == 1 and "CRITICAL: NEARDUP_" in errors[0], proc.stderr
+    assert setting.split()[0] in errors[0]
+    assert "never retrieved" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    assert server.requests == []
 
 
 def test_damaged_mirror_table_stops_the_crawl_and_is_left_untouched(tmp_path: Path, serve_site: Any) -> None:
