@@ -91,3 +91,23 @@ def test_index_names_records_without_an_id_by_their_url(
     assert "--id-field to choose" not in capsys.readouterr().err
     assert es_client.get(index=index, id="p2")["_source"]["url"] == "https://a.test/2"
     es_client.indices.delete(index=index)
+
+
+def test_es_index_folds_lookalikes_accents_and_invisible_characters(
+    es_client: Elasticsearch, es_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`es index` sketches through the same Unicode folding: a copy typed with Latin lookalikes, stress marks, soft
+    hyphens and zero-width spaces gets its original's signature and fingerprint; a different text does not."""
+    index = f"nd-fold-{uuid.uuid4().hex[:10]}"
+    words = [f"слово{i}" for i in range(200)]
+    altered = [w.replace("о", "o", 1) + "\u0301" if i % 3 == 0 else w[:2] + "\u00ad\u200b" + w[2:]
+               for i, w in enumerate(words)]
+    records = [{"id": "original", "text": " ".join(words)}, {"id": "copy", "text": " ".join(altered)},
+               {"id": "other", "text": " ".join(reversed(words))}]
+    assert main(["es", "index", write_lines(tmp_path / "pages.jsonl", records), "--es-url", es_url,
+                 "--index", index]) == 0
+    capsys.readouterr()
+    docs = {name: es_client.get(index=index, id=name)["_source"]["neardup"] for name in ("original", "copy", "other")}
+    assert docs["copy"]["fingerprint"] == docs["original"]["fingerprint"] != docs["other"]["fingerprint"]
+    assert docs["copy"]["tag"].startswith("mh5-")
+    es_client.indices.delete(index=index)
