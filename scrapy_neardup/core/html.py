@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 from selectolax.lexbor import LexborHTMLParser
 
+from .article import outermost, the_article
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
 from .tag_scan import (
@@ -130,7 +131,7 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     landmarks = _Landmarks.of(data, marks, scan)
     if not landmarks.any:
         return _body_text(tree, dropped, start_tags), False
-    return _main_text(tree, dropped, _BLOCK_STR, landmarks)
+    return _main_text(tree, dropped, _BLOCK_STR, landmarks, articles=True)
 
 
 _BLOCK_STR = chr(BLOCK)
@@ -182,10 +183,13 @@ def _body_text(tree: LexborHTMLParser, dropped: str, start_tags: int) -> str:
 
 def _main_text(
     tree: LexborHTMLParser, dropped: str, joiner: str, landmarks: _Landmarks = _EVERY_LANDMARK,
+    articles: bool = False,
 ) -> tuple[str, bool]:
     """The main content of ``tree`` (see :func:`html_to_text`, mode ``"main"``), after removing the elements
     selected by ``dropped``, several main elements joined with ``joiner``; and whether it is marked (a main or
-    article element with text) rather than the body. ``landmarks``: what the page may have (all by default)."""
+    article element with text) rather than the body. ``landmarks``: what the page may have (all by default).
+    ``articles`` (``"auto"`` mode): ``<article>`` elements are the main content only where one of them is the
+    page's article (:func:`scrapy_neardup.core.article.the_article`); teaser cards leave the page unmarked."""
     dropped = ",".join(part for part in (dropped, landmarks.boilerplate()) if part)
     root_id = tree.root.mem_id if tree.root is not None else None
     for node in tree.css(dropped) if dropped else ():  # one C-level selection
@@ -194,7 +198,12 @@ def _main_text(
         if node.mem_id != root_id:
             node.decompose()
     for selector in landmarks.main_candidates():
-        nodes = _outermost(tree.css(selector))
+        nodes = outermost(tree.css(selector))
+        if articles and selector == "article":
+            trusted = the_article(nodes)
+            if trusted is None:
+                break
+            nodes = trusted
         text = joiner.join(node.text(separator=" ") for node in nodes)
         if _has_text(text):
             return text, True
@@ -233,27 +242,6 @@ def _drop(tree: LexborHTMLParser, dropped: str, start_tags: int) -> None:
             return
     for node in tree.css(dropped):
         node.decompose()
-
-
-def _outermost(nodes: list) -> list:
-    """``nodes`` without repeats (lexbor returns a node once per selector of a group it matches: ``<main
-    role="main">`` twice) and without those inside another of them (nested ``<article>`` elements are read once)."""
-    ids: set[int] = set()
-    unique = []
-    for node in nodes:
-        if node.mem_id not in ids:
-            ids.add(node.mem_id)
-            unique.append(node)
-    if len(unique) < 2:
-        return unique
-    out = []
-    for node in unique:
-        parent = node.parent
-        while parent is not None and parent.mem_id not in ids:
-            parent = parent.parent
-        if parent is None:
-            out.append(node)
-    return out
 
 
 def _strip_tags(html: str) -> str:

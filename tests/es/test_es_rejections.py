@@ -74,7 +74,10 @@ def test_index_and_assign_ride_out_rejections(tight_node: Any, tmp_path: Path,
     assert main(["es", "groups", "--es-url", url, "--index", index, "--assign", "--chunk-size", "1000"]) == 0
     err = capsys.readouterr().err
     assert "group fields updated on 120 documents" in err, err
-    assert rejections(client) > after_index
+    if os.environ.get("NEARDUP_ENGINE", "elasticsearch") == "elasticsearch":
+        # Elasticsearch weighs an update's whole document on the primary (max_primary_bytes) and rejects these
+        # batches; OpenSearch accounts updates otherwise and lets them through: there the run only has to finish.
+        assert rejections(client) > after_index
     duplicates = client.count(index=index, query={"term": {"neardup.status": "duplicate"}})["count"]
     assert duplicates == 120
     client.close()
@@ -90,7 +93,8 @@ def test_a_document_too_big_for_any_request_fails_the_run_in_one_line(
     assert main(["es", "index", str(path), "--es-url", url, "--index", index, "--chunk-size", "10"]) == 1
     err = capsys.readouterr().err
     assert "5 documents written" in err and "1 errors" in err, err
-    assert "es_rejected_execution_exception: 1 document(s), first https://a.test/huge" in err, err
+    # es_rejected_execution_exception on Elasticsearch, rejected_execution_exception on OpenSearch
+    assert "rejected_execution_exception: 1 document(s), first https://a.test/huge" in err, err
     assert len(err) < 2000, err
 
 

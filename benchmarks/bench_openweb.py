@@ -1,0 +1,336 @@
+"""News and blog article pages and the copies a crawler meets: the defaults against trafilatura + MinHash LSH.
+
+Data: pages with human gold article text from a public web-content-extraction set, read from a directory that holds
+``ground-truth.json`` (``{id: {"articleBody": ..., "url": ...}}``) and ``html/<id>.html.gz`` (the layout of the
+scrapinghub article-extraction-benchmark repository). Nothing of it is shipped with the package; get it with::
+
+    git clone https://github.com/scrapinghub/article-extraction-benchmark ~/.cache/scrapy-neardup/openweb/aeb
+
+and point ``NEARDUP_OPENWEB_DIR`` at it (that path is the default).
+
+From each page the benchmark makes the copies a crawler meets:
+
+* ``print``: the gold article in minimal print chrome ("Print this page ... All rights reserved");
+* ``amp``: the gold article in an AMP-style page with its own header, share buttons and footer;
+* ``syndicated``: the gold article inside the *next* page's real template (that page's largest text container
+  emptied and filled with this article's paragraphs);
+* ``again``: the page served again with a date line, a "N comments" count and a related-links block of other
+  articles' headlines and teasers added.
+
+Each page is read as served and with its semantic markup removed (``strip_semantics`` of the documentation
+corpora, applied to originals and copies alike). Labels come from the gold texts only: pages of one gold article
+are copies; two gold articles are distinct when their word 3-shingle Jaccard is below 0.5 (the benchmark's
+tokenizer: lower-cased ``\\w+`` runs, its own).
+
+Metrics, each page decided in order (originals first, then each kind of copy), the first seen kept:
+
+* kept-recall: share of copy pairs (two pages of one gold article) of which only one is left in the output;
+* precision: share of dropped pages whose match is a copy of the same article;
+* distinct dropped: dropped pages whose match is a distinct article.
+
+The peer: trafilatura's extraction (``favor_precision`` off, defaults) and datasketch ``MinHashLSH(threshold=0.9,
+num_perm=128)`` over the same word 5-shingles, the first page of a match kept.
+
+Run: ``python benchmarks/bench_openweb.py [--methods auto,trafilatura] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import html as html_lib
+import itertools
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import lxml.html
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "accuracy"))
+
+from corpora import parse, serialize, strip_semantics  # noqa: E402
+
+from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
+from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
+from scrapy_neardup.core.template import learn_template  # noqa: E402
+
+DEFAULT_DIR = Path.home() / ".cache" / "scrapy-neardup" / "openweb" / "aeb"
+KINDS = ("print", "amp", "syndicated", "again")
+DISTINCT_BELOW = 0.5
+_WORD = re.compile(r"\w+")
+#: A syndicated copy still holding this share of its host page's gold shingles is left out (the host's article
+#: was not where the template's largest text container was).
+LEFT_OVER = 0.2
+
+
+def host_of(url: str) -> str | None:
+    return urlsplit(url).hostname
+
+
+@dataclass(frozen=True)
+class Article:
+    key: str
+    url: str
+    gold: str
+    html: bytes
+
+
+def load_articles(directory: Path) -> list[Article]:
+    truth = json.loads((directory / "ground-truth.json").read_text())
+    out = []
+    for key in sorted(truth):
+        path = directory / "html" / f"{key}.html.gz"
+        if path.exists() and truth[key].get("articleBody"):
+            out.append(Article(key, truth[key]["url"], truth[key]["articleBody"], gzip.decompress(path.read_bytes())))
+    return out
+
+
+def gold_shingles(text: str) -> set[tuple[str, ...]]:
+    words = _WORD.findall(text.lower())
+    return {tuple(words[i:i + 3]) for i in range(max(1, len(words) - 2))}
+
+
+def _paragraphs(gold: str) -> str:
+    return "".join(f"<p>{html_lib.escape(p.strip())}</p>" for p in gold.split("\n") if p.strip())
+
+
+def _title(gold: str) -> str:
+    return html_lib.escape(" ".join(gold.split()[:8]))
+
+
+def print_copy(article: Article) -> bytes:
+    host = host_of(article.url) or "example.org"
+    return (f"<html><head><meta charset=utf-8><title>{_title(article.gold)}</title></head><body>"
+            f"<div class=print-bar><a href='javascript:print()'>Print this page</a> <a href='#'>Close window</a></div>"
+            f"<h1>{_title(article.gold)}</h1>{_paragraphs(article.gold)}"
+            f"<div class=print-footer>Find this article at: {html_lib.escape(article.url)}<br>"
+            f"Copyright 2026 {host}. All rights reserved.</div></body></html>").encode()
+
+
+def amp_copy(article: Article) -> bytes:
+    host = host_of(article.url) or "example.org"
+    return (f"<!doctype html><html amp><head><meta charset=utf-8><title>{_title(article.gold)}</title></head><body>"
+            f"<header class=amp-header><a href='/'>{host}</a> <a href='/news'>News</a> <a href='/sport'>Sport</a>"
+            f"</header><article><h1>{_title(article.gold)}</h1>"
+            f"<div class=amp-share><a href='#'>Share on Facebook</a><a href='#'>Share on Twitter</a>"
+            f"<a href='#'>Email</a></div>{_paragraphs(article.gold)}</article>"
+            f"<footer><a href='/privacy'>Privacy</a> <a href='/terms'>Terms</a> View full site</footer>"
+            f"</body></html>").encode()
+
+
+def _largest_container(root: lxml.html.HtmlElement) -> lxml.html.HtmlElement | None:
+    best, best_len = None, 0
+    for element in root.iter("div", "article", "section", "main", "td"):
+        length = sum(len(p.text_content()) for p in element.findall("p"))
+        if length > best_len:
+            best, best_len = element, length
+    return best
+
+
+def syndicated_copy(article: Article, host_page: Article) -> bytes | None:
+    root = parse(host_page.html)
+    container = _largest_container(root)
+    if container is None:
+        return None
+    for child in list(container):
+        container.remove(child)
+    container.text = None
+    for element in lxml.html.fragments_fromstring(_paragraphs(article.gold)):
+        container.append(element)
+    body = root.find("body")
+    host_gold = gold_shingles(host_page.gold)
+    left = gold_shingles((body if body is not None else root).text_content())
+    if len(host_gold & left) > LEFT_OVER * len(host_gold):
+        return None
+    return serialize(root)
+
+
+def again_copy(article: Article, others: Sequence[Article], number: int) -> bytes:
+    root = parse(article.html)
+    body = root.find("body")
+    if body is None:
+        body = root
+    date = lxml.html.fragment_fromstring(
+        f"<div class=dateline>Updated November {number % 28 + 1}, 2026 {number % 12 + 1}:{number % 60:02d} pm</div>")
+    count = lxml.html.fragment_fromstring(f"<div class=comment-count><a href='#comments'>{number * 7 + 3} comments</a>"
+                                          f"</div>")
+    teasers = "".join(f"<li><a href='/a{number}-{i}'>{_title(o.gold)}</a><p>"
+                      f"{html_lib.escape(' '.join(o.gold.split()[8:28]))}</p></li>" for i, o in enumerate(others))
+    related = lxml.html.fragment_fromstring(
+        f"<div class=related-stories><h3>Related stories</h3><ul>{teasers}</ul></div>")
+    body.insert(0, date)
+    container = _largest_container(root)
+    (container if container is not None else body).append(count)
+    body.append(related)
+    return serialize(root)
+
+
+@dataclass(frozen=True)
+class Page:
+    key: str  # a URL
+    gold: int  # index of the gold article
+    kind: str
+    html: bytes
+
+
+def build_pages(articles: Sequence[Article]) -> list[Page]:
+    pages = [Page(a.url, i, "original", a.html) for i, a in enumerate(articles)]
+    n = len(articles)
+    for kind in KINDS:
+        for i, a in enumerate(articles):
+            host = host_of(a.url) or "example.org"
+            if kind == "print":
+                pages.append(Page(f"https://{host}/print/{a.key}", i, kind, print_copy(a)))
+            elif kind == "amp":
+                pages.append(Page(f"https://amp.{host}/{a.key}", i, kind, amp_copy(a)))
+            elif kind == "syndicated":
+                other = articles[(i + 1) % n]
+                html = syndicated_copy(a, other)
+                if html is not None:
+                    pages.append(Page(f"https://{host_of(other.url)}/syndicated/{a.key}", i, kind, html))
+            else:
+                others = [articles[(i + j) % n] for j in (2, 3, 5)]
+                pages.append(Page(a.url + "?again", i, kind, again_copy(a, others, i)))
+    return pages
+
+
+def stripped(pages: Sequence[Page]) -> list[Page]:
+    out = []
+    for page in pages:
+        root = parse(page.html)
+        strip_semantics(root)
+        _declare_utf8(root)
+        out.append(Page(page.key, page.gold, page.kind, serialize(root)))
+    return out
+
+
+def _declare_utf8(root: lxml.html.HtmlElement) -> None:
+    """Say in the page that it is UTF-8 (the parse read it so; undeclared, a reader may guess otherwise)."""
+    if any(meta.get("charset") for meta in root.iter("meta")):
+        return
+    head = root.find("head")
+    if head is None:
+        head = lxml.html.Element("head")
+        root.insert(0, head)
+    head.insert(0, lxml.html.Element("meta", charset="utf-8"))
+
+
+Decisions = dict[str, str | None]  # key -> matched key (None: kept)
+
+
+def product(pages: Sequence[Page]) -> tuple[Decisions, float]:
+    """The defaults as ``neardup dedupe`` runs them: ``"auto"`` content, host templates learned over the batch."""
+    sketcher = Sketcher()
+    start = time.process_time()
+    htmls = [p.html for p in pages]
+    blocks = sketcher.block_hashes(htmls)
+    by_host: dict[str, list[Any]] = {}
+    for page, hashes in zip(pages, blocks, strict=True):
+        if hashes is not None:
+            by_host.setdefault(host_of(page.key) or "", []).append(hashes)
+    learned = {host: learn_template(sample).hashes for host, sample in by_host.items()}
+    sketches = sketcher.sketch_many(htmls, templates=[learned.get(host_of(p.key) or "") for p in pages])
+    cpu = time.process_time() - start
+    deduper = Deduper(sketcher)
+    decisions: Decisions = {}
+    for page, sketch in zip(pages, sketches, strict=True):
+        verdict = deduper.check_sketch(page.key, sketch)
+        decisions[page.key] = None if verdict.match is None else verdict.match.key
+    return decisions, cpu
+
+
+def trafilatura_lsh(pages: Sequence[Page]) -> tuple[Decisions, float]:
+    import trafilatura
+    from datasketch import MinHash, MinHashLSH
+
+    start = time.process_time()
+    lsh = MinHashLSH(threshold=0.9, num_perm=128)
+    decisions: Decisions = {}
+    for page in pages:
+        text = trafilatura.extract(page.html.decode("utf-8", "replace")) or ""
+        words = _WORD.findall(text.lower())
+        minhash = MinHash(num_perm=128)
+        for i in range(max(1, len(words) - 4)):
+            minhash.update(" ".join(words[i:i + 5]).encode())
+        found = lsh.query(minhash)
+        decisions[page.key] = found[0] if found else None
+        if not found:
+            lsh.insert(page.key, minhash)
+    return decisions, time.process_time() - start
+
+
+METHODS: dict[str, Callable[[Sequence[Page]], tuple[Decisions, float]]] = {
+    "auto": product, "trafilatura+lsh": trafilatura_lsh,
+}
+
+
+def score(pages: Sequence[Page], decisions: Decisions, distinct: Callable[[int, int], bool]) -> dict[str, Any]:
+    gold = {p.key: p.gold for p in pages}
+    kind = {p.key: p.kind for p in pages}
+    groups: dict[int, list[str]] = {}
+    for page in pages:
+        groups.setdefault(page.gold, []).append(page.key)
+    pairs = found = 0
+    by_kind: dict[str, list[int]] = {k: [0, 0] for k in KINDS}
+    for keys in groups.values():
+        for a, b in itertools.combinations(keys, 2):
+            pairs += 1
+            ok = decisions[a] is not None or decisions[b] is not None
+            found += ok
+            for k in {kind[a], kind[b]} - {"original"}:
+                if "original" in (kind[a], kind[b]):
+                    by_kind[k][0] += ok
+                    by_kind[k][1] += 1
+    dropped = [k for k, m in decisions.items() if m is not None]
+    right = sum(gold[k] == gold[decisions[k]] for k in dropped)  # type: ignore[index]
+    wrong = [k for k in dropped if distinct(gold[k], gold[decisions[k]])]  # type: ignore[index]
+    return {"kept_recall": found / pairs if pairs else 1.0, "pairs": pairs,
+            "precision": right / len(dropped) if dropped else 1.0, "distinct_dropped": len(wrong),
+            "by_kind": {k: f"{v[0]}/{v[1]}" for k, v in by_kind.items()},
+            "wrong": [(k, decisions[k]) for k in wrong[:10]]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, default=Path(os.environ.get("NEARDUP_OPENWEB_DIR", DEFAULT_DIR)))
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not (args.dir / "ground-truth.json").exists():
+        parser.exit(2, f"bench_openweb: no ground-truth.json under {args.dir} (see the module doc)\n")
+    articles = load_articles(args.dir)
+    shingles = [gold_shingles(a.gold) for a in articles]
+
+    def distinct(i: int, j: int) -> bool:
+        if i == j:
+            return False
+        a, b = shingles[i], shingles[j]
+        return len(a & b) / max(1, len(a | b)) < DISTINCT_BELOW
+
+    served = build_pages(articles)
+    variants = {"served": served, "stripped": stripped(served)}
+    rows = []
+    for variant, pages in variants.items():
+        for name in args.methods.split(","):
+            decisions, cpu = METHODS[name](pages)
+            row = {"variant": variant, "method": name, "pages": len(pages), "cpu_s": round(cpu, 2),
+                   **score(pages, decisions, distinct)}
+            rows.append(row)
+            print(f"{variant:9} {name:16} pages {len(pages):5}  kept-recall {row['kept_recall']:.3f}  "
+                  f"precision {row['precision']:.3f}  distinct dropped {row['distinct_dropped']:3}  "
+                  f"by kind {row['by_kind']}  cpu {cpu:.1f} s", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
