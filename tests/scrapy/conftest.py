@@ -60,3 +60,26 @@ def serve_kinds_site(serve_site: Callable[..., SiteServer]) -> Callable[[NearDup
         return serve_site(site.pages, fallback=soft_404_page())
 
     return start
+
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+@pytest.fixture
+def browser(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Debian's headless chromium through chromedriver (selenium); the window size a test's
+    ``@pytest.mark.parametrize("browser", [(width, height)], indirect=True)`` gives, else 1280 x 1800."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    assert CHROMIUM.exists() and CHROMEDRIVER.exists(), "apt-get install -y chromium chromium-driver"
+    width, height = getattr(request, "param", (1280, 1800))
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -19,7 +19,6 @@ from test_example_project import PROJECT, clean_env, report_section
 
 pytestmark = pytest.mark.es
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 STORY = "/news/harbor-bridge-reopens.html"
 
 
@@ -71,23 +70,7 @@ def test_one_command_crawls_into_the_index_and_searches_it_collapsed(demo: dict[
     assert int(stats["neardup/search_indexed"]) == int(stats["neardup/kept"]) + int(stats["neardup/dropped"])
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    assert CHROMIUM.exists() and CHROMEDRIVER.exists(), "apt-get install -y chromium chromium-driver"
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,900"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
+@pytest.mark.parametrize("browser", [(1200, 900)], indirect=True)
 def test_the_search_page_shows_each_story_once_and_expands_its_copies(
     demo: dict[str, Any], browser: Any, tmp_path: Path,
 ) -> None:
