@@ -870,7 +870,9 @@ def test_429_while_bulk_indexing(es_url: str, es_client: Any, es_index: str, led
     print(f"\nES bulk 429: {len(records)} records, {proxy.requests} requests, injected {proxy.injected}; "
           f"{stats.summary()}")
     assert all(fault.count == 0 for fault in faults), "a fault was not injected"
-    assert proxy.injected["reject"] == 6 and proxy.injected["bulk_items"] >= 166 + 66
+    # A third of chunk 2's 500 items, then a third of chunk 3 twice: how many that is depends on how small the writer
+    # keeps its chunks after a rejection (es_integration.bulk), so only chunk 2's share is fixed.
+    assert proxy.injected["reject"] == 6 and proxy.injected["bulk_items"] > 166
     assert (stats.indexed, stats.errors) == (len(records), 0), stats.summary()
     es_client.indices.refresh(index=es_index)
     assert es_client.count(index=es_index)["count"] == len(records)
