@@ -27,7 +27,7 @@ from ..core.template import learn_hosts
 from ..core.text import clean_text
 from ..errors import CommandError
 from .jsonl import ID_FIELD_HELP, choose_id_field, open_input, read_records, record_host, record_pages
-from .options import add_sketch_options, params_from_args
+from .options import add_sketch_options, params_or_exit
 
 #: Seconds to wait for a page given as a URL.
 FETCH_TIMEOUT = 30.0
@@ -80,10 +80,7 @@ def add_explain(sub: Any) -> None:
 
 
 def run_explain(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        params = params_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+    params = params_or_exit(args, parser)
     sketcher = Sketcher.from_params(params)
     if len(args.pages) == 2:
         sides = [Side(name, _load(name)) for name in args.pages]

@@ -18,7 +18,7 @@ import numpy as np
 from .. import __version__
 from ..core.dedupe import Deduper
 from ..core.evidence import match_evidence
-from ..core.params import DEFAULT_NUM_PERM, SketchParams
+from ..core.params import DEFAULT_NUM_PERM
 from ..core.sketch import Sketcher
 from ..core.template import learn_hosts
 from ..core.theory import (
@@ -42,7 +42,7 @@ from .jsonl import (
     record_host,
     record_pages,
 )
-from .options import add_progress_option, add_sketch_options, add_threshold_options, params_from_args
+from .options import add_progress_option, add_sketch_options, add_threshold_options, params_or_exit
 from .progress import progress_bar
 from .report import add_report
 
@@ -93,13 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _params(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SketchParams:
-    try:
-        return params_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-
-
 # -- dedupe ------------------------------------------------------------------------------------------------------
 
 
@@ -126,7 +119,7 @@ def _add_dedupe(sub: Any) -> None:
 
 
 def _run_dedupe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    params = _params(args, parser)
+    params = params_or_exit(args, parser)
     sketcher = Sketcher.from_params(params)
     deduper = Deduper(sketcher, min_shared=params.min_shared)
     auto = sketcher.content == "auto"
@@ -253,7 +246,7 @@ def _add_compare(sub: Any) -> None:
 
 
 def _run_compare(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    params = _params(args, parser)
+    params = params_or_exit(args, parser)
     sketcher, t = Sketcher.from_params(params), params.min_shared
     contents = [_read_file(args.a), _read_file(args.b)]
     a, b = sketcher.sketch_many(contents)
@@ -306,7 +299,7 @@ def _add_curve(sub: Any) -> None:
 
 
 def _run_curve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    params = _params(args, parser)
+    params = params_or_exit(args, parser)
     k, t = params.num_perm, params.min_shared
     points = curve(k, t)
     if args.json:

@@ -74,3 +74,11 @@ def params_from_args(args: argparse.Namespace) -> SketchParams:
 
 
 __all__ = ["OPTION_NAMES", "add_progress_option", "add_sketch_options", "add_threshold_options", "params_from_args"]
+
+
+def params_or_exit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SketchParams:
+    """:func:`params_from_args`, a bad value ending the command with the parser's one-line usage error (exit 2)."""
+    try:
+        return params_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))

@@ -18,7 +18,7 @@ from ..core.sketch import Sketcher
 from ..errors import CommandError
 from .explain import Side, explain
 from .jsonl import ID_FIELD_HELP, choose_id_field, open_input, read_records, record_host
-from .options import add_sketch_options, params_from_args
+from .options import add_sketch_options, params_or_exit
 
 #: Side-by-side views written by default (each holds both texts).
 DEFAULT_VIEWS = 200
@@ -45,10 +45,7 @@ def add_report(sub: Any) -> None:
 
 
 def run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        params = params_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
+    params = params_or_exit(args, parser)
     if args.views < 0:
         parser.error(f"--views must be >= 0, got {args.views}")
     records: dict[str, dict[str, Any]] = {}
