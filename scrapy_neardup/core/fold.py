@@ -1,7 +1,7 @@
 """Unicode folding: one text however it is typed (lookalike letters, accents, soft hyphens, zero-width characters).
 
 Each non-ASCII code point of NFKC-normalized text is replaced by its *fold*, a string of at most
-:data:`MAX_FOLD` code points, by one numpy table look-up over the text's UTF-32 code units. The fold of a
+:data:`MAX_FOLD` code points, by numpy table look-ups over the text's UTF-8 bytes (:func:`fold_utf8`). The fold of a
 character ``c`` is, in order (the full table with examples is in ``docs/folding.md``):
 
 1. ``c`` decomposed (NFD) and its *accents* dropped: the combining marks of the diacritical
