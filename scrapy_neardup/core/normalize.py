@@ -38,17 +38,15 @@ _NFKC_MAX_GROWTH = 18
 
 @dataclass(frozen=True, eq=False)
 class Folding:
-    """The byte tables of one folding: which ASCII bytes separate words (and become spaces), and the cache of
-    folded non-ASCII runs.
+    """The byte table of one folding and the cache of folded non-ASCII runs.
 
     Attributes:
-        separator: ``bool[256]``: ASCII bytes that separate words (everything but letters, digits, underscore and,
-            in the marked folding, the marker bytes). Bytes >= 128 belong to UTF-8 sequences of characters that
-            :func:`~scrapy_neardup.core.fold.fold_text` kept as word characters, so they are word bytes.
-        fold: ``bytes.translate`` table: separators to spaces, A-Z lower-cased (ASCII's part of casefold).
+        fold: ``bytes.translate`` table: ASCII separators (everything but letters, digits, underscore and, in the
+            marked folding, the marker bytes) to spaces, A-Z lower-cased (ASCII's part of casefold). Bytes >= 128
+            belong to UTF-8 sequences of characters that :mod:`scrapy_neardup.core.fold` kept as word characters,
+            so they stay.
     """
 
-    separator: np.ndarray
     fold: bytes
     cache: dict[bytes, bytes] = field(default_factory=dict)
 
@@ -59,7 +57,7 @@ class Folding:
             [b < 128 and b not in kept and not (chr(b).isalnum() or chr(b) == "_") for b in range(256)], dtype=bool
         )
         fold = bytes(_SPACE if separator[b] else b + 32 if 65 <= b <= 90 else b for b in range(256))
-        return cls(separator, fold)
+        return cls(fold)
 
 
 #: Every separator a space.
