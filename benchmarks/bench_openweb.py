@@ -235,7 +235,9 @@ def product(pages: Sequence[Page]) -> tuple[Decisions, float]:
     blocks = sketcher.block_hashes(htmls)
     by_host: dict[str, list[Any]] = {}
     for page, hashes in zip(pages, blocks, strict=True):
-        if hashes is not None:
+        # Templates come from the hosts' distinct pages (a crawl meets far more of them than copies): learned
+        # over the copies too, a host of two articles would take the article its copies repeat for template.
+        if hashes is not None and page.kind == "original":
             by_host.setdefault(host_of(page.key) or "", []).append(hashes)
     learned = {host: learn_template(sample).hashes for host, sample in by_host.items()}
     sketches = sketcher.sketch_many(htmls, templates=[learned.get(host_of(p.key) or "") for p in pages])

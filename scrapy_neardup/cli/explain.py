@@ -128,16 +128,22 @@ def explain(sketcher: Sketcher, min_shared: int, sides: list[Side]) -> dict[str,
                    "shingles": int(n[0]), "text": s.sketched, "left_out": _left_out(s)} for s, n in zip(sides, sets,
                                                                                                     strict=True)],
         "shared": shared, "k": k, "t": min_shared, "resemblance": shared / k, "interval": fields["interval"],
-        "jaccard": _exact_jaccard(sketcher, a.sketched, b.sketched), "decision": decision,
+        **_overlap(sketcher, a.sketched, b.sketched), "decision": decision,
         "diff": _diff(a.sketched.split(), b.sketched.split()),
     }
 
 
-def _exact_jaccard(sketcher: Sketcher, a: str, b: str) -> float:
+def _overlap(sketcher: Sketcher, a: str, b: str) -> dict[str, float]:
+    """The exact Jaccard ``|A & B| / |A | B|`` of the two sketched texts' shingle sets, and the containment of
+    each in the other (``|A & B| / |A|``: how much of A's text B holds; a page with an earlier page's article
+    plus comments contains that page while their resemblance falls)."""
     from ..core.shingles import shingle_hashes
 
     sets = [np.unique(shingle_hashes([t.encode("utf-8")], sketcher.shingle, sketcher.shingle_size)[0]) for t in (a, b)]
-    return jaccard(sets[0], sets[1])
+    common = int(np.intersect1d(sets[0], sets[1], assume_unique=True).size)
+    return {"jaccard": jaccard(sets[0], sets[1]),
+            "a_in_b": common / sets[0].size if sets[0].size else 0.0,
+            "b_in_a": common / sets[1].size if sets[1].size else 0.0}
 
 
 def _left_out(side: Side) -> list[str]:
@@ -224,6 +230,7 @@ def render_text(result: dict[str, Any]) -> str:
         f"shared positions:      {result['shared']} of {result['k']} (near-duplicate at >= {result['t']})",
         f"estimated resemblance: {result['resemblance']:.3f}, 95% interval [{low:.3f}, {high:.3f}]",
         f"exact Jaccard:         {result['jaccard']:.3f}",
+        f"containment:           {result['a_in_b']:.3f} of A's shingles are in B, {result['b_in_a']:.3f} of B's in A",
         "decision:              " + {"exact": "exact copy: B is dropped as a duplicate of A",
                                      "near_duplicate": "near-duplicate: B is dropped as a duplicate of A",
                                      "kept": "not near-duplicates: both are kept"}[result["decision"]],
@@ -275,7 +282,9 @@ def render_html(result: dict[str, Any]) -> str:
         f"<tr><td>Shared positions</td><td>{result['shared']} of {result['k']} (near-duplicate at &ge; "
         f"{result['t']})</td></tr><tr><td>Estimated resemblance</td><td>{result['resemblance']:.3f} "
         f"(95% interval {low:.3f} &ndash; {high:.3f})</td></tr>"
-        f"<tr><td>Exact Jaccard</td><td>{result['jaccard']:.3f}</td></tr></table>"
+        f"<tr><td>Exact Jaccard</td><td>{result['jaccard']:.3f}</td></tr>"
+        f"<tr><td>Containment</td><td>{result['a_in_b']:.3f} of A's shingles in B, {result['b_in_a']:.3f} of B's "
+        f"in A</td></tr></table>"
         f'<div class="cols">{"".join(cols)}</div></body></html>\n'
     )
 

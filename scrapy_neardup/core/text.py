@@ -22,7 +22,8 @@ from typing import Literal
 
 import numpy as np
 
-from .html import looks_like_html, marked_text, markup_to_text
+from .html import looks_like_html, markup_to_text
+from .main_content import marked_text
 from .marks import BLOCK, MARKS
 from .normalize import MARKED, normalize_capped
 

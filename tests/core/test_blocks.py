@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from scrapy_neardup.core.blocks import LINK_RUN, MIN_OWN_WORDS, link_lists, own_text, split_blocks
-from scrapy_neardup.core.html import marked_text, tag_positions
+from scrapy_neardup.core.html import tag_positions
+from scrapy_neardup.core.main_content import marked_text
 from scrapy_neardup.core.marks import BLOCK, LINK_END, LINK_START
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.text import clean_text
@@ -60,15 +61,27 @@ def test_link_share_is_counted_per_block() -> None:
     assert page.chars[rows].tolist() == [21, 7]
 
 
+# The link-list and template rules read the marks extraction leaves; they are tested on marked text directly (the
+# extraction itself takes most menus out before them: tests/core/test_main_content.py).
+_B, _LS, _LE = chr(BLOCK), chr(LINK_START), chr(LINK_END)
+
+
+def _block(words: str, link: bool = False) -> str:
+    return _B + (_LS + words + _LE if link else words) + _B
+
+
 def _menu(n: int) -> str:
-    return "<ul>" + "".join(f"<li><a href=/{i}>entry {i}</a></li>" for i in range(n)) + "</ul>"
+    return "".join(_block(f"entry {i}", link=True) for i in range(n))
+
+
+def _marked(text: str):  # noqa: ANN202 - a test helper
+    return split_blocks(text.encode())
 
 
 def test_runs_of_link_blocks_are_link_lists_but_a_lone_link_stays() -> None:
     words = " ".join(f"word{i}" for i in range(30))
-    html = (f"<body>{_menu(LINK_RUN)}<p>{words}</p><p><a href=/more>read more</a></p><p>{words}</p>"
-            f"{_menu(LINK_RUN - 1)}</body>")
-    page = blocks_of(html)
+    page = _marked(_menu(LINK_RUN) + _block(words) + _block("read more", link=True) + _block(words)
+                   + _menu(LINK_RUN - 1))
     listed = link_lists(page)[page.counts > 0].tolist()
     assert listed == [True] * LINK_RUN + [False] * 3 + [False] * (LINK_RUN - 1)
     shorter = " ".join(f"entry {i}" for i in range(LINK_RUN - 1))
@@ -76,14 +89,14 @@ def test_runs_of_link_blocks_are_link_lists_but_a_lone_link_stays() -> None:
 
 
 def test_template_blocks_go_and_fallbacks_keep_a_short_pages_own_words() -> None:
-    footer = "<p>Copyright the example project, all rights reserved</p>"
-    page = blocks_of(f"<body>{_menu(5)}<h1>Uses of Widget</h1><p>No usage of Widget</p>{footer}</body>")
-    template = blocks_of(footer).distinct_hashes
+    footer = _block("copyright the example project all rights reserved")
+    page = _marked(_menu(5) + _block("uses of widget") + _block("no usage of widget") + footer)
+    template = _marked(footer).distinct_hashes
     # Fewer than MIN_OWN_WORDS words of its own without the menu: the menu (not template) comes back.
     assert MIN_OWN_WORDS > 6
     assert own_text(page, template) == b"entry 0 entry 1 entry 2 entry 3 entry 4 uses of widget no usage of widget"
     # A page that is all template is sketched whole: it says nothing of its own.
-    all_template = blocks_of(footer)
+    all_template = _marked(footer)
     assert own_text(all_template, template) == b"copyright the example project all rights reserved"
     assert own_text(blocks_of("<p> </p>"), template) == b""
 

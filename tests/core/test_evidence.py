@@ -179,3 +179,19 @@ def test_report_from_dedupe_output(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["report", str(pages), "-o", str(tmp_path / "r2.html")]) == 1
     assert "line 1: no 'duplicate_of' field" in capsys.readouterr().err
     assert not (tmp_path / "r2.html").exists()
+
+
+def test_explain_gives_the_containment_of_a_page_in_a_longer_one(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """An article and the same article with a long thread appended (in elements whose names say nothing): the
+    longer page holds nearly all of the shorter one's shingles while their resemblance is low, and both are kept."""
+    rng = random.Random(11)
+    article = " ".join(f"w{rng.randint(0, 5000)}" for _ in range(200))
+    thread = " ".join(f"c{rng.randint(0, 5000)}" for _ in range(600))
+    (tmp_path / "a.html").write_text(f"<html><body><p>{article}</p></body></html>")
+    (tmp_path / "b.html").write_text(f"<html><body><p>{article}</p><div><p>{thread}</p></div></body></html>")
+    assert main(["explain", str(tmp_path / "a.html"), str(tmp_path / "b.html"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["a_in_b"] == 1.0 and 0.2 < result["b_in_a"] < 0.3
+    assert result["jaccard"] == pytest.approx(result["b_in_a"])  # A inside B: |A & B| / |A | B| = |A| / |B|
+    assert result["decision"] == "kept"

@@ -1,0 +1,234 @@
+"""The text ``"auto"`` mode sketches of an HTML page: its article, without what surrounds it.
+
+The page is parsed by lexbor through Resiliparse (``resiliparse.parse.html``), and its text taken by Resiliparse's
+main-content extraction (``extract_plain_text(main_content=True)``), which leaves out, element by element, what its
+rules recognize as not being the page's own content: navigation, headers and footers, sidebars, comment threads,
+share/follow/subscribe blocks, related/trending/recommended teasers, post metadata (bylines, date lines, tags),
+sign-in, ads, modals, print chrome, hidden elements, link clusters. Where the page marks its main content
+(``<main>``, ``role="main"``, or an ``<article>`` that is the page's article: :func:`the_article`), only that part of
+the page is read, with the same rules applied inside it (comments and share blocks inside an ``<article>`` go too).
+
+The block marks of :mod:`scrapy_neardup.core.marks` are put into the HTML before it is parsed (:mod:`.tag_scan`),
+and come out of the extraction in place for :mod:`scrapy_neardup.core.blocks`, which then removes the link lists
+and host-template blocks that are left. See docs/content.md for what this keeps and measured figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+
+import numpy as np
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import ElementNode as RNode
+from resiliparse.parse.html import HTMLTree
+
+from .html import strip_tags
+from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
+from .normalize import scrub_unicode
+from .tag_scan import LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard
+
+__all__ = ["ARTICLE_SHARE", "marked_text", "the_article"]
+
+logger = logging.getLogger(__name__)
+
+#: Several ``<article>`` elements: the largest is the page's article if it holds at least this share of their text.
+ARTICLE_SHARE = 0.6
+_MAIN_KEY = name_key("main")
+_MAIN_OPEN = re.compile(rb"<main[\s>/]", re.IGNORECASE)
+_MAIN_CLOSE = re.compile(rb"</main\s*>", re.IGNORECASE)
+_ROLE = re.compile(rb"role", re.IGNORECASE)
+_ARTICLE_KEY = name_key("article")
+_UL_KEY = name_key("ul")
+_A_KEY = name_key("a")
+_GT, _SLASH = ord(">"), ord("/")
+#: Links with less text than this (bytes) are hidden from the extraction's link-density rules: it takes blocks
+#: whose text is mostly links for link clusters, and a code signature made of type names, or an index entry, is
+#: such a block. Menus of short links are left to the link-list rule of :mod:`scrapy_neardup.core.blocks`;
+#: teasers, whose links are headlines, stay links.
+SHORT_LINK = 24
+#: A main content of fewer words is not trusted: the page's whole text is read instead.
+MIN_MAIN_WORDS = 10
+_WRAP_OPEN, _WRAP_CLOSE = "<div><div>", "</div></div>"
+_WRAP_OPEN_B, _WRAP_CLOSE_B = _WRAP_OPEN.encode(), _WRAP_CLOSE.encode()
+_BLOCK_STR = chr(BLOCK)
+_NOT_TEXT_CHARS = " \t\n\r\f" + "".join(map(chr, (BLOCK, LINK_START, LINK_END)))
+
+
+def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
+    """The text of UTF-8 HTML ``data`` (``tags``: where its ``<`` are) that ``"auto"`` mode starts from, with its
+    block marks, and whether the page marks its main content.
+
+    The main content of the marked part (``<main>``/``role="main"`` elements, else the page's ``<article>``) when
+    it holds text, else of the whole page, as Resiliparse's main-content extraction finds it;
+    :data:`~scrapy_neardup.core.marks.BLOCK` at every boundary of a block element and link text bracketed by
+    :data:`~scrapy_neardup.core.marks.LINK_START` / :data:`~scrapy_neardup.core.marks.LINK_END`. Marker bytes
+    already in ``data`` become spaces first.
+    """
+    data = data.translate(CLEAR_MARKS)
+    scan = TagScan.of(data, tags)
+    hazard, _, _ = parse_hazard(scan, tags.size)
+    marks = scan.table(MARK_TABLE)
+    data = insert_marks(_retagged(data, tags, scan), tags, scan, marks)
+    if hazard:
+        logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
+        return strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False
+    landmark = scan.keys[(marks & LANDMARK != 0) & scan.letter & ~scan.closing]
+    if (landmark == _MAIN_KEY).any():
+        # Most pages that mark their main content do it with <main>: only that span is parsed.
+        text = _main_span(data)
+        if text is not None:
+            return text, True
+    tree = HTMLTree.parse_from_bytes(data, "utf-8", "replace")
+    body = tree.body
+    if body is None:
+        return "", False
+    has_main = bool((landmark == _MAIN_KEY).any()) or _ROLE.search(data) is not None
+    has_article = bool((landmark == _ARTICLE_KEY).any())
+    if has_main or has_article:
+        kept = _marked_part(body, has_main, has_article)
+        if kept:
+            # The marked part as a document of its own (the extraction reads a whole tree), two levels down as it
+            # is on a page: the extraction takes lists near the top of a body for menus.
+            part = HTMLTree.parse(_WRAP_OPEN + "".join(node.html for node in kept) + _WRAP_CLOSE)
+            text = _main_content(part)
+            if _has_text(text):
+                return _with_heading(text, part), True
+    return _with_heading(_main_content(tree), tree), False
+
+
+def _main_span(data: bytes) -> str | None:
+    """The main content of the bytes from the first ``<main`` to the end of the last ``</main>`` (as
+    :func:`marked_text` reads a marked part), or None when there is no such span or it holds no text."""
+    first = _MAIN_OPEN.search(data)
+    if first is None:
+        return None
+    last = max(_MAIN_CLOSE.finditer(data, first.end()), key=lambda match: match.end(), default=None)
+    if last is None:
+        return None
+    part = HTMLTree.parse_from_bytes(_WRAP_OPEN_B + data[first.start():last.end()] + _WRAP_CLOSE_B, "utf-8",
+                                     "replace")
+    text = _main_content(part)
+    return _with_heading(text, part) if _has_text(text) else None
+
+
+def _with_heading(text: str, tree: HTMLTree) -> str:
+    """``text`` with the page's first ``<h1>`` before it when the extraction left the heading out (it takes a
+    heading inside a "heading" container, or made of links, for a site header): on short pages of one site the
+    title is often what tells them apart."""
+    body = tree.body
+    heading = body.query_selector("h1") if body is not None else None
+    if heading is None:
+        return text
+    title = _text(heading)
+    # str.split() splits at the marks too (they are Unicode whitespace).
+    if not _has_text(title) or " ".join(title.split()) in " ".join(text.split()):
+        return text
+    return _BLOCK_STR + title + _BLOCK_STR + text
+
+
+def _main_content(tree: HTMLTree) -> str:
+    """The main content of ``tree``; all of its text when the main content is shorter than
+    :data:`MIN_MAIN_WORDS` (a short page's own words may be where the rules see boilerplate: a lone list, a
+    date line)."""
+    text = extract_plain_text(tree, preserve_formatting=False, main_content=True, list_bullets=False,
+                              alt_texts=False)
+    if _words(text) >= MIN_MAIN_WORDS:
+        return text
+    return extract_plain_text(tree, preserve_formatting=False, main_content=False, list_bullets=False,
+                              alt_texts=False)
+
+
+def _words(text: str) -> int:
+    return len(text.split())  # the marks are Unicode whitespace
+
+
+def _retagged(data: bytes, tags: np.ndarray, scan: TagScan) -> bytes:
+    """``data`` with two kinds of tags renamed in place (same length: the tag positions hold):
+
+    * ``<ul>`` to ``<ol>``: the extraction drops every ``<ul>`` near the top of a page or with a fifth of its text
+      in links, which takes an index page's entries ("name: a link to its class") for a menu; lists are left to
+      the link-list rule of :mod:`scrapy_neardup.core.blocks`, which knows an index entry from a menu;
+    * an empty XHTML anchor ``<a id="x"/>`` to ``<q id="x"/>``: an HTML parser reads it as an ``<a>`` left open,
+      re-opened in every later paragraph, and the whole page would be link text; ``<q>`` is closed with its
+      parent.
+    """
+    lists = (scan.keys == _UL_KEY) & scan.letter
+    anchors = _short_links(data, tags, scan)
+    if not lists.any() and not anchors.any():
+        return data
+    arr = np.frombuffer(data, dtype=np.uint8).copy()
+    arr[tags[lists] + 1 + scan.closing[lists]] = ord("o")
+    arr[tags[anchors] + 1 + scan.closing[anchors]] = ord("q")
+    return arr.tobytes()
+
+
+def _short_links(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarray:
+    """Which tags are the start or end tag of a link whose text is shorter than :data:`SHORT_LINK` bytes with no
+    tag inside (a type name in a signature, a menu entry), or of an empty XHTML anchor ``<a id="x"/>``."""
+    is_a = (scan.keys == _A_KEY) & scan.letter
+    start = np.flatnonzero(is_a & ~scan.closing)
+    out = np.zeros(tags.size, dtype=bool)
+    if start.size == 0:
+        return out
+    arr = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(arr == _GT)
+    after = np.searchsorted(ends, tags[start])
+    closed = after < ends.size
+    start, tag_end = start[closed], ends[after[closed]]
+    empty = arr[tag_end - 1] == _SLASH
+    following = np.minimum(start + 1, tags.size - 1)
+    next_is_end = (following > start) & is_a[following] & scan.closing[following]
+    gap = np.where(following > start, tags[following], arr.size) - tag_end - 1
+    short = next_is_end & (gap < SHORT_LINK)
+    out[start[empty | short]] = True
+    out[following[short & ~empty]] = True
+    return out
+
+
+def _marked_part(body: RNode, has_main: bool, has_article: bool) -> list[RNode]:
+    """The outermost ``<main>``/``role="main"`` elements holding text, else the page's article, else none."""
+    if has_main:
+        mains = _outermost(body.query_selector_all("main, [role=main]"))
+        if any(_has_text(_text(node)) for node in mains):
+            return mains
+    if has_article:
+        articles = the_article(_outermost(body.query_selector_all("article")))
+        if articles and any(_has_text(_text(node)) for node in articles):
+            return articles
+    return []
+
+
+def the_article(nodes: list[RNode]) -> list[RNode] | None:
+    """The outermost ``<article>`` elements ``nodes`` reduced to the page's article: all of them if there is one,
+    the largest if it holds :data:`ARTICLE_SHARE` of their text, else None (teaser cards, a list of posts)."""
+    if len(nodes) < 2:
+        return nodes
+    sizes = [len(_text(node).split()) for node in nodes]
+    largest = max(range(len(nodes)), key=sizes.__getitem__)
+    if sizes[largest] >= ARTICLE_SHARE * sum(sizes):
+        return [nodes[largest]]
+    return None
+
+
+def _outermost(nodes: Iterable[RNode]) -> list[RNode]:
+    """``nodes`` (document order) without those inside another of them: nested elements are read once."""
+    chosen: set[RNode] = set()
+    out = []
+    for node in nodes:
+        parent = node.parent
+        while parent is not None and parent not in chosen:
+            parent = parent.parent
+        if parent is None and node not in chosen:
+            chosen.add(node)
+            out.append(node)
+    return out
+
+
+def _text(node: RNode) -> str:
+    return node.text or ""
+
+
+def _has_text(text: str) -> bool:
+    return bool(text.strip(_NOT_TEXT_CHARS))
