@@ -25,10 +25,18 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: ``"main"`` content read once where the main element matched twice (``<main role="main">``).
 #: 5: Unicode folding before words are split (accents, format characters, lookalike letters:
 #: :mod:`scrapy_neardup.core.fold`), in every content mode.
-SCHEME_VERSION = 5
+#: 6: ``"auto"`` content read by main-content extraction (:mod:`scrapy_neardup.core.main_content`).
+SCHEME_VERSION = 6
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode.
 BODY_SCHEME_VERSION = 5
+#: The scheme ``"main"`` sketches carry: 6 changed ``"auto"`` only.
+MAIN_SCHEME_VERSION = 5
+#: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it).
+_SCHEME_CHANGES = {
+    5: "no folding of accents, lookalike letters and invisible characters",
+    6: "no main-content extraction of its own text",
+}
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a
 #: thousand positions the candidate queries of Elasticsearch grow past its clause limits.
@@ -197,7 +205,7 @@ def make_tag(num_perm: int, shingle: str, width: int, seed: int, content: Conten
     versions, whose stores and indices it can still use: :data:`BODY_SCHEME_VERSION`). Sketches of different
     modes never compare. Read back by :func:`parse_tag`; :attr:`SketchParams.tag` gives it for a set of parameters."""
     suffix = "" if content == "body" else f"-{content}"
-    scheme = BODY_SCHEME_VERSION if content == "body" else SCHEME_VERSION
+    scheme = {"body": BODY_SCHEME_VERSION, "main": MAIN_SCHEME_VERSION}.get(content, SCHEME_VERSION)
     return f"mh{scheme}-k{num_perm}-{shingle}{width}-s{seed}{suffix}"
 
 
@@ -269,8 +277,9 @@ def content_change(saved: str, tag: str) -> str | None:
     if old.content == new.content:
         if old.scheme == new.scheme:
             return None
-        return (f"its sketches were made by an earlier version ({saved}), which reads text otherwise (no folding of "
-                f"accents, lookalike letters and invisible characters), this run's by {tag}: they never compare")
+        changes = "; ".join(what for scheme, what in _SCHEME_CHANGES.items() if old.scheme < scheme <= new.scheme)
+        return (f"its sketches were made by an earlier version ({saved}), which reads text otherwise "
+                f"({changes or 'another scheme'}), this run's by {tag}: they never compare")
     default = ", the default of earlier versions" if old.content == "body" and old.scheme < SCHEME_VERSION else ""
     return (f"its sketches read {_CONTENT_WORDS[old.content]} ({saved}{default}), this run's read "
             f"{_CONTENT_WORDS[new.content]} ({tag}): they never compare")
@@ -289,6 +298,7 @@ def still_made(tag: str) -> bool:
 
 __all__ = [
     "BODY_SCHEME_VERSION",
+    "MAIN_SCHEME_VERSION",
     "DEFAULT_NUM_PERM",
     "DEFAULT_SEED",
     "DEFAULT_WIDTH",
