@@ -26,7 +26,8 @@ from scrapy_neardup.core.params import SketchParams, params_or_tag
 from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
 from scrapy_neardup.core.stored import band_layout
 from scrapy_neardup.store.backend import Backend, BackendError, Decision
-from scrapy_neardup.store.config import crawl_identity, read_str
+from scrapy_neardup.store.config import crawl_identity, read_setting
+from scrapy_neardup.store.settings_registry import default_of
 
 from ..client import ConnectionSettings, EsError, connect_async, transport_logs_at_debug
 from ..hosts import ElasticsearchHostStore, hosts_index
@@ -121,9 +122,9 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         username: str | None = None,
         password: str | None = None,
         ca_certs: str | None = None,
-        request_timeout: float = 10.0,
+        request_timeout: float = default_of("NEARDUP_ES_TIMEOUT"),
         crawl_id: str | None = None,
-        shards: int = 1,
+        shards: int = default_of("NEARDUP_ES_SHARDS"),
         num_perm: int | None = None,
         min_shared: int | None = None,
         tag: str | None = None,
@@ -188,7 +189,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         backend.open_hint = " (check NEARDUP_ES_URL and that the node is up)"
         # 'pause': the crawl retries each page whose check failed until it is decided, so writing those pages as
         # unchecked the moment the node answers again would only write them twice (and count them unchecked).
-        backend.write_unchecked_early = read_str(settings, "NEARDUP_ON_BACKEND_DOWN") != "pause"
+        backend.write_unchecked_early = read_setting(settings, "NEARDUP_ON_BACKEND_DOWN") != "pause"
         backend.max_batch = es.batch_size
         return backend
 

@@ -75,7 +75,7 @@ from ..core.match import Match
 from ..core.storage import DirectoryLocked, lock_directory
 from ..errors import StateError
 from .backend import Backend, Decision
-from .config import crawl_identity, job_state_dir, read_bool, read_str
+from .config import crawl_identity, job_state_dir, read_str, setting_bool
 from .journal import Journal
 from .template_log import TemplateLog
 
@@ -99,7 +99,7 @@ def state_settings(settings: SettingsLike) -> tuple[str | None, bool]:
     ``<JOBDIR>/neardup``; none without ``JOBDIR``) and ``NEARDUP_RESET``. Everything saved with the embedded
     store (the index, its journal, the mirror table) follows these two settings."""
     state_dir = read_str(settings, "NEARDUP_STATE_DIR") or job_state_dir(settings, JOBDIR_SUBDIR)
-    return state_dir, read_bool(settings, "NEARDUP_RESET", False)
+    return state_dir, setting_bool(settings, "NEARDUP_RESET")
 
 
 class EmbeddedBackend(Backend):
