@@ -48,24 +48,15 @@ from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError
 
-from scrapy_neardup.errors import NearDupSettingsError
+from scrapy_neardup.errors import EsError, NearDupSettingsError, TagMismatch
 from scrapy_neardup.store.config import read_str, setting_int
 from scrapy_neardup.store.search_sink import SearchPage, SearchSink, SinkEvents
 from scrapy_neardup.store.settings_registry import default_of
 
 from .backend.pages import doc_id_of
-from .client import ConnectionSettings, EsError, connect_async, describe_error, transport_logs_at_debug
+from .client import ConnectionSettings, connect_async, describe_error, transport_logs_at_debug
 from .indexing import SeqClock
-from .mapping import (
-    DUPLICATE,
-    F_GROUP,
-    ROOT,
-    TagMismatch,
-    ensure_index_async,
-    error_type,
-    require_tag_async,
-    sketch_fields,
-)
+from .mapping import DUPLICATE, F_GROUP, ROOT, ensure_index_async, error_type, require_tag_async, sketch_fields
 from .retry import RETRY_STATUSES, ShardsUnavailable, is_retryable, retrying
 from .settings import ElasticsearchSettings
 

@@ -14,15 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from scrapy_neardup.errors import EsError, InvalidNameError
-from scrapy_neardup.store.config import (
-    NearDupSettingsError,
-    SettingsLike,
-    read_str,
-    setting_float,
-    setting_int,
-    settings_error,
-)
+from scrapy_neardup.errors import EsError, InvalidNameError, NearDupSettingsError
+from scrapy_neardup.store.config import SettingsLike, read_str, setting_float, setting_int, settings_error
 from scrapy_neardup.store.settings_registry import default_of
 
 from .connection import ConnectionSettings, safe_url

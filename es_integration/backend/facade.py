@@ -23,25 +23,16 @@ from elasticsearch import ApiError
 
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.params import SketchParams, params_or_tag
-from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
+from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import band_layout
-from scrapy_neardup.store.backend import Backend, BackendError, Decision
+from scrapy_neardup.errors import BackendError, EsError, IncompatibleSketches, TagMismatch
+from scrapy_neardup.store.backend import Backend, Decision
 from scrapy_neardup.store.config import crawl_identity, read_setting
 from scrapy_neardup.store.settings_registry import default_of
 
-from ..client import ConnectionSettings, EsError, connect_async, transport_logs_at_debug
+from ..client import ConnectionSettings, connect_async, transport_logs_at_debug
 from ..hosts import ElasticsearchHostStore, hosts_index
-from ..mapping import (
-    F_POSITIONS,
-    F_SIG,
-    F_STATUS,
-    F_TAG,
-    KEPT,
-    PENDING,
-    TagMismatch,
-    ensure_index_async,
-    require_tag_async,
-)
+from ..mapping import F_POSITIONS, F_SIG, F_STATUS, F_TAG, KEPT, PENDING, ensure_index_async, require_tag_async
 from ..names import validate_index_name
 from ..settings import ElasticsearchSettings
 from ..templates import ensure_templates_index_async, load_template_async, save_template_async, templates_index

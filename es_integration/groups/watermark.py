@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.stored import band_layout
+from scrapy_neardup.errors import EsError
 
-from ..client import EsError
 from .report import GroupReport, Linkage, check_linkage
 
 if TYPE_CHECKING:

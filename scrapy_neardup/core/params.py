@@ -294,7 +294,6 @@ __all__ = [
     "DEFAULT_WIDTH",
     "FIELDS",
     "MAX_NUM_PERM",
-    "ParameterError",
     "SCHEME_VERSION",
     "SketchParams",
     "TagParts",

@@ -4,7 +4,7 @@ start-up.
 Each setting's type, default and bounds: :mod:`scrapy_neardup.store.settings_registry` (the reference page:
 docs/settings.md).
 
-A wrong value raises :class:`~scrapy_neardup.crawl.settings.NearDupSettingsError` from the middleware's
+A wrong value raises :class:`~scrapy_neardup.errors.NearDupSettingsError` from the middleware's
 ``from_crawler``: Scrapy aborts the crawl before the first request with one line naming the setting.
 """
 

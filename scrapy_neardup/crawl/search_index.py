@@ -56,7 +56,8 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.serialize import ScrapyJSONEncoder
 
 from ..core.html import html_to_text, looks_like_html
-from ..store.config import NearDupSettingsError, SettingsLike, read_setting, read_str
+from ..errors import NearDupSettingsError
+from ..store.config import SettingsLike, read_setting, read_str
 from ..store.search_sink import SearchPage, SearchSink, SearchStatus
 from .drops import NearDuplicateDropped, RepeatDropped
 from .exit_status import fail_exit_status

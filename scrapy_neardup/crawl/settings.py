@@ -17,9 +17,9 @@ from scrapy.utils.misc import load_object
 
 from ..core.params import SketchParams
 from ..core.sketch import Sketcher
+from ..errors import NearDupSettingsError
 from ..store.backend import Backend
 from ..store.config import (
-    NearDupSettingsError,
     SettingsLike,
     read_setting,
     read_sketch_params,
@@ -261,7 +261,6 @@ __all__ = [
     "ON_BACKEND_DOWN",
     "MonitorThresholds",
     "NearDupSettings",
-    "NearDupSettingsError",
     "OutageSettings",
     "load_backend",
 ]

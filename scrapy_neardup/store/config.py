@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core.params import FIELDS, ParameterError, SketchParams
+from ..core.params import FIELDS, SketchParams
 from ..core.storage import write_atomically
-from ..errors import NearDupSettingsError, StateError
+from ..errors import NearDupSettingsError, ParameterError, StateError
 from .settings_registry import KNOWN_SETTINGS, SETTING
 
 
@@ -265,7 +265,6 @@ def job_state_dir(settings: SettingsLike, subdir: str) -> str | None:
 __all__ = [
     "CRAWL_ID_FILE",
     "PARAM_SETTINGS",
-    "NearDupSettingsError",
     "SettingsLike",
     "crawl_identity",
     "job_state_dir",

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from scrapy_neardup import Sketcher
-from scrapy_neardup.core.params import ParameterError, SketchParams
+from scrapy_neardup.core.params import SketchParams
+from scrapy_neardup.errors import ParameterError
 from scrapy_neardup.store.backend import Backend, Decision
 from scrapy_neardup.store.embedded import EmbeddedBackend
 

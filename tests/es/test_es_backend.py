@@ -21,13 +21,13 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from es_integration.backend import ElasticsearchBackend
-from es_integration.client import EsError
 from es_integration.mapping import fingerprint_hex, position_tokens, stored_fields
 from scrapy_neardup.core.index import Match, SketchIndex
 from scrapy_neardup.core.params import SketchParams
-from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch, Sketcher
+from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.core.stored import StoredSignature
 from scrapy_neardup.core.theory import min_shared_for
+from scrapy_neardup.errors import EsError, IncompatibleSketches
 from scrapy_neardup.store.backend import Backend, Decision
 
 pytestmark = pytest.mark.es

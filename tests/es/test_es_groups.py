@@ -367,8 +367,8 @@ def test_index_without_compact_signatures_is_refused_until_backfilled(
 ) -> None:
     """Documents indexed before neardup.sig existed (positions only): group discovery names the fix, and
     backfill writes the new fields from the positions, without the text."""
-    from es_integration.client import EsError
     from es_integration.indexing import backfill
+    from scrapy_neardup.errors import EsError
 
     sketcher = grouped["sketcher"]
     index = f"nd-groups-old-{uuid.uuid4().hex[:8]}"
@@ -412,8 +412,8 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     the same groups. With representative linkage new pages join older groups through their representatives
     only; --new refuses another linkage than the last assigned run's."""
     from es_integration.band_filter import BandFilterStore
-    from es_integration.client import EsError
     from es_integration.groups import find_new_groups, groups_watermark, index_uuid
+    from scrapy_neardup.errors import EsError
 
     store = BandFilterStore(tmp_path) if filtered else None
 

@@ -17,7 +17,8 @@ from es_integration.settings import ElasticsearchSettings
 from scrapy_neardup import NearDuplicatePipeline
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.theory import min_shared_for
-from scrapy_neardup.crawl.settings import NearDupSettings, NearDupSettingsError
+from scrapy_neardup.crawl.settings import NearDupSettings
+from scrapy_neardup.errors import NearDupSettingsError
 from scrapy_neardup.store.config import read_setting, unknown_settings
 from scrapy_neardup.store.embedded import EmbeddedBackend
 from scrapy_neardup.store.settings_registry import KNOWN_SETTINGS, SETTINGS, Setting, reference_page
