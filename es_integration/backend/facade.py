@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from elasticsearch import ApiError
 
 from scrapy_neardup.core.match import Match
-from scrapy_neardup.core.params import SketchParams, params_or_tag
+from scrapy_neardup.core.params import SketchParams, require_params
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import band_layout
 from scrapy_neardup.errors import BackendError, EsError, IncompatibleSketches, TagMismatch
@@ -80,10 +80,6 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         shards: primary shards of the index when it is created (an existing index, of any shard count, is used
             as it is): the order of the fleet's writes comes from the sequencer (:mod:`.sequencer`), so the
             count is a matter of capacity (about 1.1 KB per page), not of correctness.
-        num_perm: deprecated (with ``min_shared`` and ``tag``, instead of ``params``; a ``DeprecationWarning``):
-            ``k``, which the tag must name.
-        min_shared: deprecated: ``t``.
-        tag: deprecated: the sketch parameter tag, read into ``params`` with ``min_shared``.
     """
 
     #: attempts after the first for a retryable failure: with ``backoff`` 0.1 s, 3.1 s of waits in all, longer
@@ -108,7 +104,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         *,
         url: str,
         index: str,
-        params: SketchParams | None = None,
+        params: SketchParams,
         api_key: str | None = None,
         username: str | None = None,
         password: str | None = None,
@@ -116,18 +112,8 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         request_timeout: float = default_of("NEARDUP_ES_TIMEOUT"),
         crawl_id: str | None = None,
         shards: int = default_of("NEARDUP_ES_SHARDS"),
-        num_perm: int | None = None,
-        min_shared: int | None = None,
-        tag: str | None = None,
     ) -> None:
-        if params is None:
-            if tag is None:
-                raise TypeError("ElasticsearchBackend needs params (SketchParams)")
-            params = params_or_tag(tag, min_shared, "ElasticsearchBackend")
-            if num_perm is not None and num_perm != params.num_perm:
-                raise ValueError(f"num_perm={num_perm} does not match the tag {tag!r} (k={params.num_perm})")
-        elif (num_perm, min_shared, tag) != (None, None, None):
-            raise TypeError("ElasticsearchBackend takes params or (deprecated) num_perm, min_shared and tag, not both")
+        params = require_params(params, "ElasticsearchBackend")
         self.crawl_id = crawl_id or uuid.uuid4().hex
         self.index = validate_index_name(index)
         self.params = params

@@ -47,9 +47,6 @@ BACKEND_ALIASES: dict[str, str] = {
     "elasticsearch": "es_integration.backend.ElasticsearchBackend",
 }
 BACKENDS: tuple[str, ...] = tuple(BACKEND_ALIASES)
-#: Dotted paths of earlier versions, still accepted: the stores moved from ``core`` to ``store``.
-MOVED_PATHS: dict[str, str] = {"scrapy_neardup.core.embedded.": "scrapy_neardup.store.embedded.",
-                               "scrapy_neardup.core.backend.": "scrapy_neardup.store.backend."}
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,9 +235,6 @@ def load_backend(value: Any) -> tuple[str, type[Backend]]:
         if name.lower() in BACKEND_ALIASES:
             name = name.lower()
         path = BACKEND_ALIASES.get(name, name)
-        for old, new in MOVED_PATHS.items():
-            if path.startswith(old):
-                path = new + path[len(old):]
     if isinstance(path, str) and "." not in path:
         raise settings_error("NEARDUP_BACKEND", value, expected)
     try:

@@ -175,11 +175,11 @@ def test_keep_rules_order_the_representative_groups(es_client: Elasticsearch, gr
         (KeepRule("highest", "popularity"), lambda r: (-r.get("popularity", -np.inf), order[r["id"]])),
     ]
     first = _canonical(g.members for g in find_groups(es_client, index, params_of(tag)).groups)
-    # The deprecated call form (a tag and t) gives the same groups, with a warning.
-    with pytest.warns(DeprecationWarning, match="SketchParams"):
-        assert _canonical(g.members for g in find_groups(es_client, index, tag, T).groups) == first
-    with pytest.raises(TypeError, match="min_shared"):
-        find_groups(es_client, index, params_of(tag), T)
+    # A tag string is not parameters: refused, naming how to read one.
+    with pytest.raises(TypeError, match=r"SketchParams\.from_tag"):
+        find_groups(es_client, index, tag)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        find_groups(es_client, index, params_of(tag), T)  # type: ignore[misc]
     for keep, rank in rules:
         report = find_groups(es_client, index, params_of(tag), keep=keep)
         got = _canonical(g.members for g in report.groups)

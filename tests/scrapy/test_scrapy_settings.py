@@ -323,8 +323,12 @@ def test_from_crawler_builds_pipeline_with_settings() -> None:
     assert pipeline.sketcher.num_perm == 64
 
 
-def test_the_embedded_store_under_its_earlier_dotted_path_still_loads() -> None:
+def test_the_embedded_store_loads_under_its_path_only() -> None:
     from scrapy_neardup.crawl.settings import load_backend
     from scrapy_neardup.store.embedded import EmbeddedBackend
 
-    assert load_backend("scrapy_neardup.core.embedded.EmbeddedBackend")[1] is EmbeddedBackend
+    assert load_backend("scrapy_neardup.store.embedded.EmbeddedBackend")[1] is EmbeddedBackend
+    # The path of a development version is refused like any wrong one (no pre-release shim).
+    with pytest.raises(NearDupSettingsError) as info:
+        load_backend("scrapy_neardup.core.embedded.EmbeddedBackend")
+    assert str(info.value).startswith("NEARDUP_BACKEND='scrapy_neardup.core.embedded.EmbeddedBackend' is not valid")
