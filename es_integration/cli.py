@@ -26,11 +26,10 @@ from scrapy_neardup.cli.options import add_sketch_options
 from scrapy_neardup.cli.progress import progress_bar
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.template import learn_hosts
-from scrapy_neardup.errors import InputError
+from scrapy_neardup.errors import EsError, InputError
 
 from .band_filter import BandFilterStore, default_directory
 from .cli_jobs import connection_options, job_params, run_job
-from .client import EsError
 from .collapse import collapse_hits, search_collapsed, text_fields, text_query
 from .groups import KeepRule, assign_groups, find_groups, find_new_groups
 from .indexing import backfill, get_field, index_records

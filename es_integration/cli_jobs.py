@@ -10,13 +10,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from scrapy_neardup.cli.jsonl import InputError
 from scrapy_neardup.cli.options import add_progress_option, params_from_args
 from scrapy_neardup.core.params import SketchParams
+from scrapy_neardup.errors import EsError, InputError, InvalidNameError
 
-from .client import ConnectionSettings, EsError, make_client, translate_errors, transport_logs_at_debug
+from .client import ConnectionSettings, make_client, translate_errors, transport_logs_at_debug
 from .indexing import BulkErrorKind, add_bulk_error
-from .names import InvalidNameError, validate_index_name
+from .names import validate_index_name
 
 __all__ = ["connection_options", "job_client", "job_params", "run_job"]
 

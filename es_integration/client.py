@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConnectionSettings",
-    "EsError",
     "connect_async",
     "describe_error",
     "make_async_client",

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 from elasticsearch import BadRequestError
 
 from scrapy_neardup.core.mirrors import HostCounts, HostStore
+from scrapy_neardup.errors import EsError
 
-from .client import ConnectionSettings, EsError, connect_async
+from .client import ConnectionSettings, connect_async
 from .mapping import ALREADY_EXISTS, REPLICA_SETTINGS, error_type
 from .names import validate_index_name
 

@@ -69,9 +69,8 @@ import numpy as np
 from scrapy_neardup.core.params import content_change, parse_tag, still_made
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
-from scrapy_neardup.errors import TagMismatch
+from scrapy_neardup.errors import EsError, TagMismatch
 
-from .client import EsError
 from .names import validate_index_name
 
 if TYPE_CHECKING:

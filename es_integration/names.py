@@ -14,7 +14,7 @@ import re
 
 from scrapy_neardup.errors import InvalidNameError
 
-__all__ = ["InvalidNameError", "validate_field_name", "validate_index_name"]
+__all__ = ["validate_field_name", "validate_index_name"]
 
 _MAX_INDEX_BYTES = 255
 _MAX_FIELD_CHARS = 255

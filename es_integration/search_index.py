@@ -30,14 +30,9 @@ mapping error) is final at once. What is final is reported page by page to the c
 ``search_failed/<kind>`` (``connection_error``, ``timeout``, ``http_<status>``, or Elasticsearch's
 ``error.type``). At the end the index is refreshed, so that the crawl's pages are searchable when it returns.
 
-=========================  ================================================================================
-NEARDUP_SEARCH_INDEX       the index to write to (lowercase; it must not be ``NEARDUP_ES_INDEX``).
-NEARDUP_SEARCH_BATCH_SIZE  documents per bulk request, 1 to 5000 (default 200).
-NEARDUP_SEARCH_RETRIES     retries of a failed bulk request or of refused documents, 0 to 20 (default 5).
-NEARDUP_ES_URL, ...        the connection (``NEARDUP_ES_URL``, ``_API_KEY``, ``_USERNAME``, ``_PASSWORD``,
-                           ``_CA_CERTS``, ``_TIMEOUT``: :mod:`es_integration.settings`), shared with the
-                           crawler backend when the crawl uses it.
-=========================  ================================================================================
+The settings (``NEARDUP_SEARCH_*``, and the ``NEARDUP_ES_*`` connection shared with the crawler backend): their
+types, defaults and bounds are in :mod:`scrapy_neardup.store.settings_registry` (the reference page:
+docs/settings.md).
 """
 
 from __future__ import annotations
@@ -53,23 +48,15 @@ from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError
 
-from scrapy_neardup.errors import NearDupSettingsError
-from scrapy_neardup.store.config import read_int, read_str, settings_error
+from scrapy_neardup.errors import EsError, NearDupSettingsError, TagMismatch
+from scrapy_neardup.store.config import read_str, setting_int
 from scrapy_neardup.store.search_sink import SearchPage, SearchSink, SinkEvents
+from scrapy_neardup.store.settings_registry import default_of
 
 from .backend.pages import doc_id_of
-from .client import ConnectionSettings, EsError, connect_async, describe_error, transport_logs_at_debug
+from .client import ConnectionSettings, connect_async, describe_error, transport_logs_at_debug
 from .indexing import SeqClock
-from .mapping import (
-    DUPLICATE,
-    F_GROUP,
-    ROOT,
-    TagMismatch,
-    ensure_index_async,
-    error_type,
-    require_tag_async,
-    sketch_fields,
-)
+from .mapping import DUPLICATE, F_GROUP, ROOT, ensure_index_async, error_type, require_tag_async, sketch_fields
 from .retry import RETRY_STATUSES, ShardsUnavailable, is_retryable, retrying
 from .settings import ElasticsearchSettings
 
@@ -124,8 +111,9 @@ class ElasticsearchSearchSink(SearchSink):
     #: seconds a partial batch waits before it is sent
     flush_interval = 1.0
 
-    def __init__(self, connection: ConnectionSettings, index: str, *, tag: str | None = None, batch_size: int = 200,
-                 retries: int = 5) -> None:
+    def __init__(self, connection: ConnectionSettings, index: str, *, tag: str | None = None,
+                 batch_size: int = default_of("NEARDUP_SEARCH_BATCH_SIZE"),
+                 retries: int = default_of("NEARDUP_SEARCH_RETRIES")) -> None:
         self.connection = connection
         self.index = index
         self.tag = tag
@@ -156,20 +144,13 @@ class ElasticsearchSearchSink(SearchSink):
                 f"NEARDUP_SEARCH_INDEX={es.index!r} is NEARDUP_ES_INDEX, the crawler backend's index of sketches: "
                 "give the search index another name"
             )
-        batch_size = read_int(settings, "NEARDUP_SEARCH_BATCH_SIZE", "an integer in [1, 5000]")
-        if batch_size is not None and not 1 <= batch_size <= 5000:
-            raise settings_error("NEARDUP_SEARCH_BATCH_SIZE", settings.get("NEARDUP_SEARCH_BATCH_SIZE"),
-                                 "an integer in [1, 5000]")
-        retries = read_int(settings, "NEARDUP_SEARCH_RETRIES", "an integer in [0, 20]")
-        if retries is not None and not 0 <= retries <= 20:
-            raise settings_error("NEARDUP_SEARCH_RETRIES", settings.get("NEARDUP_SEARCH_RETRIES"),
-                                 "an integer in [0, 20]")
+        batch_size = setting_int(settings, "NEARDUP_SEARCH_BATCH_SIZE")
+        retries = setting_int(settings, "NEARDUP_SEARCH_RETRIES")
         connection = ConnectionSettings.create(
             es.url, api_key=es.api_key, username=es.username, password=es.password, ca_certs=es.ca_certs,
             request_timeout=es.request_timeout,
         )
-        return cls(connection, es.index, tag=tag, batch_size=200 if batch_size is None else batch_size,
-                   retries=5 if retries is None else retries)
+        return cls(connection, es.index, tag=tag, batch_size=batch_size, retries=retries)
 
     def __repr__(self) -> str:
         return f"ElasticsearchSearchSink(url={self.connection.url!r}, index={self.index!r})"

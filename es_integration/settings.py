@@ -2,18 +2,11 @@
 
 ``ElasticsearchBackend.from_settings`` calls :meth:`ElasticsearchSettings.from_settings` when the crawler is
 built, so a wrong value stops the crawl before any request with one
-:class:`~scrapy_neardup.store.config.NearDupSettingsError` line naming the setting. The readers are the core's
+:class:`~scrapy_neardup.errors.NearDupSettingsError` line naming the setting. The readers are the store's
 (:mod:`scrapy_neardup.store.config`), shared with the Scrapy layer.
 
-====================  ========================================================================================
-NEARDUP_ES_URL        ``http(s)://host:port`` of the cluster, or several nodes' URLs separated by commas (required).
-NEARDUP_ES_INDEX      index of kept sketches, lowercase (required; created when missing).
-NEARDUP_ES_API_KEY    encoded API key; or NEARDUP_ES_USERNAME and NEARDUP_ES_PASSWORD (both or neither).
-NEARDUP_ES_CA_CERTS   PEM file of the CA that signed the cluster's certificate.
-NEARDUP_ES_TIMEOUT    seconds per request (default 10).
-NEARDUP_ES_BATCH_SIZE pages decided together in one round of requests (default 100, Scrapy's CONCURRENT_ITEMS).
-NEARDUP_ES_SHARDS     primary shards of the index the backend creates (default 1).
-====================  ========================================================================================
+Each setting's type, default and bounds: :mod:`scrapy_neardup.store.settings_registry` (the reference page:
+docs/settings.md).
 """
 
 from __future__ import annotations
@@ -21,15 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from scrapy_neardup.errors import EsError, InvalidNameError
-from scrapy_neardup.store.config import (
-    NearDupSettingsError,
-    SettingsLike,
-    read_float,
-    read_int,
-    read_str,
-    settings_error,
-)
+from scrapy_neardup.errors import EsError, InvalidNameError, NearDupSettingsError
+from scrapy_neardup.store.config import SettingsLike, read_str, setting_float, setting_int, settings_error
+from scrapy_neardup.store.settings_registry import default_of
 
 from .connection import ConnectionSettings, safe_url
 from .names import validate_index_name
@@ -50,9 +37,9 @@ class ElasticsearchSettings:
     username: str | None = None
     password: str | None = None
     ca_certs: str | None = None
-    request_timeout: float = 10.0
-    batch_size: int = 100
-    shards: int = 1
+    request_timeout: float = default_of("NEARDUP_ES_TIMEOUT")
+    batch_size: int = default_of("NEARDUP_ES_BATCH_SIZE")
+    shards: int = default_of("NEARDUP_ES_SHARDS")
 
     def __repr__(self) -> str:
         secrets = ", api_key=***" if self.api_key else ""
@@ -106,9 +93,7 @@ class ElasticsearchSettings:
         ca_certs = read_str(settings, "NEARDUP_ES_CA_CERTS")
         if ca_certs is not None and not Path(ca_certs).is_file():
             raise settings_error("NEARDUP_ES_CA_CERTS", ca_certs, "the path of an existing CA certificate file")
-        timeout = read_float(settings, "NEARDUP_ES_TIMEOUT")
-        if timeout is not None and timeout <= 0:
-            raise settings_error("NEARDUP_ES_TIMEOUT", settings.get("NEARDUP_ES_TIMEOUT"), "seconds > 0")
+        timeout = setting_float(settings, "NEARDUP_ES_TIMEOUT")
         api_key = read_str(settings, "NEARDUP_ES_API_KEY")
         if api_key is not None and username is not None:
             raise NearDupSettingsError(
@@ -129,30 +114,10 @@ class ElasticsearchSettings:
             username=username,
             password=password,
             ca_certs=ca_certs,
-            request_timeout=10.0 if timeout is None else timeout,
-            batch_size=_batch_size(settings),
-            shards=_shards(settings),
+            request_timeout=timeout,
+            # Pages decided together at most: the default, Scrapy's CONCURRENT_ITEMS, takes every page ready at
+            # once. Shards: an existing index keeps its own count.
+            batch_size=setting_int(settings, "NEARDUP_ES_BATCH_SIZE"),
+            shards=setting_int(settings, "NEARDUP_ES_SHARDS"),
         )
 
-
-def _batch_size(settings: SettingsLike) -> int:
-    """``NEARDUP_ES_BATCH_SIZE``: pages decided together at most, 1 to 500 (default 100, Scrapy's default
-    ``CONCURRENT_ITEMS``: every page ready at once; 1 checks one page at a time)."""
-    return _bounded_int(settings, "NEARDUP_ES_BATCH_SIZE", 1, 500, 100)
-
-
-def _shards(settings: SettingsLike) -> int:
-    """``NEARDUP_ES_SHARDS``: primary shards of the index the backend creates, 1 to 1024 (default 1: one shard
-    holds some 10-40 million pages; an existing index keeps its own count)."""
-    return _bounded_int(settings, "NEARDUP_ES_SHARDS", 1, 1024, 1)
-
-
-def _bounded_int(settings: SettingsLike, name: str, low: int, high: int, default: int) -> int:
-    """The integer setting ``name`` in ``[low, high]``, ``default`` when unset (a wrong value names the setting)."""
-    expected = f"an integer in [{low}, {high}]"
-    value = read_int(settings, name, expected)
-    if value is None:
-        return default
-    if not low <= value <= high:
-        raise settings_error(name, settings.get(name), expected)
-    return value

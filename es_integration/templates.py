@@ -19,9 +19,9 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from scrapy_neardup.core.template import HostTemplate, TemplateFormatError, TemplateLearner
+from scrapy_neardup.core.template import HostTemplate, TemplateLearner
+from scrapy_neardup.errors import EsError, TemplateFormatError
 
-from .client import EsError
 from .mapping import ALREADY_EXISTS, REPLICA_SETTINGS, error_type
 from .names import validate_index_name
 

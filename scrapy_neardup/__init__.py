@@ -22,9 +22,8 @@ from .core.dedupe import Deduper, DedupeStats, Verdict
 from .core.index import SketchIndex
 from .core.match import Decision, Match
 from .core.params import SketchParams
-from .core.sketch import IncompatibleSketches, Sketch, Sketcher, jaccard
+from .core.sketch import Sketch, Sketcher, jaccard
 from .core.theory import choose_parameters, curve, flag_probability, min_shared_for
-from .errors import NearDupError, StateError
 
 if TYPE_CHECKING:
     from .crawl.addon import NearDuplicateAddon
@@ -37,9 +36,7 @@ __all__ = [
     "Decision",
     "Deduper",
     "DedupeStats",
-    "IncompatibleSketches",
     "Match",
-    "NearDupError",
     "NearDuplicateAddon",
     "NearDuplicatePipeline",
     "SearchIndexPipeline",
@@ -47,7 +44,6 @@ __all__ = [
     "SketchIndex",
     "SketchParams",
     "Sketcher",
-    "StateError",
     "UnionFind",
     "Verdict",
     "broder_clusters",

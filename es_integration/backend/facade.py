@@ -22,25 +22,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from elasticsearch import ApiError
 
 from scrapy_neardup.core.match import Match
-from scrapy_neardup.core.params import SketchParams, params_or_tag
-from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch
+from scrapy_neardup.core.params import SketchParams, require_params
+from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import band_layout
-from scrapy_neardup.store.backend import Backend, BackendError, Decision
-from scrapy_neardup.store.config import crawl_identity, read_str
+from scrapy_neardup.errors import BackendError, EsError, IncompatibleSketches, TagMismatch
+from scrapy_neardup.store.backend import Backend, Decision
+from scrapy_neardup.store.config import crawl_identity, read_setting
+from scrapy_neardup.store.settings_registry import default_of
 
-from ..client import ConnectionSettings, EsError, connect_async, transport_logs_at_debug
+from ..client import ConnectionSettings, connect_async, transport_logs_at_debug
 from ..hosts import ElasticsearchHostStore, hosts_index
-from ..mapping import (
-    F_POSITIONS,
-    F_SIG,
-    F_STATUS,
-    F_TAG,
-    KEPT,
-    PENDING,
-    TagMismatch,
-    ensure_index_async,
-    require_tag_async,
-)
+from ..mapping import F_POSITIONS, F_SIG, F_STATUS, F_TAG, KEPT, PENDING, ensure_index_async, require_tag_async
 from ..names import validate_index_name
 from ..settings import ElasticsearchSettings
 from ..templates import ensure_templates_index_async, load_template_async, save_template_async, templates_index
@@ -88,10 +80,6 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         shards: primary shards of the index when it is created (an existing index, of any shard count, is used
             as it is): the order of the fleet's writes comes from the sequencer (:mod:`.sequencer`), so the
             count is a matter of capacity (about 1.1 KB per page), not of correctness.
-        num_perm: deprecated (with ``min_shared`` and ``tag``, instead of ``params``; a ``DeprecationWarning``):
-            ``k``, which the tag must name.
-        min_shared: deprecated: ``t``.
-        tag: deprecated: the sketch parameter tag, read into ``params`` with ``min_shared``.
     """
 
     #: attempts after the first for a retryable failure: with ``backoff`` 0.1 s, 3.1 s of waits in all, longer
@@ -116,26 +104,16 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         *,
         url: str,
         index: str,
-        params: SketchParams | None = None,
+        params: SketchParams,
         api_key: str | None = None,
         username: str | None = None,
         password: str | None = None,
         ca_certs: str | None = None,
-        request_timeout: float = 10.0,
+        request_timeout: float = default_of("NEARDUP_ES_TIMEOUT"),
         crawl_id: str | None = None,
-        shards: int = 1,
-        num_perm: int | None = None,
-        min_shared: int | None = None,
-        tag: str | None = None,
+        shards: int = default_of("NEARDUP_ES_SHARDS"),
     ) -> None:
-        if params is None:
-            if tag is None:
-                raise TypeError("ElasticsearchBackend needs params (SketchParams)")
-            params = params_or_tag(tag, min_shared, "ElasticsearchBackend")
-            if num_perm is not None and num_perm != params.num_perm:
-                raise ValueError(f"num_perm={num_perm} does not match the tag {tag!r} (k={params.num_perm})")
-        elif (num_perm, min_shared, tag) != (None, None, None):
-            raise TypeError("ElasticsearchBackend takes params or (deprecated) num_perm, min_shared and tag, not both")
+        params = require_params(params, "ElasticsearchBackend")
         self.crawl_id = crawl_id or uuid.uuid4().hex
         self.index = validate_index_name(index)
         self.params = params
@@ -188,7 +166,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         backend.open_hint = " (check NEARDUP_ES_URL and that the node is up)"
         # 'pause': the crawl retries each page whose check failed until it is decided, so writing those pages as
         # unchecked the moment the node answers again would only write them twice (and count them unchecked).
-        backend.write_unchecked_early = read_str(settings, "NEARDUP_ON_BACKEND_DOWN") != "pause"
+        backend.write_unchecked_early = read_setting(settings, "NEARDUP_ON_BACKEND_DOWN") != "pause"
         backend.max_batch = es.batch_size
         return backend
 

@@ -100,9 +100,9 @@ import numpy as np
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import StoredSignature, shared_counts, verified
+from scrapy_neardup.errors import EsError
 from scrapy_neardup.store.backend import Decision
 
-from ..client import EsError
 from ..mapping import (
     DUPLICATE,
     F_CRAWL,

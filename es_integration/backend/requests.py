@@ -6,7 +6,7 @@ Errors
 Requests failing with a connection error, a timeout, or HTTP 429/502/503/504 are retried up to ``retries``
 times with exponential backoff (0.1 s, 0.2 s, ...; the policy of :mod:`es_integration.retry`); then, or at
 once for any other failure (wrong credentials, missing privileges, bad index),
-:class:`~es_integration.client.EsError` (a :class:`~scrapy_neardup.store.backend.BackendError`) is raised with
+:class:`~scrapy_neardup.errors.EsError` (a :class:`~scrapy_neardup.errors.BackendError`) is raised with
 a one-line message holding no secret. ``errors`` counts failed requests, ``retried`` the retries
 (``neardup/backend_retries`` in the crawl's stats).
 """
@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from elastic_transport import TransportError
 from elasticsearch import ApiError
 
-from ..client import EsError, describe_error
+from scrapy_neardup.errors import EsError
+
+from ..client import describe_error
 from ..mapping import F_FINGERPRINT, F_KEY, F_SEQ, F_STATUS, F_WRITER
 from ..retry import ShardsUnavailable, is_retryable, retrying
 

@@ -35,9 +35,8 @@ from typing import Any
 
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored import StoredSignature
-from scrapy_neardup.errors import NearDupError
+from scrapy_neardup.errors import EsError, NearDupError
 
-from ..client import EsError
 from ..mapping import PENDING, ROOT, UNCHECKED, fingerprint_hex, stored_fields
 from ..retry import retrying
 from .hits import _Searches

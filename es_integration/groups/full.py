@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from scrapy_neardup.core.clustering import cluster_labels, leader_labels
-from scrapy_neardup.core.params import SketchParams, params_or_tag
+from scrapy_neardup.core.params import SketchParams, require_params
 
 from ..names import validate_index_name
 from ..sweep import point_in_time
@@ -36,8 +36,7 @@ __all__ = ["find_groups"]
 def find_groups(
     client: Elasticsearch,
     index: str,
-    params: SketchParams | str,
-    min_shared: int | None = None,
+    params: SketchParams,
     *,
     keep: KeepRule | None = None,
     page_size: int = 1000,
@@ -53,9 +52,7 @@ def find_groups(
         params: the sketch parameters (``Sketcher.params``): their tag (``params.tag``) selects the documents
             (others are ignored; ``neardup es groups`` refuses such an index instead, naming both tags), and
             ``t = params.min_shared``: documents sharing ``>= t`` of their ``k`` positions are linked; a pair of
-            pages at resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``. A tag string with
-            ``min_shared`` is the deprecated form of the same (a ``DeprecationWarning``).
-        min_shared: ``t``, with a tag only (deprecated).
+            pages at resemblance ``r`` is linked with probability ``P[Binomial(k, r) >= t]``.
         keep: the representative rule (default: first indexed); with ``linkage="representative"`` also the
             order in which pages are taken.
         linkage: ``"representative"`` (default): every member shares ``>= t`` positions with its group's
@@ -76,7 +73,7 @@ def find_groups(
     Raises:
         EsError: documents sketched with these parameters lack ``neardup.sig`` (run ``neardup es backfill``).
     """
-    params = params_or_tag(params, min_shared, "find_groups")
+    params = require_params(params, "find_groups")
     validate_index_name(index)
     keep = keep or KeepRule()
     tag, num_perm, min_shared = params.tag, params.num_perm, params.min_shared

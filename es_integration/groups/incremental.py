@@ -22,7 +22,7 @@ from scrapy_neardup.core.clustering import (
     cluster_labels,
     leader_labels,
 )
-from scrapy_neardup.core.params import SketchParams, params_or_tag
+from scrapy_neardup.core.params import SketchParams, require_params
 from scrapy_neardup.core.stored import distinct_band_pairs, pair_tokens
 
 from ..band_filter import BandFilter, BandFilterStore
@@ -62,8 +62,7 @@ Fetch = Callable[..., list[dict[str, Any]]]
 def find_new_groups(
     client: Elasticsearch,
     index: str,
-    params: SketchParams | str,
-    min_shared: int | None = None,
+    params: SketchParams,
     *,
     keep: KeepRule | None = None,
     page_size: int = 1000,
@@ -106,7 +105,7 @@ def find_new_groups(
         EsError: no assigned run is recorded for ``params.tag``, it used another ``t`` or another linkage, ``t`` is
             below the stored band layout's, or documents lack ``neardup.sig``.
     """
-    params = params_or_tag(params, min_shared, "find_new_groups")
+    params = require_params(params, "find_new_groups")
     validate_index_name(index)
     keep = keep or KeepRule()
     tag, num_perm, min_shared = params.tag, params.num_perm, params.min_shared

@@ -8,7 +8,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..client import EsError
+from scrapy_neardup.errors import EsError
+
 from ..mapping import F_DUPLICATE_OF, F_GROUP, F_POSITIONS, F_SEQ, F_SIG, F_STATUS, F_TAG, PENDING
 from ..sweep import SWEEP_FILTER, PointInTime, sliced_sweep, sweep
 from .model import KeepRule, SweptDocs

@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
-from scrapy_neardup.core.params import SketchParams
+from scrapy_neardup.core.params import SketchParams, require_params
 from scrapy_neardup.core.stored import band_layout
+from scrapy_neardup.errors import EsError
 
-from ..client import EsError
 from .report import GroupReport, Linkage, check_linkage
 
 if TYPE_CHECKING:
@@ -21,16 +20,10 @@ __all__ = ["groups_watermark", "index_uuid", "recorded_watermark", "write_waterm
 _META_KEY = "neardup_groups"
 
 
-def groups_watermark(client: Elasticsearch, index: str, params: SketchParams | str) -> dict[str, Any] | None:
+def groups_watermark(client: Elasticsearch, index: str, params: SketchParams) -> dict[str, Any] | None:
     """The record of the last assigned groups run for ``params`` (its tag; ``{"seq": ..., "min_shared": ...,
-    "linkage": ...}``; records written before linkages existed have none: they were transitive), or None. A tag
-    string for ``params`` is deprecated (a ``DeprecationWarning``)."""
-    if isinstance(params, str):
-        warnings.warn("groups_watermark with a tag is deprecated: pass SketchParams (a Sketcher's params)",
-                      DeprecationWarning, stacklevel=2)
-        tag = params
-    else:
-        tag = params.tag
+    "linkage": ...}``; records written before linkages existed have none: they were transitive), or None."""
+    tag = require_params(params, "groups_watermark").tag
     mappings = client.indices.get_mapping(index=index)
     for body in mappings.values():
         meta = body.get("mappings", {}).get("_meta", {}) or {}

@@ -22,8 +22,14 @@ from ..core.mirrors import host_of
 from ..errors import InputError
 
 __all__ = [
-    "DEFAULT_ID_FIELD", "ID_FIELD_HELP", "InputError", "choose_id_field", "json_line", "open_input", "read_records",
-    "record_host", "record_pages",
+    "DEFAULT_ID_FIELD",
+    "ID_FIELD_HELP",
+    "choose_id_field",
+    "json_line",
+    "open_input",
+    "read_records",
+    "record_host",
+    "record_pages",
 ]
 
 #: The field naming a record unless ``--id-field`` says otherwise (or, see :func:`choose_id_field`, the URL).

@@ -30,18 +30,9 @@ from ..core.theory import (
     midpoint,
     min_shared_for,
 )
-from ..errors import CommandError
+from ..errors import CommandError, InputError
 from .explain import add_explain
-from .jsonl import (
-    ID_FIELD_HELP,
-    InputError,
-    choose_id_field,
-    json_line,
-    open_input,
-    read_records,
-    record_host,
-    record_pages,
-)
+from .jsonl import ID_FIELD_HELP, choose_id_field, json_line, open_input, read_records, record_host, record_pages
 from .options import add_progress_option, add_sketch_options, add_threshold_options, params_or_exit
 from .progress import progress_bar
 from .report import add_report

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..core.params import DEFAULT_NUM_PERM, DEFAULT_SEED, ParameterError, SketchParams
+from ..core.params import DEFAULT_NUM_PERM, DEFAULT_SEED, SketchParams
 from ..core.text import CONTENT_MODES, DEFAULT_CONTENT
 from ..core.theory import DEFAULT_THRESHOLD
+from ..errors import ParameterError
 
 
 def add_sketch_options(

@@ -42,18 +42,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import StateError
+from ..errors import IncompatibleSketches
 from . import index_file
 from .band_runs import BandRuns, keys_of
 from .index_file import parameters_differ
 from .match import Decision, Match, best_first
 from .memory import resized
 from .page_keys import PageKeys
-from .sketch import IncompatibleSketches, Sketch
+from .sketch import Sketch
 from .stored import StoredSketch, band_bounds, band_sums, shared_counts, stored_values
 
 # Names other modules take from here (the index's home before it was split, and the types of its answers).
-__all__ = ["Match", "SketchIndex", "StateError", "band_bounds", "best_first", "parameters_differ"]
+__all__ = ["Match", "SketchIndex", "band_bounds", "best_first", "parameters_differ"]
 
 
 class SketchIndex:

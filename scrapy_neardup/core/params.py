@@ -10,7 +10,6 @@ point renders it under its own names (``NEARDUP_NUM_PERM``, ``--num-perm``, ``nu
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,24 +238,17 @@ def parse_tag(tag: str) -> TagParts:
     return TagParts(int(scheme), int(num_perm), shingle, int(width), int(seed), content or "body")
 
 
-def params_or_tag(params: SketchParams | str, min_shared: int | None, caller: str) -> SketchParams:
-    """``params`` as given, or, for the deprecated call form of ``caller`` (a tag and ``t``), the parameters they
-    name (:meth:`SketchParams.from_tag`), with a ``DeprecationWarning``: the tag is read once, where it enters.
+def require_params(params: Any, caller: str) -> SketchParams:
+    """``params`` when it is a :class:`SketchParams`; a tag string (or anything else) is refused in one line that
+    says how to get one (a tag and ``t`` read back with :meth:`SketchParams.from_tag`).
 
     Raises:
-        TypeError: ``min_shared`` given with ``params`` (``t`` is ``params.min_shared``), or missing with a tag.
-        ValueError: not a sketch parameter tag; ParameterError: ``t`` does not suit its ``k``.
+        TypeError: ``params`` is not a :class:`SketchParams`.
     """
-    if isinstance(params, SketchParams):
-        if min_shared is not None:
-            raise TypeError(f"{caller}: t is params.min_shared; min_shared goes only with a tag (deprecated)")
-        return params
-    warnings.warn(f"{caller} with a tag and min_shared is deprecated: pass SketchParams "
-                  "(SketchParams.from_tag(tag, min_shared=t), or a Sketcher's params)", DeprecationWarning,
-                  stacklevel=3)
-    if min_shared is None:
-        raise TypeError(f"{caller}: a tag needs min_shared")
-    return SketchParams.from_tag(params, min_shared=min_shared)
+    if not isinstance(params, SketchParams):
+        raise TypeError(f"{caller} takes SketchParams (a Sketcher's params, or SketchParams.from_tag(tag, "
+                        f"min_shared=t) for a tag), not {type(params).__name__}")
+    return params
 
 
 _CONTENT_WORDS = {"body": "each page's whole body", "main": "the main content each page marks",
@@ -304,7 +296,6 @@ __all__ = [
     "DEFAULT_WIDTH",
     "FIELDS",
     "MAX_NUM_PERM",
-    "ParameterError",
     "SCHEME_VERSION",
     "SketchParams",
     "TagParts",
@@ -316,7 +307,7 @@ __all__ = [
     "check_threshold",
     "content_change",
     "make_tag",
-    "params_or_tag",
+    "require_params",
     "parse_tag",
     "still_made",
 ]

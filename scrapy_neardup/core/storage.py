@@ -90,4 +90,4 @@ def lock_directory(directory: str | os.PathLike[str]) -> int | None:
     return fd
 
 
-__all__ = ["DirectoryLocked", "atomic_writer", "fsync_directory", "lock_directory", "write_atomically"]
+__all__ = ["atomic_writer", "fsync_directory", "lock_directory", "write_atomically"]

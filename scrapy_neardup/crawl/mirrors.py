@@ -48,7 +48,7 @@ from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
 from ..core.mirrors import HostStore, MirrorDecision, MirrorTable, discard, host_of
-from ..store.config import NearDupSettingsError
+from ..errors import NearDupSettingsError
 from ..store.embedded import EmbeddedBackend, state_settings
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature

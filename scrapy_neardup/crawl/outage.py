@@ -1,7 +1,7 @@
 """While the backend cannot answer: pass, pause or stop (``NEARDUP_ON_BACKEND_DOWN``); and whether the pages that
 went unchecked fail the crawl (``NEARDUP_MAX_UNCHECKED``).
 
-A check the backend cannot answer (it raised :class:`~scrapy_neardup.store.backend.BackendError`: Elasticsearch
+A check the backend cannot answer (it raised :class:`~scrapy_neardup.errors.BackendError`: Elasticsearch
 down or refusing after its retries, the embedded store's journal on a full disk) gives no kept page to name, so the
 item is never dropped for it. What happens next is the policy's:
 

@@ -29,7 +29,7 @@ the pipeline (see :mod:`scrapy_neardup.store.embedded`). Both are loaded on ``op
 gracefully, or killed (``kill -9``), and resumed with the same JOBDIR drops near-duplicates of pages kept
 before; what the journal recovered is counted in ``neardup/journal_replayed`` (``neardup/journal_torn``: the
 torn record of the page in flight at the kill, ignored). Damaged or mismatched state stops the crawl at start
-with :class:`~scrapy_neardup.core.index.StateError`, and is left untouched.
+with :class:`~scrapy_neardup.errors.StateError`, and is left untouched.
 
 Outages: a check the backend cannot answer never drops its item. ``NEARDUP_ON_BACKEND_DOWN`` decides whether it
 passes through unchecked (``"pass"``, the default), waits while the crawl pauses until the backend answers
@@ -52,8 +52,8 @@ from ..core.dedupe import SKIP_EMPTY, SKIP_NOT_TEXT, skip_reason
 from ..core.evidence import evidence, match_evidence
 from ..core.match import Match
 from ..core.theory import describe_rule
-from ..errors import BinaryContent, MarkFieldError
-from ..store.backend import Backend, BackendError, Decision
+from ..errors import BackendError, BinaryContent
+from ..store.backend import Backend, Decision
 from .batcher import CheckBatcher
 from .canonical import CanonicalDropped, CanonicalLinks
 from .check_failures import CheckFailures
@@ -67,7 +67,7 @@ from .outage import UNCHECKED, BackendOutage, describe_unchecked, too_many_unche
 from .page_sketcher import PageSketcher
 from .scraper_room import ScraperRoom
 from .search_index import require_search_writer
-from .settings import NearDupSettings, NearDupSettingsError
+from .settings import NearDupSettings
 from .soft404 import Soft404Dropped
 from .startup import component_startup, report_startup_failure
 from .summary import SKIP_STATS, summarize
@@ -489,6 +489,12 @@ class NearDuplicatePipeline:
 
 
 __all__ = [
-    "MARK_FIELD_MISSING", "SKIP_STATS", "TEXT_FIELD_PROBE", "CanonicalDropped", "MarkFieldError",
-    "NearDuplicateDropped", "NearDuplicatePipeline", "NearDupSettingsError", "RepeatDropped", "RevisitDropped",
+    "MARK_FIELD_MISSING",
+    "SKIP_STATS",
+    "TEXT_FIELD_PROBE",
+    "CanonicalDropped",
+    "NearDuplicateDropped",
+    "NearDuplicatePipeline",
+    "RepeatDropped",
+    "RevisitDropped",
 ]

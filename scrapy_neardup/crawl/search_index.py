@@ -31,13 +31,8 @@ reason :data:`SEARCH_FAILED` when the failure is known before the crawl goes idl
 the process is killed (``kill -9``) are lost with it: at most :attr:`ElasticsearchSearchSink.flush_interval`
 (one second) of items; a graceful stop writes everything.
 
-============================  =================================================================================
-NEARDUP_SEARCH_INDEX          the index (setting it switches the writer on; not ``NEARDUP_ES_INDEX``).
-NEARDUP_SEARCH_DUPLICATES     ``"skip"`` (default) or ``"index"``: near-duplicates written as ``duplicate``.
-NEARDUP_SEARCH_FAILED_FILE    where items that could not be written are recorded (see above).
-NEARDUP_SEARCH_BATCH_SIZE     documents per bulk request (default 200).
-NEARDUP_SEARCH_RETRIES        retries of a failed request or refused documents (default 5).
-============================  =================================================================================
+The ``NEARDUP_SEARCH_*`` settings, their types, defaults and bounds: :mod:`scrapy_neardup.store.settings_registry`
+(the reference page: docs/settings.md).
 
 ``NEARDUP_ACTION = "mark"`` with ``NEARDUP_MARK_FIELD = "neardup"`` (the default name) is refused at start: the
 search index keeps its near-duplicate fields in the object of that name. Set ``NEARDUP_MARK_FIELD`` to another
@@ -61,7 +56,8 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.serialize import ScrapyJSONEncoder
 
 from ..core.html import html_to_text, looks_like_html
-from ..store.config import NearDupSettingsError, SettingsLike, read_choice, read_str
+from ..errors import NearDupSettingsError
+from ..store.config import SettingsLike, read_setting, read_str
 from ..store.search_sink import SearchPage, SearchSink, SearchStatus
 from .drops import NearDuplicateDropped, RepeatDropped
 from .exit_status import fail_exit_status
@@ -112,7 +108,7 @@ class SearchIndexSettings:
                 f"NEARDUP_MARK_FIELD={RESERVED_FIELD!r} is the object where NEARDUP_SEARCH_INDEX documents keep "
                 "their near-duplicate fields: set NEARDUP_MARK_FIELD to another item field (e.g. 'neardup_mark')"
             )
-        duplicates = cast(Duplicates, read_choice(settings, "NEARDUP_SEARCH_DUPLICATES", "skip", ("skip", "index")))
+        duplicates = cast(Duplicates, read_setting(settings, "NEARDUP_SEARCH_DUPLICATES"))
         failed = read_str(settings, "NEARDUP_SEARCH_FAILED_FILE")
         if failed is None:
             jobdir = read_str(settings, "JOBDIR")

@@ -1,70 +1,11 @@
 """The ``NEARDUP_*`` Scrapy settings, parsed and validated once into a frozen :class:`NearDupSettings`.
 
-Values may come from ``settings.py`` (Python values) or from the command line (``-s NAME=value``, always a
-string), so numbers and booleans are accepted in both forms (the readers are in
-:mod:`scrapy_neardup.store.config`, shared with the backends). A wrong value raises
-:class:`NearDupSettingsError`, whose message names the setting and the bad value; the pipeline raises it from
-``from_crawler``, which makes Scrapy abort the crawl before any request is sent (the error is logged at
-CRITICAL level and ``scrapy crawl`` exits with status 1). Each backend parses its own settings in its
-``from_settings`` (``NEARDUP_STATE_DIR``/``NEARDUP_RESET``: the embedded store; ``NEARDUP_ES_*``:
-``es_integration.backend``; ``NEARDUP_CRAWL_ID``: both, through
-:func:`~scrapy_neardup.store.config.crawl_identity`), called from the same ``from_crawler``. A ``NEARDUP_*``
-name that is none of these (:data:`scrapy_neardup.store.config.KNOWN_SETTINGS`, the one list of them) is a typo
-to the crawl: one WARNING names it and the closest known one (:mod:`scrapy_neardup.crawl.startup`).
-
-====================  ========================================================================================
-Setting               Meaning
-====================  ========================================================================================
-NEARDUP_ENABLED       bool, default True. False disables the pipeline (``NotConfigured``).
-NEARDUP_TEXT_FIELD    item field holding the page text or HTML (default ``"text"``).
-NEARDUP_URL_FIELD     item field naming the page (default ``"url"``); the key kept pages are known by.
-NEARDUP_THRESHOLD     target resemblance r in (0, 1] (default 0.9): pairs at r are caught with probability
-                      >= 0.99; sets ``t`` through :func:`scrapy_neardup.core.theory.min_shared_for`.
-NEARDUP_MIN_SHARED    ``t`` in [1, k]: positions that must agree; overrides NEARDUP_THRESHOLD.
-NEARDUP_NUM_PERM      ``k``, signature positions (default 128).
-NEARDUP_SHINGLE       ``"word"`` (default) or ``"char"``.
-NEARDUP_SHINGLE_SIZE  units per shingle (default 5 words / 9 characters).
-NEARDUP_SEED          hash seed (default 1).
-NEARDUP_CONTENT       ``"auto"`` (default: the page's own text), ``"main"`` (marked main content) or ``"body"``.
-NEARDUP_ACTION        ``"drop"`` (default) or ``"mark"``.
-NEARDUP_MARK_FIELD    item field that receives ``{"duplicate_of", "resemblance", "exact"}`` in mark mode, with the
-                      evidence ``{"rule", "shared", "k", "interval"}`` (docs/evidence.md)
-                      (``{"revisit": True, "changed": bool}`` for a revisit, ``{"repeat": True, "rule": "repeat"}``
-                      for a repeat, ``None`` for a kept page).
-NEARDUP_REVISIT       ``"emit"`` (default) or ``"drop_unchanged"``: what becomes of a page seen again under
-                      its key by a later crawl (a recurring crawl) whose content did not change. Met again
-                      unchanged within one crawl, a page is a repeat: dropped (or marked), never emitted twice.
-NEARDUP_CRAWL_ID      the crawl's identity, which tells repeats from revisits (default: saved in JOBDIR, so a
-                      resumed crawl is the same crawl; without JOBDIR, new for each run).
-NEARDUP_BACKEND       ``"embedded"`` (default), ``"elasticsearch"``, or the dotted path of a
-                      :class:`~scrapy_neardup.store.backend.Backend` subclass.
-NEARDUP_ES_*          URL, INDEX, API_KEY, USERNAME, PASSWORD, CA_CERTS, TIMEOUT of the Elasticsearch backend.
-NEARDUP_STATE_DIR     where the embedded store is saved (default ``<JOBDIR>/neardup``; none without JOBDIR).
-NEARDUP_RESET         bool: discard the saved embedded store at start.
-NEARDUP_DEBUG         bool: log every drop at INFO instead of DEBUG.
-NEARDUP_REPORT        path: write an HTML report of the crawl's decisions there at its end (default: none;
-                      the add-on enables :class:`~scrapy_neardup.crawl.report.CrawlReport`).
-NEARDUP_WORKER        bool, default True: sketch in one child process, off the crawl's reactor thread
-                      (False: sketch in the crawl's own process).
-NEARDUP_TEMPLATE_SAMPLE  int >= 1, default 100: pages of a host its template is learned from ("auto" mode).
-NEARDUP_MAX_UNCHECKED  share in [0, 1], default 0: of the pages that went to the duplicate check
-                      (``neardup/checked``), the share that may pass through unchecked (``neardup/unchecked``:
-                      the backend could not answer) before the crawl fails: close reason ``neardup_unchecked``
-                      and exit status 1 (:mod:`scrapy_neardup.crawl.outage`). 0: any unchecked page fails it;
-                      1: none does.
-NEARDUP_ON_BACKEND_DOWN  what a check the backend cannot answer does: ``"pass"`` (default: the item passes
-                      through unchecked), ``"pause"`` (pause the crawl and retry until the backend answers) or
-                      ``"stop"`` (close the spider, reason ``neardup_backend_down``).
-NEARDUP_BACKEND_DOWN_MAX_WAIT  seconds > 0, default 600: ``"pause"``: how long one outage may pause the crawl
-                      before it stops as ``"stop"`` does.
-NEARDUP_BACKEND_RETRY_INTERVAL  seconds > 0, default 5: ``"pause"``: time between two tries of the backend.
-NEARDUP_MONITOR_MAX_BACKEND_ERRORS  int >= 0, default 0: the Spidermon suite's bound on ``neardup/backend_errors``
-                      (:mod:`scrapy_neardup.crawl.monitors`).
-NEARDUP_MONITOR_MAX_UNCHECKED  share in [0, 1], default NEARDUP_MAX_UNCHECKED: the suite's bound on the unchecked
-                      share.
-NEARDUP_MONITOR_MAX_DROP_RATE  share in [0, 1], default 0.9: the suite's bound on the share of the checked pages
-                      found to be near-duplicates (dropped, or marked).
-====================  ========================================================================================
+Each setting's type, default and bounds are declared once in :mod:`scrapy_neardup.store.settings_registry` (the
+reference page, docs/settings.md, is made from it) and read by :mod:`scrapy_neardup.store.config`, shared with the
+backends, which parse their own settings in their ``from_settings``. A wrong value raises
+:class:`NearDupSettingsError` naming the setting and the value, from the pipeline's ``from_crawler``: Scrapy aborts
+the crawl before any request (one CRITICAL line, exit status 1). An unknown ``NEARDUP_*`` name gets one WARNING
+naming the closest known one (:mod:`scrapy_neardup.crawl.startup`).
 """
 
 from __future__ import annotations
@@ -76,46 +17,36 @@ from scrapy.utils.misc import load_object
 
 from ..core.params import SketchParams
 from ..core.sketch import Sketcher
-from ..core.template import SAMPLE_PAGES
+from ..errors import NearDupSettingsError
 from ..store.backend import Backend
 from ..store.config import (
-    NearDupSettingsError,
     SettingsLike,
-    read_bool,
-    read_choice,
-    read_field_name,
-    read_float,
-    read_int,
+    read_setting,
     read_sketch_params,
+    setting_bool,
+    setting_float,
+    setting_int,
     settings_error,
 )
 from ..store.embedded import EmbeddedBackend
+from ..store.settings_registry import SETTING, default_of
 
 if TYPE_CHECKING:
     from ..core.shingles import ShingleKind
 
 Action = Literal["drop", "mark"]
 
-ACTIONS: tuple[Action, ...] = ("drop", "mark")
+ACTIONS = cast(tuple[Action, ...], SETTING["NEARDUP_ACTION"].choices)
 Revisit = Literal["emit", "drop_unchanged"]
-REVISITS: tuple[Revisit, ...] = ("emit", "drop_unchanged")
+REVISITS = cast(tuple[Revisit, ...], SETTING["NEARDUP_REVISIT"].choices)
 OnBackendDown = Literal["pass", "pause", "stop"]
-ON_BACKEND_DOWN: tuple[OnBackendDown, ...] = ("pass", "pause", "stop")
-#: ``NEARDUP_BACKEND_DOWN_MAX_WAIT``: seconds one outage may pause the crawl (``"pause"``) before it stops.
-BACKEND_DOWN_MAX_WAIT = 600.0
-#: ``NEARDUP_BACKEND_RETRY_INTERVAL``: seconds between two tries of a backend that is down (``"pause"``).
-BACKEND_RETRY_INTERVAL = 5.0
-#: ``NEARDUP_MONITOR_MAX_DROP_RATE``: the Spidermon suite's default bound on the drop rate.
-MONITOR_MAX_DROP_RATE = 0.9
+ON_BACKEND_DOWN = cast(tuple[OnBackendDown, ...], SETTING["NEARDUP_ON_BACKEND_DOWN"].choices)
 #: ``NEARDUP_BACKEND`` aliases and the classes they stand for.
 BACKEND_ALIASES: dict[str, str] = {
     "embedded": "scrapy_neardup.store.embedded.EmbeddedBackend",
     "elasticsearch": "es_integration.backend.ElasticsearchBackend",
 }
 BACKENDS: tuple[str, ...] = tuple(BACKEND_ALIASES)
-#: Dotted paths of earlier versions, still accepted: the stores moved from ``core`` to ``store``.
-MOVED_PATHS: dict[str, str] = {"scrapy_neardup.core.embedded.": "scrapy_neardup.store.embedded.",
-                               "scrapy_neardup.core.backend.": "scrapy_neardup.store.backend."}
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,18 +77,18 @@ class NearDupSettings:
             that a wrong one stops the crawl at start rather than at its end.
     """
 
-    enabled: bool = True
-    text_field: str = "text"
-    url_field: str = "url"
+    enabled: bool = default_of("NEARDUP_ENABLED")
+    text_field: str = default_of("NEARDUP_TEXT_FIELD")
+    url_field: str = default_of("NEARDUP_URL_FIELD")
     params: SketchParams = field(default_factory=SketchParams)
-    action: Action = "drop"
-    mark_field: str = "neardup"
-    revisit: Revisit = "emit"
-    backend: str = "embedded"
+    action: Action = default_of("NEARDUP_ACTION")
+    mark_field: str = default_of("NEARDUP_MARK_FIELD")
+    revisit: Revisit = default_of("NEARDUP_REVISIT")
+    backend: str = default_of("NEARDUP_BACKEND")
     backend_class: type[Backend] = EmbeddedBackend
-    debug: bool = False
-    sketch_process: bool = True
-    template_sample: int = SAMPLE_PAGES
+    debug: bool = default_of("NEARDUP_DEBUG")
+    sketch_process: bool = default_of("NEARDUP_WORKER")
+    template_sample: int = default_of("NEARDUP_TEMPLATE_SAMPLE")
     outage: OutageSettings = field(default_factory=lambda: OutageSettings())
     monitors: MonitorThresholds = field(default_factory=lambda: MonitorThresholds())
 
@@ -168,26 +99,26 @@ class NearDupSettings:
         Raises:
             NearDupSettingsError: a setting has a wrong type or value (the message names it).
         """
-        enabled = read_bool(settings, "NEARDUP_ENABLED", True)
+        enabled = setting_bool(settings, "NEARDUP_ENABLED")
         if not enabled:
             # A disabled pipeline must not fail on settings it will never use.
             return cls(enabled=False)
         params = read_sketch_params(settings)
-        action = cast(Action, read_choice(settings, "NEARDUP_ACTION", "drop", ACTIONS))
+        action = cast(Action, read_setting(settings, "NEARDUP_ACTION"))
         backend, backend_class = load_backend(settings.get("NEARDUP_BACKEND"))
         return cls(
             enabled=True,
-            text_field=read_field_name(settings, "NEARDUP_TEXT_FIELD", "text"),
-            url_field=read_field_name(settings, "NEARDUP_URL_FIELD", "url"),
+            text_field=read_setting(settings, "NEARDUP_TEXT_FIELD"),
+            url_field=read_setting(settings, "NEARDUP_URL_FIELD"),
             params=params,
             action=action,
-            mark_field=read_field_name(settings, "NEARDUP_MARK_FIELD", "neardup"),
-            revisit=cast(Revisit, read_choice(settings, "NEARDUP_REVISIT", "emit", REVISITS)),
+            mark_field=read_setting(settings, "NEARDUP_MARK_FIELD"),
+            revisit=cast(Revisit, read_setting(settings, "NEARDUP_REVISIT")),
             backend=backend,
             backend_class=backend_class,
-            debug=read_bool(settings, "NEARDUP_DEBUG", False),
-            sketch_process=read_bool(settings, "NEARDUP_WORKER", True),
-            template_sample=_read_template_sample(settings),
+            debug=setting_bool(settings, "NEARDUP_DEBUG"),
+            sketch_process=setting_bool(settings, "NEARDUP_WORKER"),
+            template_sample=setting_int(settings, "NEARDUP_TEMPLATE_SAMPLE"),
             outage=OutageSettings.from_settings(settings),
             monitors=MonitorThresholds.from_settings(settings),
         )
@@ -241,19 +172,18 @@ class OutageSettings:
         retry_interval: ``NEARDUP_BACKEND_RETRY_INTERVAL``, seconds between two tries while paused.
     """
 
-    max_unchecked: float = 0.0
-    on_backend_down: OnBackendDown = "pass"
-    max_wait: float = BACKEND_DOWN_MAX_WAIT
-    retry_interval: float = BACKEND_RETRY_INTERVAL
+    max_unchecked: float = default_of("NEARDUP_MAX_UNCHECKED")
+    on_backend_down: OnBackendDown = default_of("NEARDUP_ON_BACKEND_DOWN")
+    max_wait: float = default_of("NEARDUP_BACKEND_DOWN_MAX_WAIT")
+    retry_interval: float = default_of("NEARDUP_BACKEND_RETRY_INTERVAL")
 
     @classmethod
     def from_settings(cls, settings: SettingsLike) -> OutageSettings:
         return cls(
-            max_unchecked=read_share(settings, "NEARDUP_MAX_UNCHECKED", 0.0),
-            on_backend_down=cast(OnBackendDown, read_choice(settings, "NEARDUP_ON_BACKEND_DOWN", "pass",
-                                                            ON_BACKEND_DOWN)),
-            max_wait=read_seconds(settings, "NEARDUP_BACKEND_DOWN_MAX_WAIT", BACKEND_DOWN_MAX_WAIT),
-            retry_interval=read_seconds(settings, "NEARDUP_BACKEND_RETRY_INTERVAL", BACKEND_RETRY_INTERVAL),
+            max_unchecked=setting_float(settings, "NEARDUP_MAX_UNCHECKED"),
+            on_backend_down=cast(OnBackendDown, read_setting(settings, "NEARDUP_ON_BACKEND_DOWN")),
+            max_wait=setting_float(settings, "NEARDUP_BACKEND_DOWN_MAX_WAIT"),
+            retry_interval=setting_float(settings, "NEARDUP_BACKEND_RETRY_INTERVAL"),
         )
 
 
@@ -268,53 +198,18 @@ class MonitorThresholds:
         max_drop_rate: ``NEARDUP_MONITOR_MAX_DROP_RATE``, the share of the decided pages found to be near-duplicates.
     """
 
-    max_backend_errors: int = 0
-    max_unchecked: float = 0.0
-    max_drop_rate: float = MONITOR_MAX_DROP_RATE
+    max_backend_errors: int = default_of("NEARDUP_MONITOR_MAX_BACKEND_ERRORS")
+    max_unchecked: float = default_of("NEARDUP_MAX_UNCHECKED")
+    max_drop_rate: float = default_of("NEARDUP_MONITOR_MAX_DROP_RATE")
 
     @classmethod
     def from_settings(cls, settings: SettingsLike) -> MonitorThresholds:
-        expected = "an integer >= 0"
-        errors = read_int(settings, "NEARDUP_MONITOR_MAX_BACKEND_ERRORS", expected)
-        if errors is not None and errors < 0:
-            raise settings_error("NEARDUP_MONITOR_MAX_BACKEND_ERRORS",
-                                 settings.get("NEARDUP_MONITOR_MAX_BACKEND_ERRORS"), expected)
-        max_unchecked = read_share(settings, "NEARDUP_MAX_UNCHECKED", 0.0)
+        max_unchecked = setting_float(settings, "NEARDUP_MAX_UNCHECKED")
         return cls(
-            max_backend_errors=0 if errors is None else errors,
-            max_unchecked=read_share(settings, "NEARDUP_MONITOR_MAX_UNCHECKED", max_unchecked),
-            max_drop_rate=read_share(settings, "NEARDUP_MONITOR_MAX_DROP_RATE", MONITOR_MAX_DROP_RATE),
+            max_backend_errors=setting_int(settings, "NEARDUP_MONITOR_MAX_BACKEND_ERRORS"),
+            max_unchecked=setting_float(settings, "NEARDUP_MONITOR_MAX_UNCHECKED", max_unchecked),
+            max_drop_rate=setting_float(settings, "NEARDUP_MONITOR_MAX_DROP_RATE"),
         )
-
-
-def read_share(settings: SettingsLike, name: str, default: float) -> float:
-    """A share in [0, 1] (``0.05``: 5%); ``default`` when unset."""
-    value = read_float(settings, name)
-    if value is None:
-        return default
-    if not 0.0 <= value <= 1.0:
-        raise settings_error(name, settings.get(name), "a share in [0, 1] (0.05 for 5%)")
-    return value
-
-
-def read_seconds(settings: SettingsLike, name: str, default: float) -> float:
-    """A positive number of seconds; ``default`` when unset."""
-    value = read_float(settings, name)
-    if value is None:
-        return default
-    if value <= 0:
-        raise settings_error(name, settings.get(name), "a number of seconds > 0")
-    return value
-
-
-def _read_template_sample(settings: SettingsLike) -> int:
-    expected = "an integer >= 1"
-    value = read_int(settings, "NEARDUP_TEMPLATE_SAMPLE", expected)
-    if value is None:
-        return SAMPLE_PAGES
-    if value < 1:
-        raise settings_error("NEARDUP_TEMPLATE_SAMPLE", settings.get("NEARDUP_TEMPLATE_SAMPLE"), expected)
-    return value
 
 
 def load_backend(value: Any) -> tuple[str, type[Backend]]:
@@ -325,7 +220,7 @@ def load_backend(value: Any) -> tuple[str, type[Backend]]:
         NearDupSettingsError: naming NEARDUP_BACKEND when the value is not a loadable Backend subclass.
     """
     if value is None or value == "":
-        return "embedded", EmbeddedBackend
+        return default_of("NEARDUP_BACKEND"), EmbeddedBackend
     expected = (
         "one of " + ", ".join(repr(a) for a in BACKEND_ALIASES)
         + " or the dotted path of a scrapy_neardup.store.backend.Backend subclass"
@@ -340,9 +235,6 @@ def load_backend(value: Any) -> tuple[str, type[Backend]]:
         if name.lower() in BACKEND_ALIASES:
             name = name.lower()
         path = BACKEND_ALIASES.get(name, name)
-        for old, new in MOVED_PATHS.items():
-            if path.startswith(old):
-                path = new + path[len(old):]
     if isinstance(path, str) and "." not in path:
         raise settings_error("NEARDUP_BACKEND", value, expected)
     try:
@@ -363,9 +255,6 @@ __all__ = [
     "ON_BACKEND_DOWN",
     "MonitorThresholds",
     "NearDupSettings",
-    "NearDupSettingsError",
     "OutageSettings",
     "load_backend",
-    "read_seconds",
-    "read_share",
 ]

@@ -9,8 +9,8 @@ How it works
 * **Probes.** When a host (scheme, host, port) is first met, the middleware downloads
   ``/neardup-soft404-probe-<32 random hex digits>`` from it; when a page under a first path segment not probed yet
   is requested (``/news/...``), it also probes ``/news/neardup-soft404-probe-...``: every section the crawl meets
-  gets its probe, whatever order it meets them in, up to ``NEARDUP_SOFT404_PROBES_PER_HOST`` probes per host (20;
-  beyond, counted in ``neardup/soft404_unprobed``, a page is compared with every template of its host). The fixed
+  gets its probe, whatever order it meets them in, up to ``NEARDUP_SOFT404_PROBES_PER_HOST`` probes per host
+  (beyond, counted in ``neardup/soft404_unprobed``, a page is compared with every template of its host). The fixed
   marker ``neardup-soft404-probe-`` tells a site owner what these requests are (docs/addon.md); they carry the
   crawl's own user agent (the ``User-Agent`` the page request that started them was given, else ``USER_AGENT`` or
   the spider's ``user_agent``, as every request of the crawl). Probes are downloaded with

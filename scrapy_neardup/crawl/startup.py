@@ -30,7 +30,8 @@ from weakref import WeakSet
 
 from scrapy.exceptions import NotConfigured
 
-from ..store.config import NearDupSettingsError, unknown_settings
+from ..errors import NearDupSettingsError
+from ..store.config import unknown_settings
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -41,7 +41,7 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import LoopingCall
 
 from ..core.template import learn_template
-from ..store.backend import BackendError
+from ..errors import BackendError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -44,7 +44,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from ..core.match import Decision, Match, Outcome
-from ..errors import BackendError
 
 if TYPE_CHECKING:
     from typing import Self
@@ -150,4 +149,4 @@ class Backend(ABC):
         return {}
 
 
-__all__ = ["Backend", "BackendError", "Decision", "Outcome"]
+__all__ = ["Backend", "Decision", "Outcome"]

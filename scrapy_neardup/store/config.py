@@ -1,4 +1,5 @@
-"""Typed readers for ``NEARDUP_*`` settings, shared by the Scrapy layer and every backend.
+"""Typed readers for ``NEARDUP_*`` settings, shared by the Scrapy layer and every backend; each setting's type,
+default and bounds are those of :mod:`scrapy_neardup.store.settings_registry` (the reference page: docs/settings.md).
 
 A setting may come from ``settings.py`` (a Python value) or from the command line (``-s NAME=value``, always a
 string), so numbers and booleans are accepted in both forms. ``settings`` is any mapping with ``.get``
@@ -17,11 +18,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..core.params import FIELDS, ParameterError, SketchParams
-from ..core.shingles import SHINGLE_KINDS
+from ..core.params import FIELDS, SketchParams
 from ..core.storage import write_atomically
-from ..core.text import CONTENT_MODES, DEFAULT_CONTENT
-from ..errors import NearDupSettingsError, StateError
+from ..errors import NearDupSettingsError, ParameterError, StateError
+from .settings_registry import KNOWN_SETTINGS, SETTING
 
 
 class SettingsLike(Protocol):
@@ -32,37 +32,6 @@ class SettingsLike(Protocol):
 
 #: The setting behind each sketch parameter (see :class:`~scrapy_neardup.core.params.SketchParams`).
 PARAM_SETTINGS: Mapping[str, str] = {name: f"NEARDUP_{name.upper()}" for name in FIELDS}
-
-#: Every ``NEARDUP_*`` setting any part of the project reads: the one list of known names, against which a crawl's
-#: settings are checked for typos (:func:`unknown_settings`). The meanings are documented where each is read:
-#: :mod:`scrapy_neardup.crawl.settings`, :mod:`scrapy_neardup.crawl.host_settings`, :mod:`es_integration.settings`,
-#: :mod:`scrapy_neardup.crawl.search_index`.
-KNOWN_SETTINGS: frozenset[str] = frozenset({
-    # the pipeline (scrapy_neardup.crawl.settings) and the sketch parameters (PARAM_SETTINGS)
-    "NEARDUP_ENABLED", "NEARDUP_TEXT_FIELD", "NEARDUP_URL_FIELD", "NEARDUP_ACTION", "NEARDUP_MARK_FIELD",
-    "NEARDUP_REVISIT", "NEARDUP_BACKEND", "NEARDUP_DEBUG", "NEARDUP_REPORT", "NEARDUP_WORKER",
-    "NEARDUP_TEMPLATE_SAMPLE",
-    *PARAM_SETTINGS.values(),
-    # backend outages and their monitors (scrapy_neardup.crawl.settings)
-    "NEARDUP_MAX_UNCHECKED", "NEARDUP_ON_BACKEND_DOWN", "NEARDUP_BACKEND_DOWN_MAX_WAIT",
-    "NEARDUP_BACKEND_RETRY_INTERVAL", "NEARDUP_MONITOR_MAX_BACKEND_ERRORS", "NEARDUP_MONITOR_MAX_UNCHECKED",
-    "NEARDUP_MONITOR_MAX_DROP_RATE",
-    # what makes one crawl: repeats within it, revisits across crawls (crawl_identity below)
-    "NEARDUP_CRAWL_ID",
-    # the embedded store (scrapy_neardup.store.embedded)
-    "NEARDUP_STATE_DIR", "NEARDUP_RESET",
-    # soft-404 probing and mirror hosts (scrapy_neardup.crawl.host_settings)
-    "NEARDUP_SOFT404_ENABLED", "NEARDUP_SOFT404_PROBES_PER_HOST", "NEARDUP_SOFT404_TIMEOUT",
-    "NEARDUP_MIRRORS_ENABLED", "NEARDUP_MIRROR_MIN_PAGES", "NEARDUP_MIRROR_SHARE", "NEARDUP_MIRROR_SYNC_INTERVAL",
-    # which copy is kept, canonical links (scrapy_neardup.crawl.host_settings)
-    "NEARDUP_COPY_WAIT", "NEARDUP_CANONICAL",
-    # the Elasticsearch backend (es_integration.settings)
-    "NEARDUP_ES_URL", "NEARDUP_ES_INDEX", "NEARDUP_ES_API_KEY", "NEARDUP_ES_USERNAME", "NEARDUP_ES_PASSWORD",
-    "NEARDUP_ES_CA_CERTS", "NEARDUP_ES_TIMEOUT", "NEARDUP_ES_BATCH_SIZE", "NEARDUP_ES_SHARDS",
-    # the items written to a search index (scrapy_neardup.crawl.search_index, es_integration.search_index)
-    "NEARDUP_SEARCH_INDEX", "NEARDUP_SEARCH_DUPLICATES", "NEARDUP_SEARCH_FAILED_FILE", "NEARDUP_SEARCH_BATCH_SIZE",
-    "NEARDUP_SEARCH_RETRIES",
-})
 
 _PREFIX = len("NEARDUP_")
 
@@ -158,6 +127,60 @@ def read_field_name(settings: SettingsLike, name: str, default: str) -> str:
     raise settings_error(name, value, "a non-empty item field name")
 
 
+def read_setting(settings: SettingsLike, name: str) -> Any:
+    """The value of the registered setting ``name`` (:data:`~scrapy_neardup.store.settings_registry.SETTINGS`):
+    read as its kind, checked against its bounds, its default when unset.
+
+    Raises:
+        NearDupSettingsError: ``NAME=value is not valid: expected ...`` (the bounds, as the registry has them).
+        KeyError: ``name`` is not registered.
+    """
+    spec = SETTING[name]
+    if spec.kind == "bool":
+        return read_bool(settings, name, spec.default)
+    if spec.kind == "choice":
+        return read_choice(settings, name, spec.default, spec.choices)
+    if spec.kind == "field":
+        return read_field_name(settings, name, spec.default)
+    if spec.kind in ("str", "path"):
+        text = read_str(settings, name)
+        return spec.default if text is None else text
+    number: float | None = read_int(settings, name, spec.expected) if spec.kind == "int" else read_float(settings, name)
+    if number is None:
+        return spec.default
+    if not spec.allows(number):
+        raise settings_error(name, settings.get(name), spec.expected)
+    return number
+
+
+def setting_int(settings: SettingsLike, name: str) -> int:
+    """:func:`read_setting` of an integer setting whose default is a number."""
+    value = read_setting(settings, name)
+    assert isinstance(value, int), name  # the registry gives every caller of this a default
+    return value
+
+
+def setting_float(settings: SettingsLike, name: str, default: float | None = None) -> float:
+    """:func:`read_setting` of a number setting; ``default`` when unset, for one computed from other settings
+    (the registry's default ``None``)."""
+    value = read_setting(settings, name)
+    if value is None:
+        value = default
+    assert isinstance(value, int | float), name
+    return float(value)
+
+
+def setting_bool(settings: SettingsLike, name: str) -> bool:
+    """:func:`read_setting` of a boolean setting."""
+    return bool(read_setting(settings, name))
+
+
+def setting_str(settings: SettingsLike, name: str) -> str | None:
+    """:func:`read_setting` of a string, path or choice setting (``None``: unset, without a default)."""
+    value = read_setting(settings, name)
+    return None if value is None else str(value)
+
+
 def read_sketch_params(settings: SettingsLike) -> SketchParams:
     """``NEARDUP_NUM_PERM``, ``NEARDUP_THRESHOLD`` / ``NEARDUP_MIN_SHARED``, ``NEARDUP_SHINGLE``,
     ``NEARDUP_SHINGLE_SIZE``, ``NEARDUP_SEED`` and ``NEARDUP_CONTENT``, checked by :meth:`SketchParams.create`
@@ -167,10 +190,10 @@ def read_sketch_params(settings: SettingsLike) -> SketchParams:
         "num_perm": read_int(settings, names["num_perm"]),
         "threshold": read_float(settings, names["threshold"]),
         "min_shared": read_int(settings, names["min_shared"]),
-        "shingle": read_choice(settings, names["shingle"], "word", SHINGLE_KINDS),
+        "shingle": read_setting(settings, names["shingle"]),
         "shingle_size": read_int(settings, names["shingle_size"]),
         "seed": read_int(settings, names["seed"]),
-        "content": read_choice(settings, names["content"], DEFAULT_CONTENT, CONTENT_MODES),
+        "content": read_setting(settings, names["content"]),
     }
     given = {name: value for name, value in values.items() if value is not None}
     try:
@@ -241,9 +264,7 @@ def job_state_dir(settings: SettingsLike, subdir: str) -> str | None:
 
 __all__ = [
     "CRAWL_ID_FILE",
-    "KNOWN_SETTINGS",
     "PARAM_SETTINGS",
-    "NearDupSettingsError",
     "SettingsLike",
     "crawl_identity",
     "job_state_dir",
@@ -252,8 +273,13 @@ __all__ = [
     "read_field_name",
     "read_float",
     "read_int",
+    "read_setting",
     "read_sketch_params",
     "read_str",
+    "setting_bool",
+    "setting_float",
+    "setting_int",
+    "setting_str",
     "settings_error",
     "unknown_settings",
 ]

@@ -45,7 +45,7 @@ Guarantees:
   stats). After a replay the store is compacted: a new snapshot, then an empty journal.
 * *Never silently wrong.* A damaged record *before* the end, a damaged header, a journal made with another
   tag, ``k`` or ``t``, a journal that continues a snapshot other than the one present (missing, or another)
-  raise :class:`~scrapy_neardup.core.index.StateError` naming the
+  raise :class:`~scrapy_neardup.errors.StateError` naming the
   file, before any page is checked, and leave both files untouched. ``NEARDUP_RESET`` (``reset=True``)
   discards both files.
 * *Host templates* (``"auto"`` mode) go to ``neardup-templates.bin`` (:mod:`scrapy_neardup.store.template_log`),
@@ -53,7 +53,7 @@ Guarantees:
 * *Close.* The snapshot is written atomically (compacted), then the journal is replaced (atomically) by an
   empty one continuing it. A crash between the two is the case handled above.
 * *One writer.* The state directory is locked (``flock``, :func:`~scrapy_neardup.core.storage.lock_directory`)
-  while open; a second process opening it gets a :class:`~scrapy_neardup.core.index.StateError`. The lock goes
+  while open; a second process opening it gets a :class:`~scrapy_neardup.errors.StateError`. The lock goes
   away with the process, ``kill -9`` included.
 
 Settings (read by :meth:`EmbeddedBackend.from_settings`): ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``;
@@ -72,10 +72,10 @@ from typing import TYPE_CHECKING
 
 from ..core.index import SketchIndex
 from ..core.match import Match
-from ..core.storage import DirectoryLocked, lock_directory
-from ..errors import StateError
+from ..core.storage import lock_directory
+from ..errors import DirectoryLocked, StateError
 from .backend import Backend, Decision
-from .config import crawl_identity, job_state_dir, read_bool, read_str
+from .config import crawl_identity, job_state_dir, read_str, setting_bool
 from .journal import Journal
 from .template_log import TemplateLog
 
@@ -99,7 +99,7 @@ def state_settings(settings: SettingsLike) -> tuple[str | None, bool]:
     ``<JOBDIR>/neardup``; none without ``JOBDIR``) and ``NEARDUP_RESET``. Everything saved with the embedded
     store (the index, its journal, the mirror table) follows these two settings."""
     state_dir = read_str(settings, "NEARDUP_STATE_DIR") or job_state_dir(settings, JOBDIR_SUBDIR)
-    return state_dir, read_bool(settings, "NEARDUP_RESET", False)
+    return state_dir, setting_bool(settings, "NEARDUP_RESET")
 
 
 class EmbeddedBackend(Backend):
@@ -369,4 +369,4 @@ class EmbeddedBackend(Backend):
             self.open_stats[name] = self.open_stats.get(name, 0) + value
 
 
-__all__ = ["JOBDIR_SUBDIR", "JOURNAL_FILE", "STATE_FILE", "TEMPLATES_FILE", "EmbeddedBackend", "StateError"]
+__all__ = ["JOBDIR_SUBDIR", "JOURNAL_FILE", "STATE_FILE", "TEMPLATES_FILE", "EmbeddedBackend"]

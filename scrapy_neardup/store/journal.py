@@ -35,7 +35,7 @@ fsynced (see :mod:`scrapy_neardup.store.embedded` for why). A new journal's head
 fsynced. A torn last record (the one in flight when the process died: incomplete, or failing a checksum with
 nothing but zero bytes after it, i.e. blocks allocated but never written after a power loss) is reported by
 :meth:`Journal.replay` and ignored; a damaged record *before* the end, a damaged header, a journal made with
-other parameters, or one continuing another snapshot raise :class:`~scrapy_neardup.core.index.StateError`.
+other parameters, or one continuing another snapshot raise :class:`~scrapy_neardup.errors.StateError`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from ..core.index import SketchIndex, parameters_differ
 from ..core.sketch import Sketch
 from ..core.storage import write_atomically
 from ..core.stored import StoredSignature, StoredSketch, stored_values
-from ..errors import JournalWriteError, StateError
+from ..errors import DamagedRecord, JournalWriteError, StateError
 from . import records
 
 logger = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ class Journal:
         min_size = 1 if version >= 2 else _FINGERPRINT.size + 4 * self.num_perm
         try:
             payload, length = records.unframe(data, offset, min_size)
-        except records.DamagedRecord as exc:
+        except DamagedRecord as exc:
             raise self._damaged(offset, number, str(exc)) from exc
         if payload is None:
             return None, 0
@@ -345,4 +345,4 @@ class Journal:
             self._file = None
 
 
-__all__ = ["DELETE", "JOURNAL_FORMAT", "JOURNAL_MAGIC", "PUT", "SEEN", "Journal", "JournalWriteError", "Replay"]
+__all__ = ["DELETE", "JOURNAL_FORMAT", "JOURNAL_MAGIC", "PUT", "SEEN", "Journal", "Replay"]

@@ -13,7 +13,7 @@ Format (little-endian)::
 
 A host has one template: a second record for it (there is none unless the file was edited) is ignored. A torn last
 record is ignored (the host is learned again); damage before the end, or a file made for another tag, raises
-:class:`~scrapy_neardup.core.index.StateError`.
+:class:`~scrapy_neardup.errors.StateError`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO
 
 from ..core.storage import write_atomically
-from ..core.template import HostTemplate, TemplateFormatError
-from ..errors import StateError, TemplateWriteError
+from ..core.template import HostTemplate
+from ..errors import DamagedRecord, StateError, TemplateFormatError, TemplateWriteError
 from . import records
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class TemplateLog:
                 (size,) = _HOST.unpack_from(payload)
                 host = payload[_HOST.size : _HOST.size + size].decode("utf-8", errors="surrogatepass")
                 template = HostTemplate.from_bytes(payload[_HOST.size + size :])
-            except (records.DamagedRecord, TemplateFormatError) as exc:
+            except (DamagedRecord, TemplateFormatError) as exc:
                 raise StateError(
                     f"near-duplicate template file {self.path} is damaged at byte {offset} (record {number}, not "
                     f"the last one): {exc}; use another state directory or reset it (NEARDUP_RESET=True)"
@@ -143,4 +143,4 @@ class TemplateLog:
             self._file = None
 
 
-__all__ = ["TemplateLog", "TemplateWriteError"]
+__all__ = ["TemplateLog"]

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scrapy_neardup import IncompatibleSketches, Sketch, Sketcher, SketchIndex, StateError
+from scrapy_neardup import Sketch, Sketcher, SketchIndex
 from scrapy_neardup.core.clustering import GroupBuilder, broder_clusters, leader_clusters
 from scrapy_neardup.core.index import band_bounds
 from scrapy_neardup.core.stored import StoredSignature, StoredSketch
+from scrapy_neardup.errors import IncompatibleSketches, StateError
 
 K, T, TAG = 64, 52, "test-tag"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_neardup.core.index import StateError
 from scrapy_neardup.core.mirrors import MIRRORS_FILE, HostCounts, MirrorTable, host_of
+from scrapy_neardup.errors import StateError
 
 A, B, C = "http://a.test", "http://b.test:8080", "https://c.test"
 

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from scrapy_neardup import Sketcher
-from scrapy_neardup.core.params import ParameterError, SketchParams
+from scrapy_neardup.core.params import SketchParams
+from scrapy_neardup.errors import ParameterError
 from scrapy_neardup.store.backend import Backend, Decision
 from scrapy_neardup.store.embedded import EmbeddedBackend
 
@@ -67,3 +68,15 @@ def test_the_tag_names_the_parameters_and_reads_back(options: dict) -> None:
         params.tag, params.num_perm, params.min_shared, params.width, params.seed, params.content)
     with pytest.raises(ValueError, match="not a sketch parameter tag"):
         SketchParams.from_tag(params.tag + "-x")
+
+
+def test_entry_points_take_sketch_params_not_a_tag() -> None:
+    from scrapy_neardup.core.params import require_params
+
+    params = SketchParams.create()
+    assert require_params(params, "find_groups") is params
+    for wrong in (params.tag, None, {"num_perm": 128}):
+        with pytest.raises(TypeError) as info:
+            require_params(wrong, "find_groups")
+        message = str(info.value)
+        assert message.startswith("find_groups takes SketchParams") and "from_tag" in message and "\n" not in message

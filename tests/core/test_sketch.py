@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapy_neardup import IncompatibleSketches, Sketcher, SketchParams
+from scrapy_neardup import Sketcher, SketchParams
 from scrapy_neardup.core.minhash import OnePermutationHasher
+from scrapy_neardup.errors import IncompatibleSketches
 
 TEXT = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat"
 

@@ -7,7 +7,7 @@ import pytest
 
 from scrapy_neardup.core.clustering import broder_clusters, cluster_labels, components, union_find
 from scrapy_neardup.core.index import best_first
-from scrapy_neardup.core.sketch import IncompatibleSketches, Sketcher, parse_tag
+from scrapy_neardup.core.sketch import Sketcher, parse_tag
 from scrapy_neardup.core.stored import (
     StoredSignature,
     band_keys,
@@ -18,6 +18,7 @@ from scrapy_neardup.core.stored import (
     encode_many,
     values_from_token_lists,
 )
+from scrapy_neardup.errors import IncompatibleSketches
 
 
 def test_forms_round_trip() -> None:

@@ -11,17 +11,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scrapy_neardup.core.index import StateError
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.template import (
     MIN_BLOCK_PAGES,
     MIN_SAMPLE,
     TEMPLATE_SHARE,
     HostTemplate,
-    TemplateFormatError,
     TemplateLearner,
     learn_template,
 )
+from scrapy_neardup.errors import StateError, TemplateFormatError
 from scrapy_neardup.store.embedded import TEMPLATES_FILE, EmbeddedBackend
 from scrapy_neardup.store.template_log import TemplateLog
 

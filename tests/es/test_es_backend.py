@@ -21,13 +21,13 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from es_integration.backend import ElasticsearchBackend
-from es_integration.client import EsError
 from es_integration.mapping import fingerprint_hex, position_tokens, stored_fields
 from scrapy_neardup.core.index import Match, SketchIndex
 from scrapy_neardup.core.params import SketchParams
-from scrapy_neardup.core.sketch import IncompatibleSketches, Sketch, Sketcher
+from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.core.stored import StoredSignature
 from scrapy_neardup.core.theory import min_shared_for
+from scrapy_neardup.errors import EsError, IncompatibleSketches
 from scrapy_neardup.store.backend import Backend, Decision
 
 pytestmark = pytest.mark.es
@@ -83,8 +83,12 @@ def stream(seed: int, n: int) -> list[tuple[str, str]]:
 def test_constructor_signature_and_protocol() -> None:
     params = inspect.signature(ElasticsearchBackend).parameters
     assert list(params) == ["url", "index", "params", "api_key", "username", "password", "ca_certs",
-                            "request_timeout", "crawl_id", "shards", "num_perm", "min_shared", "tag"]  # 3 deprecated
+                            "request_timeout", "crawl_id", "shards"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
+    assert params["params"].default is inspect.Parameter.empty
+    # A tag string is not parameters: refused in one line saying how to read one (no pre-release shim).
+    with pytest.raises(TypeError, match=r"SketchParams\.from_tag"):
+        ElasticsearchBackend(url="http://127.0.0.1:9200", index="pages", params=SKETCHER.tag)  # type: ignore[arg-type]
     assert params["request_timeout"].default == 10.0 and params["api_key"].default is None
     assert params["crawl_id"].default is None  # a crawl of its own (a new random identity)
     backend = make_backend("http://127.0.0.1:9200", "pages")
@@ -328,13 +332,6 @@ def test_input_errors(es_url: str, es_client: Elasticsearch, index_name: str) ->
             await backend.close()
 
     asyncio.run(run())
-    # The deprecated call form (k, t and a tag) reads them into SketchParams, checked as ever.
-    with pytest.warns(DeprecationWarning, match="SketchParams"), pytest.raises(ValueError, match="min_shared"):
-        ElasticsearchBackend(url=es_url, index="x", num_perm=K, min_shared=K + 1, tag=SKETCHER.tag)
-    with pytest.warns(DeprecationWarning, match="SketchParams"):
-        assert ElasticsearchBackend(url=es_url, index="x", num_perm=K, min_shared=T, tag=SKETCHER.tag).params == PARAMS
-    with pytest.raises(ValueError, match="does not match"), pytest.warns(DeprecationWarning):
-        ElasticsearchBackend(url=es_url, index="x", num_perm=K // 2, min_shared=T, tag=SKETCHER.tag)
     with pytest.raises(ValueError, match="lowercase"):
         make_backend(es_url, "Bad")
 

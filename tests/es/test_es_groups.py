@@ -175,11 +175,11 @@ def test_keep_rules_order_the_representative_groups(es_client: Elasticsearch, gr
         (KeepRule("highest", "popularity"), lambda r: (-r.get("popularity", -np.inf), order[r["id"]])),
     ]
     first = _canonical(g.members for g in find_groups(es_client, index, params_of(tag)).groups)
-    # The deprecated call form (a tag and t) gives the same groups, with a warning.
-    with pytest.warns(DeprecationWarning, match="SketchParams"):
-        assert _canonical(g.members for g in find_groups(es_client, index, tag, T).groups) == first
-    with pytest.raises(TypeError, match="min_shared"):
-        find_groups(es_client, index, params_of(tag), T)
+    # A tag string is not parameters: refused, naming how to read one.
+    with pytest.raises(TypeError, match=r"SketchParams\.from_tag"):
+        find_groups(es_client, index, tag)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        find_groups(es_client, index, params_of(tag), T)  # type: ignore[misc]
     for keep, rank in rules:
         report = find_groups(es_client, index, params_of(tag), keep=keep)
         got = _canonical(g.members for g in report.groups)
@@ -367,8 +367,8 @@ def test_index_without_compact_signatures_is_refused_until_backfilled(
 ) -> None:
     """Documents indexed before neardup.sig existed (positions only): group discovery names the fix, and
     backfill writes the new fields from the positions, without the text."""
-    from es_integration.client import EsError
     from es_integration.indexing import backfill
+    from scrapy_neardup.errors import EsError
 
     sketcher = grouped["sketcher"]
     index = f"nd-groups-old-{uuid.uuid4().hex[:8]}"
@@ -412,8 +412,8 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     the same groups. With representative linkage new pages join older groups through their representatives
     only; --new refuses another linkage than the last assigned run's."""
     from es_integration.band_filter import BandFilterStore
-    from es_integration.client import EsError
     from es_integration.groups import find_new_groups, groups_watermark, index_uuid
+    from scrapy_neardup.errors import EsError
 
     store = BandFilterStore(tmp_path) if filtered else None
 

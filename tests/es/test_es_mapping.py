@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from elasticsearch import BadRequestError, Elasticsearch
 
-from es_integration.client import EsError
 from es_integration.mapping import (
     COMPONENT_TEMPLATE,
     ensure_index,
@@ -17,6 +16,7 @@ from es_integration.mapping import (
     sketch_fields,
 )
 from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.errors import EsError
 
 pytestmark = pytest.mark.es
 

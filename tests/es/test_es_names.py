@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from es_integration.client import ConnectionSettings, EsError, describe_error
+from es_integration.client import ConnectionSettings, describe_error
 from es_integration.mapping import position_tokens, signature_from_tokens, signatures_from_token_lists, stored_values
-from es_integration.names import InvalidNameError, validate_field_name, validate_index_name
+from es_integration.names import validate_field_name, validate_index_name
+from scrapy_neardup.errors import EsError, InvalidNameError
 
 
 @pytest.mark.parametrize("name", ["pages", "pages-2024.01", "a_b+c", "x" * 255, "crawl.v2", "über"])

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from es_integration.backend import ElasticsearchBackend
-from es_integration.client import EsError
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.errors import EsError
 
 pytestmark = pytest.mark.es
 

@@ -1039,8 +1039,8 @@ def test_unchecked_pages_are_written_when_the_node_answers_again(
     import asyncio
 
     from es_integration.backend import ElasticsearchBackend
-    from es_integration.client import EsError
     from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.errors import EsError
 
     sketcher = Sketcher()
     texts = {f"https://example.test/{i}": " ".join(article_words(7000 + i, 200)) for i in range(9)}
@@ -1106,8 +1106,8 @@ def test_node_killed_mid_batch_bulk_write(own_node: dict[str, Any], stage: str, 
     import asyncio
 
     from es_integration.backend import ElasticsearchBackend, doc_id_of
-    from es_integration.client import EsError
     from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.errors import EsError
 
     sketcher = Sketcher()
     bases = [article_words(9100 + g, 200) for g in range(12)]

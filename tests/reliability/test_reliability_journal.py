@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reliability_kit import Ledger
 
-from scrapy_neardup import Sketcher, StateError
+from scrapy_neardup import Sketcher
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.theory import min_shared_for
+from scrapy_neardup.errors import StateError
 from scrapy_neardup.store.embedded import JOURNAL_FILE, STATE_FILE, TEMPLATES_FILE, EmbeddedBackend
 
 SKETCHER = Sketcher()

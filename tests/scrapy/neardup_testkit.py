@@ -606,7 +606,7 @@ class OutageBackend(Backend):
     def _up(self) -> None:
         import time
 
-        from scrapy_neardup.store.backend import BackendError
+        from scrapy_neardup.errors import BackendError
 
         if self.down_at is None and self.pages >= self.fail_after:
             self.down_at = time.monotonic()

@@ -15,7 +15,7 @@ import numpy as np
 
 from scrapy_neardup.core.template import HostTemplate
 from scrapy_neardup.crawl.templates import HostTemplates
-from scrapy_neardup.store.backend import BackendError
+from scrapy_neardup.errors import BackendError
 
 
 class HeldAnswers:
