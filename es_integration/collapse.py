@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scrapy_neardup.core.evidence import evidence
 from scrapy_neardup.core.stored import verified
 
 from .indexing import get_field
@@ -59,6 +60,9 @@ class CollapsedHit:
         group: its group id (``search_collapsed``), or None.
         source: its ``_source`` (without the position tokens).
         hidden: ids of the hidden near-duplicates (``collapse_hits`` only; ``search_collapsed`` counts them).
+        evidence: why each of ``hidden`` is hidden under this hit (``collapse_hits`` only), by id:
+            ``{"resemblance", "rule", "shared", "k", "interval"}`` (:func:`scrapy_neardup.core.evidence.evidence`;
+            ``shared`` of the ``k`` signature positions agree with this hit's).
         hit: the original hit (``collapse_hits`` only).
     """
 
@@ -69,17 +73,21 @@ class CollapsedHit:
     group: str | None = None
     source: dict[str, Any] | None = None
     hidden: list[str] = field(default_factory=list)
+    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
     hit: dict[str, Any] | None = field(default=None, repr=False)
 
     def to_json(self, fields: Sequence[str] = (), *, source: bool = False) -> dict[str, Any]:
         """The hit as JSON: ``id``, ``index``, ``score``, ``omitted``, ``group`` (None without group ids), the
-        ``hidden`` ids when known; ``fields``: the values of the named (dotted) fields, None where absent;
-        ``source``: the whole ``_source`` only when asked for (it can be large: whole pages)."""
+        ``hidden`` ids when known, with ``hidden_pages``: ``[{"id", "resemblance", "evidence"}]`` (``evidence``:
+        ``{"rule", "shared", "k", "interval"}`` against this hit); ``fields``: the values of the named (dotted)
+        fields, None where absent; ``source``: the whole ``_source`` only when asked for (it can be large: whole
+        pages)."""
         out: dict[str, Any] = {
             "id": self.id, "score": self.score, "omitted": self.omitted, "index": self.index, "group": self.group,
         }
         if self.hidden:
             out["hidden"] = list(self.hidden)
+            out["hidden_pages"] = [_hidden_page(h, self.evidence.get(h)) for h in self.hidden]
         if fields:
             out["fields"] = {name: get_field(self.source or {}, name) for name in fields}
         if source:
@@ -300,9 +308,12 @@ def collapse_hits(
             owners, signatures = by_tag.setdefault(tag, ([], []))
             best = _best_kept(signatures, signature, min_shared)
             if best is not None:
-                owner = kept[owners[best]]
+                owner = kept[owners[best[0]]]
                 owner.omitted += 1
                 owner.hidden.append(entry.id)
+                k = len(signature)
+                owner.evidence[entry.id] = {"resemblance": round(best[1] / k, 4),
+                                            **evidence(best[1], k, "near_duplicate")}
                 continue
             owners.append(len(kept))
             signatures.append(signature)
@@ -310,13 +321,23 @@ def collapse_hits(
     return kept
 
 
-def _best_kept(signatures: list[np.ndarray], signature: np.ndarray, min_shared: int) -> int | None:
+def _best_kept(signatures: list[np.ndarray], signature: np.ndarray, min_shared: int) -> tuple[int, int] | None:
     """Which of the kept ``signatures`` ``signature`` shares most positions with, at least ``t = min_shared`` (the
-    first, best-ranked, of ties); None when none does."""
+    first, best-ranked, of ties), and how many; None when none does."""
     if not signatures or len(signature) != len(signatures[0]):
         return None
     found = verified(np.vstack(signatures), None, signature, min_shared)
-    return max(found, key=lambda row_shared: row_shared[1])[0] if found else None
+    if not found:
+        return None
+    row, shared = max(found, key=lambda row_shared: row_shared[1])
+    return int(row), int(shared)
+
+
+def _hidden_page(doc_id: str, fields: dict[str, Any] | None) -> dict[str, Any]:
+    if not fields:
+        return {"id": doc_id, "resemblance": None, "evidence": None}
+    return {"id": doc_id, "resemblance": fields["resemblance"],
+            "evidence": {k: v for k, v in fields.items() if k != "resemblance"}}
 
 
 def _source_filter(source: bool | Sequence[str]) -> bool | dict[str, list[str]]:

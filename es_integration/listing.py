@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from scrapy_neardup.core.evidence import describe_evidence
+
 from .indexing import get_field
 from .mapping import F_DUPLICATE_OF, F_KEY, F_STATUS
 
@@ -85,7 +87,10 @@ def group_lines(group: Group, labels: Mapping[str, PageLabel]) -> list[str]:
     """A group as text: a line naming its size and the page kept, then one line per near-duplicate."""
     keep = labels.get(group.representative, PageLabel(group.representative))
     lines = [f"group {group.id}: {len(group.members)} pages, keep {keep.text()}"]
-    lines += [f"  duplicate {labels.get(m, PageLabel(m)).text()}" for m in group.members[1:]]
+    for at, member in enumerate(group.members[1:], start=1):
+        line = f"  duplicate {labels.get(member, PageLabel(member)).text()}"
+        fields = group.evidence_of(at)
+        lines.append(line + (f"  ({describe_evidence(fields)})" if fields else ""))
     return lines
 
 
@@ -94,18 +99,28 @@ def write_groups(
     title_field: str = "title", as_json: bool = False,
 ) -> None:
     """The groups as text (:func:`group_lines`), or one JSON object per group with its pages'
-    ``{"id", "url", "title"}`` in ``pages``; labelled a few hundred groups per multi-get round."""
+    ``{"id", "url", "title", "resemblance", "evidence"}`` in ``pages`` (``evidence``: ``{"rule", "shared", "k",
+    "interval"}`` against the representative, :class:`~es_integration.groups.Group`; None for the
+    representative); labelled a few hundred groups per multi-get round."""
     for start in range(0, len(groups), 500):
         chunk = groups[start : start + 500]
         labels = page_labels(client, index, (m for g in chunk for m in g.members), url_field=url_field,
                              title_field=title_field)
         for group in chunk:
             if as_json:
-                pages = [labels[m].to_json() for m in group.members]
+                pages = [{**labels[m].to_json(), **_page_evidence(group.evidence_of(at))}
+                         for at, m in enumerate(group.members)]
                 out.write(json.dumps({**group.to_json(), "pages": pages}, ensure_ascii=False) + "\n")
             else:
                 out.write("\n".join(group_lines(group, labels)) + "\n")
     out.flush()
+
+
+def _page_evidence(fields: dict[str, Any] | None) -> dict[str, Any]:
+    """``{"resemblance", "evidence"}`` of a group's page: both None for the representative."""
+    if not fields:
+        return {"resemblance": None, "evidence": None}
+    return {"resemblance": fields["resemblance"], "evidence": {k: v for k, v in fields.items() if k != "resemblance"}}
 
 
 def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str, PageLabel]) -> str:

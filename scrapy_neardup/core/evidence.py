@@ -8,7 +8,9 @@ Fields (a plain dict, JSON-ready; documented in ``docs/evidence.md``):
     what decided: ``"near_duplicate"`` (``>= t`` of ``k`` positions shared with a kept page), ``"exact"`` (the
     normalized texts are identical), ``"canonical"`` (the page names a kept page as its canonical link),
     ``"soft404"`` (like the answer its host gives for a URL that cannot exist), ``"mirror"`` (its host mirrors a
-    host crawled earlier) or ``"repeat"`` (the same page met twice in one crawl).
+    host crawled earlier), ``"repeat"`` (the same page met twice in one crawl) or ``"transitive"`` (a member of
+    a transitive group of an index that shares fewer than ``t`` positions with the group's representative, linked
+    to it through other members).
 ``shared``, ``k``
     signature positions that agree, of ``k``.
 ``interval``
@@ -24,8 +26,8 @@ from typing import Any, Literal
 from .match import Match
 from .theory import resemblance_interval
 
-Rule = Literal["near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat"]
-RULES: tuple[str, ...] = ("near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat")
+Rule = Literal["near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat", "transitive"]
+RULES: tuple[str, ...] = ("near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat", "transitive")
 
 
 def evidence(shared: int, num_perm: int, rule: Rule) -> dict[str, Any]:

@@ -17,13 +17,15 @@ from es_integration.groups import assign_groups, find_groups
 from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.evidence import evidence
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
 
-T = min_shared_for(0.9, 128)
+K = 128
+T = min_shared_for(0.9, K)
 
 
 def collapse_records(seed: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
@@ -145,6 +147,10 @@ def test_collapse_hits_helper(es_client: Elasticsearch, collapsed: dict[str, Any
     for h in kept:
         for hidden in h.hidden:
             assert np.count_nonzero(sigs[hidden] == sigs[h.id]) >= T and rank[hidden] > rank[h.id]
+            # Why it is hidden: the positions it shares with the hit shown, and the estimate's interval.
+            shared = int(np.count_nonzero(sigs[hidden] == sigs[h.id]))
+            assert h.evidence[hidden] == {"resemblance": round(shared / K, 4), **evidence(shared, K, "near_duplicate")}
+    assert sum(len(h.evidence) for h in kept) == sum(h.omitted for h in kept) > 0
     # Same outcome as the groups here (every group is a clique of near-duplicates).
     assert {h.id for h in kept if h.id in sigs} == {
         min((k for k in sigs if collapsed["groups"].get(k, k) == g), key=rank.__getitem__)
@@ -156,6 +162,12 @@ def test_collapse_hits_helper(es_client: Elasticsearch, collapsed: dict[str, Any
     assert [h["id"] for h in by_sketch] == [h.id for h in kept] and [h["omitted"] for h in by_sketch] == [
         h.omitted for h in kept
     ]
+    for shown, h in zip(by_sketch, kept, strict=True):
+        assert [p["id"] for p in shown.get("hidden_pages", [])] == h.hidden
+        for page in shown.get("hidden_pages", []):
+            fields = h.evidence[page["id"]]
+            assert page["resemblance"] == fields["resemblance"] and page["evidence"]["shared"] == fields["shared"]
+            assert page["evidence"]["rule"] == "near_duplicate" and page["evidence"]["k"] == K
 
 
 def chain_texts(sketcher: Sketcher) -> list[str]:
