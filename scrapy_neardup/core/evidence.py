@@ -12,7 +12,8 @@ Fields (a plain dict, JSON-ready; documented in ``docs/evidence.md``):
     a transitive group of an index that shares fewer than ``t`` positions with the group's representative, linked
     to it through other members).
 ``shared``, ``k``
-    signature positions that agree, of ``k``.
+    signature positions that agree, of ``k``; for ``"mirror"`` (a decision about a host, not a page): the host's
+    checked pages that near-duplicate a page of the host it mirrors, of its checked pages.
 ``interval``
     ``[low, high]``, the 95% Wilson interval of the resemblance ``r`` given ``shared`` of ``k``
     (:func:`~scrapy_neardup.core.theory.resemblance_interval`), rounded to 3 decimals. The estimate itself is
@@ -54,10 +55,21 @@ def match_evidence(match: Match, num_perm: int, canonical: bool = False) -> dict
     return evidence(min(match.shared, num_perm), num_perm, rule)
 
 
+def mirror_evidence(copies: int, checked: int) -> dict[str, Any]:
+    """The evidence of a mirror host: ``copies`` of its ``checked`` pages near-duplicate a page of the host it
+    mirrors. The same fields as :func:`evidence` (``shared = copies``, ``k = checked``); ``interval`` is the 95%
+    Wilson interval of the share of its pages that are copies (``copies ~ Binomial(checked, share)``)."""
+    return evidence(copies, checked, "mirror")
+
+
 def describe_evidence(fields: dict[str, Any]) -> str:
-    """One line for a log or a drop message: ``near_duplicate: 122 of 128 positions shared, r in [0.901, 0.978]``."""
+    """One line for a log or a drop message: ``near_duplicate: 122 of 128 positions shared, r in [0.901, 0.978]``
+    (``mirror: 23 of 24 checked pages are copies, share in [0.798, 0.993]`` for a mirror host)."""
     low, high = fields["interval"]
+    if fields["rule"] == "mirror":
+        return (f"mirror: {fields['shared']} of {fields['k']} checked pages are copies, share in "
+                f"[{low:.3f}, {high:.3f}]")
     return f"{fields['rule']}: {fields['shared']} of {fields['k']} positions shared, r in [{low:.3f}, {high:.3f}]"
 
 
-__all__ = ["RULES", "Rule", "describe_evidence", "evidence", "match_evidence"]
+__all__ = ["RULES", "Rule", "describe_evidence", "evidence", "match_evidence", "mirror_evidence"]

@@ -49,7 +49,7 @@ from scrapy.exceptions import CloseSpider, DropItem, NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from ..core.dedupe import SKIP_EMPTY, SKIP_NOT_TEXT, skip_reason
-from ..core.evidence import evidence, match_evidence
+from ..core.evidence import describe_evidence, evidence, match_evidence
 from ..core.match import Match
 from ..core.theory import describe_rule
 from ..errors import BinaryContent, MarkFieldError
@@ -448,10 +448,11 @@ class NearDuplicatePipeline:
         url = str(adapter.get(self.config.url_field))
         self._inc("soft404")
         if self.config.action == "mark":
-            logger.log(self._drop_level, "Marked soft 404 %s (like %s, resemblance %.3f)", url, soft404.probe_url,
-                       soft404.resemblance)
+            fields = evidence(soft404.shared, soft404.num_perm, "soft404")
+            logger.log(self._drop_level, "Marked soft 404 %s (like the not-found page answered for %s, resemblance "
+                       "%.3f, %s)", url, soft404.probe_url, soft404.resemblance, describe_evidence(fields))
             adapter[self.config.mark_field] = {"soft404": soft404.probe_url, "resemblance": soft404.resemblance,
-                                               **evidence(soft404.shared, soft404.num_perm, "soft404")}
+                                               **fields}
             return item
         raise self._logged_once(Soft404Dropped(url, soft404))
 
