@@ -165,7 +165,7 @@ def check_crawl_report(page: str, result: CrawlResult, hosts: Hosts) -> None:
 
 
 def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
-    hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path
+    hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = tmp_path / "report.html"
     result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_REPORT=str(report)),
@@ -242,6 +242,47 @@ def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
     decisions = table.load(tmp_path / "state")
     assert [(d.mirror, d.original) for d in decisions] == [(host_of(hosts.mirror.url), host_of(hosts.original.url))]
     assert json.loads((tmp_path / "state" / MIRRORS_FILE).read_text())["format"] == 1
+    check_state_report(tmp_path, result, copies, checked, capsys)
+
+
+def check_state_report(tmp_path: Path, result: CrawlResult, copies: int, checked: int,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``neardup report STATE_DIR``: the pages the store kept per host and the mirror decision with its evidence;
+    ``neardup explain --state DIR A B`` compares two stored keys."""
+    import html
+
+    from scrapy_neardup.cli.main import main
+
+    state, out = tmp_path / "state", tmp_path / "state-report.html"
+    assert main(["report", str(state), "-o", str(out)]) == 0
+    page = out.read_text()
+    kept = set(result.kept_urls)
+    assert f'<div class="card"><b>{len(kept)}</b>pages</div>' in page and "<polyline" in page
+    per_host = re.findall(r"<tr><td>([^<]+)</td><td>(\d+)</td><td>(\d+)</td>", page.split("per host</h2>", 1)[1])
+    counts = {host: 0 for host in map(host_of, kept)}
+    for url in kept:
+        counts[host_of(url)] += 1
+    assert {h: int(n) for h, n, _ in per_host} == counts
+    # The mirror as the saved table has it at the end of the crawl (every page of the mirror it checked).
+    (decision,) = MirrorTable().load(state)
+    assert decision.checked >= checked and decision.copies >= copies
+    assert (f"<tr><td>{decision.mirror}</td><td>{decision.original}</td><td>{decision.copies} of {decision.checked}"
+            f"</td><td>{html.escape(describe_evidence(decision.evidence))}</td></tr>") in page
+    assert "no duplicates" in page  # every page was checked against the others: no two stored pages match
+    capsys.readouterr()
+    # Two stored keys (distinct articles): compared by their stored signatures, both kept.
+    a, b = sorted(u for u in kept if "/news/" in u)[:2]
+    assert main(["explain", "--state", str(state), a, b, "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert compared["decision"] == "kept" and compared["shared"] < 20 and compared["k"] == 128
+    assert main(["explain", "--state", str(state), a, b]) == 0
+    text = capsys.readouterr().out
+    assert f"shared positions:      {compared['shared']} of 128" in text and "both are kept" in text
+    # A dropped page is not in the store: one clear line, exit 1.
+    dropped = next(u for u, d in result.drops_by_url().items() if d["reason"] == "NearDuplicateDropped")
+    assert main(["explain", "--state", str(state), a, dropped]) == 1
+    err = capsys.readouterr().err
+    assert f"keeps no page under {dropped}" in err and err.count("\n") == 1
 
 
 def test_each_feature_switches_off(hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path) -> None:
