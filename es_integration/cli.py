@@ -30,6 +30,7 @@ from scrapy_neardup.errors import InputError
 
 from .band_filter import BandFilterStore, default_directory
 from .cli_jobs import connection_options, job_params, run_job
+from .cli_report import add_report_commands
 from .client import EsError
 from .collapse import collapse_hits, search_collapsed, text_fields, text_query
 from .groups import KeepRule, assign_groups, find_groups, find_new_groups
@@ -133,6 +134,7 @@ def _add_job_subcommands(commands: Any) -> None:
     _add_backfill(commands)
     _add_groups(commands)
     _add_search(commands)
+    add_report_commands(commands)
 
 
 def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
