@@ -123,9 +123,10 @@ def _page_evidence(fields: dict[str, Any] | None) -> dict[str, Any]:
     return {"resemblance": fields["resemblance"], "evidence": {k: v for k, v in fields.items() if k != "resemblance"}}
 
 
-def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str, PageLabel]) -> str:
+def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str, PageLabel], hidden: int = 0) -> str:
     """A search hit as text: rank, title and URL, score, and what it hides (collapsed) or duplicates (not
-    collapsed: ``neardup.duplicate_of``, labelled through ``labels`` when it names a document)."""
+    collapsed: ``neardup.duplicate_of``, labelled through ``labels`` when it names a document); then up to
+    ``hidden`` of the pages it hides, one line each with its evidence."""
     score = f"{hit.score:.3f}" if isinstance(hit.score, int | float) else "-"
     name = f"{label.title} - {label.url or label.id}" if label.title else label.url or label.id
     line = f"{rank:>3}. {name}  score {score}"
@@ -136,6 +137,10 @@ def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str
     if get_field(source, F_STATUS) == "duplicate" and isinstance(original, str):
         other = labels.get(original)
         line += f"  (near-duplicate of {other.url or original if other else original})"
+    for doc_id in hit.hidden[:hidden]:  # the hidden pages named (search --hidden N), each with why
+        fields = hit.evidence.get(doc_id)
+        page = labels.get(doc_id, PageLabel(doc_id))
+        line += f"\n       hides {page.url or doc_id}" + (f"  ({describe_evidence(fields)})" if fields else "")
     return line
 
 

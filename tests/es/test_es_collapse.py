@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -241,3 +242,46 @@ def test_search_with_collapse_takes_a_body_of_ones_own(es_client: Elasticsearch,
     assert [h.group for h in paged.hits] == [h.group for h in found.hits[3:6]]
     with pytest.raises(ValueError, match="collapses on its own"):
         search_with_collapse(es_client, index, {**body, "collapse": {"field": "title.keyword"}})
+
+
+def test_hidden_pages_are_named_with_their_evidence(
+    es_client: Elasticsearch, es_url: str, collapsed: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hidden=N``: each hit names up to N of the matching pages it hides, each with its evidence against the
+    group's representative, counted here on the records' own signatures (a representative that does not match
+    the query, the "pear" copy, is read apart)."""
+    index, records, sketcher = collapsed["index"], collapsed["records"], collapsed["sketcher"]
+
+    def shared(a: str, b: str) -> int:
+        return int(np.count_nonzero(stored_values(sketcher.sketch(records[a]["text"]).signature)
+                                    == stored_values(sketcher.sketch(records[b]["text"]).signature)))
+
+    hits = search_collapsed(es_client, index, "apple", size=100, fields=["text"], hidden=2)
+    named = 0
+    for hit in hits:
+        assert len(hit.hidden) == min(hit.omitted, 2) and hit.id not in hit.hidden
+        for doc_id in hit.hidden:
+            assert collapsed["groups"][doc_id] == hit.group and "apple" in records[doc_id]["text"].split()
+            count = shared(hit.group, doc_id)  # the group id is its representative's _id
+            rule = "near_duplicate" if count >= T else "transitive"
+            assert hit.evidence[doc_id] == {"resemblance": round(count / K, 4), **evidence(count, K, rule)}
+            named += 1
+    representatives_not_matching = {g for g in (h.group for h in hits if h.hidden)
+                                    if "pear" in records[g]["text"].split()}
+    assert named > 0 and representatives_not_matching  # both paths to the representative were taken
+    assert all(not h.hidden for h in search_collapsed(es_client, index, "apple", size=100, fields=["text"]))
+
+    args = ["es", "search", "--es-url", es_url, "--index", index, "apple", "--field", "text", "--size", "100"]
+    assert main([*args, "--hidden", "2", "--json"]) == 0
+    shown = {h["id"]: h for h in json.loads(capsys.readouterr().out)["hits"]}
+    for hit in hits:
+        pages = shown[hit.id].get("hidden_pages", [])
+        assert [p["id"] for p in pages] == hit.hidden
+        assert all(p["evidence"]["shared"] == hit.evidence[p["id"]]["shared"] for p in pages)
+    assert main([*args, "--hidden", "1"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("hides ")]
+    assert len(lines) == sum(1 for h in hits if h.hidden)
+    assert all(re.search(r"\((near_duplicate|transitive|exact): \d+ of 128 positions shared, r in ", line)
+               for line in lines)
+    assert main([*args, "--hidden", "-1"]) == 1
+    assert "--hidden must be >= 0" in capsys.readouterr().err
