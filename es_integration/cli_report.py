@@ -54,7 +54,7 @@ def add_report_commands(commands: Any) -> None:
         description="Sweep the documents sketched with these parameters and write one self-contained HTML page: "
         "totals, duplicate rate per host, the largest groups, every duplicate (neardup.duplicate_of, written by "
         "`neardup es groups --assign` or a crawl) with its evidence against the page it names, and the pairs "
-        "against the S-curve. Reads each document's compact signature: about 300 bytes a document in memory.",
+        "against the S-curve. Each document's compact signature, URL and group fields are held in memory meanwhile.",
     )
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
     p.add_argument("--url-field", default="url", help="URL field (default: url; else the page key neardup.key)")
