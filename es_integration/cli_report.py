@@ -41,7 +41,7 @@ from .mapping import DUPLICATE, F_DUPLICATE_OF, F_FINGERPRINT, F_KEY, F_SIG, F_S
 from .names import validate_field_name
 from .sweep import point_in_time, sliced_sweep
 
-__all__ = ["add_report_commands", "index_report"]
+__all__ = ["add_report_commands", "extend_core_report", "index_report"]
 
 #: The doc-value fields a report reads of each document.
 _FIELDS = [F_SIG, F_FINGERPRINT, F_STATUS, F_DUPLICATE_OF, F_KEY]
@@ -76,6 +76,22 @@ def add_report_commands(commands: Any) -> None:
     connection_options(p)
     add_sketch_options(p, with_threshold=True, title="sketch parameters (as when the index was sketched)")
     p.set_defaults(func=lambda args: run_job("explain", _explain_job, args))
+
+
+def extend_core_report(parser: argparse.ArgumentParser) -> None:
+    """Give ``neardup report`` the connection options: with ``--index`` it writes the report of an index (as
+    ``neardup es report``), otherwise it runs as before."""
+    connection_options(parser, index_required=False, progress=False)
+    files = parser.get_default("handler")
+
+    def handler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        if args.index is None:
+            return int(files(args, parser))
+        if args.input is not None:
+            parser.error("give either an input (a file or a state directory) or --index, not both")
+        return run_job("report", _report_job, args)
+
+    parser.set_defaults(handler=handler)
 
 
 def _write(path: str, text: str) -> None:

@@ -40,8 +40,9 @@ def add_report(sub: Any) -> None:
         "the pairs' estimated resemblance against the S-curve of the settings (give the sketch options the "
         "dedupe run used).",
     )
-    p.add_argument("input", help="JSON-lines output of neardup dedupe, - for stdin, or a crawl's state directory "
-                   "(NEARDUP_STATE_DIR: the pages its store keeps, the groups among them, the mirror hosts)")
+    p.add_argument("input", nargs="?", help="JSON-lines output of neardup dedupe, - for stdin, or a crawl's state "
+                   "directory (NEARDUP_STATE_DIR: the pages its store keeps, the groups among them, the mirror "
+                   "hosts); with the Elasticsearch commands, --es-url URL --index NAME instead: an index")
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
     p.add_argument("--text-field", default="text", help="field holding the text or HTML (default: text)")
     p.add_argument("--id-field", default=None, help=ID_FIELD_HELP)
@@ -54,6 +55,8 @@ def add_report(sub: Any) -> None:
 
 def run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     params = params_or_exit(args, parser)
+    if args.input is None:
+        parser.error("give the input: a neardup dedupe output, - (stdin) or a state directory")
     if args.views < 0:
         parser.error(f"--views must be >= 0, got {args.views}")
     if args.input != "-" and Path(args.input).is_dir():

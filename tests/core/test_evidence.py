@@ -208,6 +208,9 @@ def test_report_and_explain_of_a_state_directory(tmp_path: Path, capsys: pytest.
     assert main(["explain", "--state", str(state), "http://x.test/a", "http://y.test/b", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["shared"] == shared and result["decision"] == "near_duplicate" and result["evidence"] == fields
+    with pytest.raises(SystemExit):  # no input at all
+        main(["report", "-o", str(report)])
+    assert "give the input" in capsys.readouterr().err
     # Not a state directory, and other parameters than the store's: one line each, exit 1.
     assert main(["report", str(tmp_path), "-o", str(report)]) == 1
     assert "holds no near-duplicate store" in capsys.readouterr().err

@@ -87,6 +87,13 @@ def test_report_of_an_index(es_url: str, assigned: dict[str, Any], tmp_path: Pat
     assert '<div class="card"><b>17</b>pages</div>' in page and '<div class="card"><b>8</b>duplicates</div>' in page
     # Per host: b.test holds only copies.
     assert re.search(r"<tr><td>https://b\.test:443</td><td>8</td><td>8</td>", page)
+    # The same page from `neardup report --es-url ... --index ...`; an input besides --index is refused.
+    again = tmp_path / "again.html"
+    assert main(["report", "--es-url", es_url, "--index", index, "-o", str(again)]) == 0
+    assert again.read_text() == page
+    with pytest.raises(SystemExit) as stopped:
+        main(["report", str(out), "--es-url", es_url, "--index", index, "-o", str(again)])
+    assert stopped.value.code == 2 and "either an input" in capsys.readouterr().err
     # Sketched with other parameters: refused in one line naming both.
     assert main(["es", "report", "--es-url", es_url, "--index", index, "-o", str(out), "--num-perm", "64"]) == 1
     err = capsys.readouterr().err
