@@ -30,7 +30,7 @@ from scrapy_neardup.errors import InputError
 
 from .band_filter import BandFilterStore, default_directory
 from .cli_jobs import connection_options, job_params, run_job
-from .cli_report import add_report_commands, extend_core_report
+from .cli_report import add_report_commands, extend_core_commands
 from .client import EsError
 from .collapse import collapse_hits, search_collapsed, text_fields, text_query
 from .groups import KeepRule, assign_groups, find_groups, find_new_groups
@@ -54,8 +54,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     _add_subcommands(es)
     es.set_defaults(handler=_run_with_parser)
-    if "report" in subparsers.choices:  # `neardup report --es-url URL --index I`: the report of an index
-        extend_core_report(subparsers.choices["report"])
+    extend_core_commands(subparsers)  # `neardup report|explain --es-url URL --index I ...`
     return es
 
 

@@ -41,7 +41,7 @@ from .mapping import DUPLICATE, F_DUPLICATE_OF, F_FINGERPRINT, F_KEY, F_SIG, F_S
 from .names import validate_field_name
 from .sweep import point_in_time, sliced_sweep
 
-__all__ = ["add_report_commands", "extend_core_report", "index_report"]
+__all__ = ["add_report_commands", "extend_core_commands", "extend_core_explain", "extend_core_report", "index_report"]
 
 #: The doc-value fields a report reads of each document.
 _FIELDS = [F_SIG, F_FINGERPRINT, F_STATUS, F_DUPLICATE_OF, F_KEY]
@@ -78,6 +78,14 @@ def add_report_commands(commands: Any) -> None:
     p.set_defaults(func=lambda args: run_job("explain", _explain_job, args))
 
 
+def extend_core_commands(subparsers: Any) -> None:
+    """``neardup report`` and ``neardup explain`` (when the ``neardup`` command has them) take an index too."""
+    if "report" in subparsers.choices:
+        extend_core_report(subparsers.choices["report"])
+    if "explain" in subparsers.choices:
+        extend_core_explain(subparsers.choices["explain"])
+
+
 def extend_core_report(parser: argparse.ArgumentParser) -> None:
     """Give ``neardup report`` the connection options: with ``--index`` it writes the report of an index (as
     ``neardup es report``), otherwise it runs as before."""
@@ -90,6 +98,22 @@ def extend_core_report(parser: argparse.ArgumentParser) -> None:
         if args.input is not None:
             parser.error("give either an input (a file or a state directory) or --index, not both")
         return run_job("report", _report_job, args)
+
+    parser.set_defaults(handler=handler)
+
+
+def extend_core_explain(parser: argparse.ArgumentParser) -> None:
+    """Give ``neardup explain`` the connection options: with ``--index``, A and B are two documents of an index
+    (as ``neardup es explain``), otherwise it runs as before."""
+    connection_options(parser, index_required=False, progress=False)
+    files = parser.get_default("handler")
+
+    def handler(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        if args.index is None:
+            return int(files(args, parser))
+        if len(args.pages) != 2 or args.state is not None:
+            parser.error("explain --index takes two document ids (or page keys), without --state")
+        return run_job("explain", _explain_job, args)
 
     parser.set_defaults(handler=handler)
 

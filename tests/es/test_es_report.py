@@ -117,6 +117,9 @@ def test_explain_two_documents(es_url: str, assigned: dict[str, Any], tmp_path: 
     assert stored["shared"] == shared and stored["evidence"] == evidence(shared, K, "near_duplicate")
     assert main([*args, "t1-0", "alone3", "--text-field", "body"]) == 0
     assert "both are kept" in capsys.readouterr().out
+    # The core command takes the same options.
+    assert main(["explain", *args[2:], "t1-0", "t1-2", "--text-field", "body", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == stored
     assert main([*args, "t1-0", "no-such-doc"]) == 1
     err = capsys.readouterr().err
     assert "no document with _id or page key no-such-doc" in err and err.count("\n") == 1
