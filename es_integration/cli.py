@@ -30,6 +30,7 @@ from scrapy_neardup.errors import EsError, InputError
 
 from .band_filter import BandFilterStore, default_directory
 from .cli_jobs import connection_options, job_params, run_job
+from .cli_report import add_report_commands, extend_core_commands
 from .collapse import collapse_hits, search_collapsed, text_fields, text_query
 from .groups import KeepRule, assign_groups, find_groups, find_new_groups
 from .indexing import backfill, get_field, index_records
@@ -52,6 +53,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     _add_subcommands(es)
     es.set_defaults(handler=_run_with_parser)
+    extend_core_commands(subparsers)  # `neardup report|explain --es-url URL --index I ...`
     return es
 
 
@@ -132,6 +134,7 @@ def _add_job_subcommands(commands: Any) -> None:
     _add_backfill(commands)
     _add_groups(commands)
     _add_search(commands)
+    add_report_commands(commands)
 
 
 def _sketch_options(p: argparse.ArgumentParser, *, threshold: bool) -> None:
@@ -414,6 +417,8 @@ def _add_search(commands: Any) -> None:
                    help="hits fetched for --by-sketch before collapsing (default: 5 x --size)")
     p.add_argument("--no-collapse", action="store_true",
                    help="every matching page, near-duplicates too (each naming the page it duplicates)")
+    p.add_argument("--hidden", type=int, default=0, metavar="N", help="name up to N of the pages each hit hides, "
+                   "with their evidence against the group's representative (default: 0)")
     p.add_argument("--url-field", default="url",
                    help="URL field the listing shows (default: url; else the page key neardup.key)")
     p.add_argument("--title-field", default="title",
@@ -431,6 +436,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 def _search_job(args: argparse.Namespace, client: Any) -> int:
     if args.size < 1:
         raise EsError(f"--size must be >= 1, got {args.size}")
+    if args.hidden < 0:
+        raise EsError(f"--hidden must be >= 0, got {args.hidden}")
     if args.by_sketch and args.no_collapse:
         raise EsError("--by-sketch and --no-collapse exclude each other")
     shown = [name for value in args.fields for name in value.split(",") if name]
@@ -453,16 +460,18 @@ def _search_job(args: argparse.Namespace, client: Any) -> int:
         hits = collapse_hits(response["hits"]["hits"], t)[: args.size]
     else:
         hits = search_collapsed(client, args.index, args.query, size=args.size, fields=args.field, source=source,
-                                collapse=not args.no_collapse)
+                                collapse=not args.no_collapse, hidden=max(0, args.hidden),
+                                min_shared=_job_min_shared(args))
     if args.json:
         print(json.dumps({"hits": [h.to_json(shown, source=args.source) for h in hits]}, ensure_ascii=False))
         return 0
     if not hits:
         print("no results")
-    labels = page_labels(client, args.index, duplicate_targets(hits), url_field=args.url_field,
-                         title_field=args.title_field) if args.no_collapse else {}
+    named = duplicate_targets(hits) if args.no_collapse else [i for h in hits for i in h.hidden[: args.hidden]]
+    labels = page_labels(client, args.index, named, url_field=args.url_field, title_field=args.title_field)
     for rank, hit in enumerate(hits, start=1):
-        print(hit_line(rank, hit, label_of(hit.id, hit.source or {}, args.url_field, args.title_field), labels))
+        label = label_of(hit.id, hit.source or {}, args.url_field, args.title_field)
+        print(hit_line(rank, hit, label, labels, hidden=max(0, args.hidden)))
     return 0
 
 

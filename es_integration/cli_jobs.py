@@ -28,13 +28,13 @@ def _env(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
-def connection_options(p: argparse.ArgumentParser) -> None:
+def connection_options(p: argparse.ArgumentParser, *, index_required: bool = True, progress: bool = True) -> None:
     """``--es-url``, ``--index``, ``--api-key``, ``--username``, ``--password``, ``--ca-certs``, ``--timeout`` (secrets
-    also from ``NEARDUP_ES_PASSWORD`` / ``NEARDUP_ES_API_KEY``), and ``--progress``."""
+    also from ``NEARDUP_ES_PASSWORD`` / ``NEARDUP_ES_API_KEY``), and ``--progress`` (unless ``progress=False``)."""
     g = p.add_argument_group("connection")
     g.add_argument("--es-url", default=_env("NEARDUP_ES_URL"), metavar="URL",
                    help="cluster URL, e.g. http://127.0.0.1:9200 (default: $NEARDUP_ES_URL)")
-    g.add_argument("--index", required=True, metavar="NAME", help="index name")
+    g.add_argument("--index", required=index_required, metavar="NAME", help="index name")
     g.add_argument("--api-key", default=_env("NEARDUP_ES_API_KEY"), metavar="KEY",
                    help="encoded API key (default: $NEARDUP_ES_API_KEY; prefer the variable: command lines are "
                    "visible to other users)")
@@ -45,7 +45,8 @@ def connection_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ca-certs", default=_env("NEARDUP_ES_CA_CERTS"), metavar="PEM",
                    help="CA certificate for https (default: $NEARDUP_ES_CA_CERTS)")
     g.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
-    add_progress_option(p)
+    if progress:
+        add_progress_option(p)
 
 
 def job_params(args: argparse.Namespace) -> SketchParams:

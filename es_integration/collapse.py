@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.stored import verified
+from scrapy_neardup.core.evidence import Rule, evidence
+from scrapy_neardup.core.params import SketchParams
+from scrapy_neardup.core.stored import decode_many, verified
 
 from .indexing import get_field
-from .mapping import F_BANDS, F_GROUP, F_POSITIONS, F_SIG, F_STATUS, F_TAG, signature_from_tokens
+from .mapping import F_BANDS, F_FINGERPRINT, F_GROUP, F_POSITIONS, F_SIG, F_STATUS, F_TAG, signature_from_tokens
 from .names import validate_field_name, validate_index_name
 
 if TYPE_CHECKING:
@@ -59,6 +61,9 @@ class CollapsedHit:
         group: its group id (``search_collapsed``), or None.
         source: its ``_source`` (without the position tokens).
         hidden: ids of the hidden near-duplicates (``collapse_hits`` only; ``search_collapsed`` counts them).
+        evidence: why each of ``hidden`` is hidden under this hit (``collapse_hits`` only), by id:
+            ``{"resemblance", "rule", "shared", "k", "interval"}`` (:func:`scrapy_neardup.core.evidence.evidence`;
+            ``shared`` of the ``k`` signature positions agree with this hit's).
         hit: the original hit (``collapse_hits`` only).
     """
 
@@ -69,17 +74,21 @@ class CollapsedHit:
     group: str | None = None
     source: dict[str, Any] | None = None
     hidden: list[str] = field(default_factory=list)
+    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
     hit: dict[str, Any] | None = field(default=None, repr=False)
 
     def to_json(self, fields: Sequence[str] = (), *, source: bool = False) -> dict[str, Any]:
         """The hit as JSON: ``id``, ``index``, ``score``, ``omitted``, ``group`` (None without group ids), the
-        ``hidden`` ids when known; ``fields``: the values of the named (dotted) fields, None where absent;
-        ``source``: the whole ``_source`` only when asked for (it can be large: whole pages)."""
+        ``hidden`` ids when known, with ``hidden_pages``: ``[{"id", "resemblance", "evidence"}]`` (``evidence``:
+        ``{"rule", "shared", "k", "interval"}`` against this hit); ``fields``: the values of the named (dotted)
+        fields, None where absent; ``source``: the whole ``_source`` only when asked for (it can be large: whole
+        pages)."""
         out: dict[str, Any] = {
             "id": self.id, "score": self.score, "omitted": self.omitted, "index": self.index, "group": self.group,
         }
         if self.hidden:
             out["hidden"] = list(self.hidden)
+            out["hidden_pages"] = [_hidden_page(h, self.evidence.get(h)) for h in self.hidden]
         if fields:
             out["fields"] = {name: get_field(self.source or {}, name) for name in fields}
         if source:
@@ -136,7 +145,8 @@ SKETCH_SOURCE = [F_POSITIONS, F_SIG, F_BANDS]
 
 
 def search_with_collapse(
-    client: Elasticsearch, index: str, body: Mapping[str, Any], *, collapse: bool = True
+    client: Elasticsearch, index: str, body: Mapping[str, Any], *, collapse: bool = True, hidden: int = 0,
+    min_shared: int | None = None,
 ) -> CollapsedResults:
     """Run a search request of your own with near-duplicates collapsed: one hit per group, with the number of
     matching pages it hides.
@@ -154,10 +164,18 @@ def search_with_collapse(
         body: the search request body: ``query``, ``size``, ``from``, ``sort``, ``highlight``, ``aggs``, ...,
             never a ``collapse`` of its own. Without ``_source`` the sketch fields are left out of the sources.
         collapse: False runs the body as it is (every matching page, each with its group; ``omitted`` 0).
+        hidden: with collapse, up to this many of the pages each hit hides are named (``CollapsedHit.hidden``,
+            best first) with their evidence against the group's representative (``CollapsedHit.evidence``:
+            ``{"resemblance", "rule", "shared", "k", "interval"}``, counted on their stored signatures; rule
+            ``exact`` for equal fingerprints, ``near_duplicate`` at ``shared >= t``, ``transitive`` below). Read
+            in the same aggregation (and one more request for representatives that do not match the query).
+        min_shared: ``t`` of those rules (default: that of threshold 0.9 for the signatures' ``k``).
 
     Raises:
-        ValueError: the body has a ``collapse`` already.
+        ValueError: the body has a ``collapse`` already, or ``hidden < 0``.
     """
+    if hidden < 0:
+        raise ValueError(f"hidden must be >= 0, got {hidden}")
     request = dict(body)
     if collapse and "collapse" in request:
         raise ValueError(f"the search body collapses on its own ({request['collapse']!r}); search_with_collapse "
@@ -180,14 +198,18 @@ def search_with_collapse(
         clause = request.get("query") or {"match_all": {}}
         shown = {name: request[name] for name in _TOP_HIT_OPTIONS if name in request}
         members = _group_members(client, index, clause, groups, post_filter=request.get("post_filter"),
-                                 min_score=request.get("min_score"), shown=shown)
+                                 min_score=request.get("min_score"), shown=shown, hidden=hidden)
         for h in hits:
             if h.group is not None and h.group in members:
-                count, top = members[h.group]
+                count, tops = members[h.group]
+                top = tops[0] if tops else None
                 h.omitted = max(0, count - 1)
                 if top is not None and top["_id"] != h.id:  # the group's kept page is the one to show
                     h.id, h.index, h.score, h.source, h.hit = (top["_id"], top["_index"], top.get("_score"),
                                                                top.get("_source"), top)
+                h.hidden = [t["_id"] for t in tops[1:]]
+        if hidden:
+            _hidden_evidence(client, index, hits, members, min_shared)
     total = response["hits"].get("total")
     answer: Mapping[str, Any] = response.body  # elasticsearch-py's ObjectApiResponse, or the adapter's dict
     return CollapsedResults(hits, int(total["value"]) if isinstance(total, dict) else total, answer)
@@ -203,6 +225,8 @@ def search_collapsed(
     fields: Sequence[str] = (),
     source: bool | Sequence[str] = True,
     collapse: bool = True,
+    hidden: int = 0,
+    min_shared: int | None = None,
 ) -> list[CollapsedHit]:
     """The top ``size`` groups matching ``query``, one hit each, with the count of hits it hides
     (:func:`search_with_collapse` for one query).
@@ -214,11 +238,13 @@ def search_collapsed(
         source: ``_source`` to fetch: True (all but the sketch fields), False (none), or the fields to
             include (dotted paths).
         collapse: False: every matching page (each with its group, none omitted).
+        hidden: up to this many hidden pages per hit, with their evidence (:func:`search_with_collapse`).
+        min_shared: ``t`` of their rules (:func:`search_with_collapse`).
     """
     validate_index_name(index)
     clause = text_query(query, fields or text_fields(client, index)) if isinstance(query, str) else query
     body = {"query": clause, "size": size, "from": from_, "_source": _source_filter(source)}
-    return search_with_collapse(client, index, body, collapse=collapse).hits
+    return search_with_collapse(client, index, body, collapse=collapse, hidden=hidden, min_shared=min_shared).hits
 
 
 #: Options of a search body that apply to the hit shown for a group too.
@@ -229,16 +255,20 @@ _TOP_HIT_OPTIONS = ("_source", "highlight", "fields", "docvalue_fields", "stored
 def _group_members(
     client: Elasticsearch, index: str, clause: dict[str, Any], groups: list[str], *,
     post_filter: dict[str, Any] | None = None, min_score: float | None = None, shown: dict[str, Any] | None = None,
-) -> dict[str, tuple[int, dict[str, Any] | None]]:
+    hidden: int = 0,
+) -> dict[str, tuple[int, list[dict[str, Any]]]]:
     """For each of ``groups``: the documents matching ``clause`` (and ``post_filter``, ``min_score``), and the
-    one to show: the group's kept page when it matches, else its best match (``neardup.status`` sorts
-    ``kept`` before ``duplicate``). One terms aggregation with a ``top_hits`` per bucket (exact: ``include``
-    lists every term, so each shard reports all of them)."""
+    one to show first: the group's kept page when it matches, else its best match (``neardup.status`` sorts
+    ``kept`` before ``duplicate``), then up to ``hidden`` more with their signature doc values. One terms
+    aggregation with a ``top_hits`` per bucket (exact: ``include`` lists every term, so each shard reports all
+    of them)."""
     filters: list[dict[str, Any]] = [{"terms": {F_GROUP: groups}}]
     if post_filter:
         filters.append(post_filter)
     status_first = {F_STATUS: {"order": "desc", "unmapped_type": "keyword"}}  # an index without it: by score
-    top = {"size": 1, "sort": [status_first, "_score"], "track_scores": True, **(shown or {})}
+    top = {"size": 1 + hidden, "sort": [status_first, "_score"], "track_scores": True, **(shown or {})}
+    if hidden:
+        top["docvalue_fields"] = [*top.get("docvalue_fields", []), *_EVIDENCE_FIELDS]
     body: dict[str, Any] = {
         "size": 0,
         "query": {"bool": {"must": [clause], "filter": filters}},
@@ -251,9 +281,52 @@ def _group_members(
         body["min_score"] = min_score
     response = client.search(index=index, body=body)
     return {
-        b["key"]: (int(b["doc_count"]), (b["shown"]["hits"]["hits"] or [None])[0])
+        b["key"]: (int(b["doc_count"]), list(b["shown"]["hits"]["hits"]))
         for b in response["aggregations"]["groups"]["buckets"]
     }
+
+
+#: The doc values the evidence of a hidden page is counted on.
+_EVIDENCE_FIELDS = [F_SIG, F_FINGERPRINT, F_TAG]
+
+
+def _hidden_evidence(
+    client: Elasticsearch, index: str, hits: list[CollapsedHit], members: dict[str, tuple[int, list[dict[str, Any]]]],
+    min_shared: int | None,
+) -> None:
+    """Each hit's ``evidence``: its hidden pages' stored signatures against the group's representative's (the
+    document whose ``_id`` is the group id: among the group's hits when it matches, else read)."""
+    def fields(hit: dict[str, Any]) -> tuple[Any, Any, Any]:
+        values = hit.get("fields") or {}
+        sig, fingerprint, tag = ((values.get(name) or [None])[0] for name in _EVIDENCE_FIELDS)
+        return sig, fingerprint, tag
+
+    leaders = {t["_id"]: fields(t) for _, tops in members.values() for t in tops}
+    missing = sorted({h.group for h in hits if h.hidden and h.group is not None} - set(leaders))
+    if missing:
+        answer = client.search(index=index, query={"ids": {"values": missing}}, size=len(missing), source=False,
+                               docvalue_fields=[{"field": name} for name in _EVIDENCE_FIELDS])
+        leaders.update({t["_id"]: fields(t) for t in answer["hits"]["hits"]})
+    for h in hits:
+        if not h.hidden or h.group is None or h.group not in leaders:
+            continue
+        sig, fingerprint, tag = leaders[h.group]
+        if not isinstance(tag, str):
+            continue
+        params = SketchParams.from_tag(tag, min_shared=min_shared)
+        tops = {t["_id"]: fields(t) for t in members[h.group][1]}
+        others = [tops[i] for i in h.hidden]
+        values, valid = decode_many([sig, *(o[0] for o in others)], params.num_perm)
+        if not valid[0]:
+            continue
+        for doc_id, other, row in zip(h.hidden, others, range(1, len(others) + 1), strict=True):
+            if not valid[row] or other[2] != tag:
+                continue
+            shared = int(np.count_nonzero(values[row] == values[0]))
+            rule: Rule = ("exact" if other[1] is not None and other[1] == fingerprint
+                          else "near_duplicate" if shared >= params.min_shared else "transitive")
+            h.evidence[doc_id] = {"resemblance": round(shared / params.num_perm, 4),
+                                  **evidence(shared, params.num_perm, rule)}
 
 
 def hit_signature(hit: dict[str, Any], num_perm: int | None = None) -> tuple[str, np.ndarray] | None:
@@ -300,9 +373,12 @@ def collapse_hits(
             owners, signatures = by_tag.setdefault(tag, ([], []))
             best = _best_kept(signatures, signature, min_shared)
             if best is not None:
-                owner = kept[owners[best]]
+                owner = kept[owners[best[0]]]
                 owner.omitted += 1
                 owner.hidden.append(entry.id)
+                k = len(signature)
+                owner.evidence[entry.id] = {"resemblance": round(best[1] / k, 4),
+                                            **evidence(best[1], k, "near_duplicate")}
                 continue
             owners.append(len(kept))
             signatures.append(signature)
@@ -310,13 +386,23 @@ def collapse_hits(
     return kept
 
 
-def _best_kept(signatures: list[np.ndarray], signature: np.ndarray, min_shared: int) -> int | None:
+def _best_kept(signatures: list[np.ndarray], signature: np.ndarray, min_shared: int) -> tuple[int, int] | None:
     """Which of the kept ``signatures`` ``signature`` shares most positions with, at least ``t = min_shared`` (the
-    first, best-ranked, of ties); None when none does."""
+    first, best-ranked, of ties), and how many; None when none does."""
     if not signatures or len(signature) != len(signatures[0]):
         return None
     found = verified(np.vstack(signatures), None, signature, min_shared)
-    return max(found, key=lambda row_shared: row_shared[1])[0] if found else None
+    if not found:
+        return None
+    row, shared = max(found, key=lambda row_shared: row_shared[1])
+    return int(row), int(shared)
+
+
+def _hidden_page(doc_id: str, fields: dict[str, Any] | None) -> dict[str, Any]:
+    if not fields:
+        return {"id": doc_id, "resemblance": None, "evidence": None}
+    return {"id": doc_id, "resemblance": fields["resemblance"],
+            "evidence": {k: v for k, v in fields.items() if k != "resemblance"}}
 
 
 def _source_filter(source: bool | Sequence[str]) -> bool | dict[str, list[str]]:

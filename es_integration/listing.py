@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from scrapy_neardup.core.evidence import describe_evidence
+
 from .indexing import get_field
 from .mapping import F_DUPLICATE_OF, F_KEY, F_STATUS
 
@@ -85,7 +87,10 @@ def group_lines(group: Group, labels: Mapping[str, PageLabel]) -> list[str]:
     """A group as text: a line naming its size and the page kept, then one line per near-duplicate."""
     keep = labels.get(group.representative, PageLabel(group.representative))
     lines = [f"group {group.id}: {len(group.members)} pages, keep {keep.text()}"]
-    lines += [f"  duplicate {labels.get(m, PageLabel(m)).text()}" for m in group.members[1:]]
+    for at, member in enumerate(group.members[1:], start=1):
+        line = f"  duplicate {labels.get(member, PageLabel(member)).text()}"
+        fields = group.evidence_of(at)
+        lines.append(line + (f"  ({describe_evidence(fields)})" if fields else ""))
     return lines
 
 
@@ -94,23 +99,34 @@ def write_groups(
     title_field: str = "title", as_json: bool = False,
 ) -> None:
     """The groups as text (:func:`group_lines`), or one JSON object per group with its pages'
-    ``{"id", "url", "title"}`` in ``pages``; labelled a few hundred groups per multi-get round."""
+    ``{"id", "url", "title", "resemblance", "evidence"}`` in ``pages`` (``evidence``: ``{"rule", "shared", "k",
+    "interval"}`` against the representative, :class:`~es_integration.groups.Group`; None for the
+    representative); labelled a few hundred groups per multi-get round."""
     for start in range(0, len(groups), 500):
         chunk = groups[start : start + 500]
         labels = page_labels(client, index, (m for g in chunk for m in g.members), url_field=url_field,
                              title_field=title_field)
         for group in chunk:
             if as_json:
-                pages = [labels[m].to_json() for m in group.members]
+                pages = [{**labels[m].to_json(), **_page_evidence(group.evidence_of(at))}
+                         for at, m in enumerate(group.members)]
                 out.write(json.dumps({**group.to_json(), "pages": pages}, ensure_ascii=False) + "\n")
             else:
                 out.write("\n".join(group_lines(group, labels)) + "\n")
     out.flush()
 
 
-def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str, PageLabel]) -> str:
+def _page_evidence(fields: dict[str, Any] | None) -> dict[str, Any]:
+    """``{"resemblance", "evidence"}`` of a group's page: both None for the representative."""
+    if not fields:
+        return {"resemblance": None, "evidence": None}
+    return {"resemblance": fields["resemblance"], "evidence": {k: v for k, v in fields.items() if k != "resemblance"}}
+
+
+def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str, PageLabel], hidden: int = 0) -> str:
     """A search hit as text: rank, title and URL, score, and what it hides (collapsed) or duplicates (not
-    collapsed: ``neardup.duplicate_of``, labelled through ``labels`` when it names a document)."""
+    collapsed: ``neardup.duplicate_of``, labelled through ``labels`` when it names a document); then up to
+    ``hidden`` of the pages it hides, one line each with its evidence."""
     score = f"{hit.score:.3f}" if isinstance(hit.score, int | float) else "-"
     name = f"{label.title} - {label.url or label.id}" if label.title else label.url or label.id
     line = f"{rank:>3}. {name}  score {score}"
@@ -121,6 +137,10 @@ def hit_line(rank: int, hit: CollapsedHit, label: PageLabel, labels: Mapping[str
     if get_field(source, F_STATUS) == "duplicate" and isinstance(original, str):
         other = labels.get(original)
         line += f"  (near-duplicate of {other.url or original if other else original})"
+    for doc_id in hit.hidden[:hidden]:  # the hidden pages named (search --hidden N), each with why
+        fields = hit.evidence.get(doc_id)
+        page = labels.get(doc_id, PageLabel(doc_id))
+        line += f"\n       hides {page.url or doc_id}" + (f"  ({describe_evidence(fields)})" if fields else "")
     return line
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """A small search page over a crawled index, near-duplicates collapsed: each result says how many similar pages
-it hides, and a link lists them.
+it hides, and a link lists them, each with why it was grouped: the evidence of the crawl's decision (the rule,
+the signature positions it shares with the group's kept page, the 95% interval of their resemblance) and a link
+to the two pages side by side (the page ``neardup explain --html`` writes).
 
     python example_project/search_page.py --es-url http://127.0.0.1:9200 --index neardup-demo-pages
 
@@ -20,9 +22,16 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from es_integration.client import ConnectionSettings, make_client
 from es_integration.collapse import search_with_collapse
+from scrapy_neardup.cli.explain import Side, explain, render_html
+from scrapy_neardup.core.evidence import describe_evidence, evidence
+from scrapy_neardup.core.params import SketchParams
+from scrapy_neardup.core.sketch import Sketcher
 
 STYLE = ("body{font-family:sans-serif;max-width:46em;margin:2em auto}li{margin:1em 0}.url{color:#060;font-size:90%}"
-         "mark{background:#ff6}.similar{font-size:90%}")
+         "mark{background:#ff6}.similar{font-size:90%}.why{font-size:85%;color:#555}")
+
+#: What a group's page shows of each page's ``neardup`` fields: the crawl's decision and what it rests on.
+EVIDENCE_SOURCE = ["neardup.status", "neardup.shared", "neardup.tag", "neardup.fingerprint"]
 
 
 def search_body(q: str, group: str | None = None) -> dict[str, Any]:
@@ -36,14 +45,52 @@ def search_body(q: str, group: str | None = None) -> dict[str, Any]:
     if group is None:
         return {**body, "query": query}
     return {**body, "size": 100, "sort": [{"neardup.status": "desc"}, "_score"],
+            "_source": ["url", "title", *EVIDENCE_SOURCE],
             "query": {"bool": {"must": [query], "filter": [{"term": {"neardup.group": group}}]}}}
 
 
+def why_grouped(page: dict[str, Any], kept: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The evidence of a duplicate's grouping from its ``neardup`` fields (``page`` and the group's ``kept`` page
+    ``_source``): the positions of ``k`` it shared with the kept page when the crawl decided (``neardup.shared``),
+    and the rule (``exact`` for equal fingerprints). None for the kept page."""
+    fields = page.get("neardup") or {}
+    if fields.get("status") != "duplicate" or not isinstance(fields.get("shared"), int):
+        return None
+    num_perm = SketchParams.from_tag(str(fields.get("tag"))).num_perm
+    exact = kept is not None and (kept.get("neardup") or {}).get("fingerprint") == fields.get("fingerprint")
+    return evidence(fields["shared"], num_perm, "exact" if exact else "near_duplicate")
+
+
+def _kept_page(client: Any, index: str, group: str, hits: list[Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """The ``_id`` and ``_source`` of a group's kept page: among the hits when it matched the query, else read."""
+    for hit in hits:
+        if (hit.source or {}).get("neardup", {}).get("status") == "kept":
+            return hit.id, hit.source
+    doc = client.mget(index=index, ids=[group], source=EVIDENCE_SOURCE)["docs"][0]
+    return (group, doc.get("_source") or {}) if doc.get("found") else (None, None)
+
+
+def render_why(client: Any, index: str, a: str, b: str, back: str) -> str:
+    """The two pages side by side as they are sketched (``neardup explain --html``), from their indexed text."""
+    docs = client.mget(index=index, ids=[a, b], source=["url", "text", "neardup.tag"])["docs"]
+    if not all(d.get("found") and isinstance((d.get("_source") or {}).get("text"), str) for d in docs):
+        return "<!doctype html><p>no such pages in the index</p>"
+    params = SketchParams.from_tag(str(docs[0]["_source"]["neardup"]["tag"]))
+    sides = [Side(str(d["_source"].get("url", d["_id"])), d["_source"]["text"]) for d in docs]
+    page = render_html(explain(Sketcher.from_params(params), params.min_shared, sides))
+    back = back if back.startswith("/?") else "/"  # only a page of this site
+    note = ("<p>The indexed text of each page, sketched again here; the crawl decided on the pages it fetched, "
+            "with the evidence the group lists.</p>")
+    return page.replace("<body>", f'<body><p><a class="back" href="{html.escape(back)}">back to the group</a></p>'
+                        + note, 1)
+
+
 def render(client: Any, index: str, q: str, group: str | None) -> str:
-    """The page: the form, then the results (collapsed), or the pages of one group."""
+    """The page: the form, then the results (collapsed), or the pages of one group, each with why it is there."""
     body = ""
     if q:
         found = search_with_collapse(client, index, search_body(q, group), collapse=group is None)
+        kept_id, kept_source = _kept_page(client, index, group, found.hits) if group else (None, None)
         items = []
         for hit in found.hits:
             source, url = hit.source or {}, html.escape(str((hit.source or {}).get("url", hit.id)))
@@ -53,6 +100,12 @@ def render(client: Any, index: str, q: str, group: str | None) -> str:
                 link = "/?" + urlencode({"q": q, "group": hit.group or ""})
                 similar = (f'<a class="similar" href="{html.escape(link)}">{hit.omitted} similar '
                            f'page{"s" if hit.omitted != 1 else ""} omitted</a>')
+            fields = why_grouped(source, kept_source) if group else None
+            if fields and kept_id is not None:
+                here = "/?" + urlencode({"q": q, "group": group or ""})
+                link = "/why?" + urlencode({"a": kept_id, "b": hit.id, "back": here})
+                similar = (f'<div class="why">grouped: {html.escape(describe_evidence(fields))} with the kept '
+                           f'page &middot; <a class="why" href="{html.escape(link)}">why grouped</a></div>')
             items.append(f'<li class="hit"><a class="title" href="{url}">{html.escape(str(source.get("title", url)))}'
                          f'</a><div class="url">{url}</div><div class="snippet">{snippet}</div>{similar}</li>')
         back = f'<p><a class="back" href="/?{html.escape(urlencode({"q": q}))}">back to all results</a></p>'
@@ -73,9 +126,15 @@ def serve(client: Any, index: str, port: int = 0) -> ThreadingHTTPServer:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            params = parse_qs(urlsplit(self.path).query)
+            parts = urlsplit(self.path)
+            params = parse_qs(parts.query)
             q, group = params.get("q", [""])[0].strip(), params.get("group", [None])[0]
-            data = render(client, index, q, group).encode("utf-8")
+            if parts.path == "/why":
+                first = {name: values[0] for name, values in params.items()}
+                page = render_why(client, index, first.get("a", ""), first.get("b", ""), first.get("back", "/"))
+            else:
+                page = render(client, index, q, group)
+            data = page.encode("utf-8")
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))

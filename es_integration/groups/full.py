@@ -96,7 +96,8 @@ def find_groups(
         labels, stats = cluster_labels(docs.values(), min_shared, spill_dir=spill_dir)
     report.documents, report.malformed = docs.size, docs.malformed
     report.queries, report.pairs = stats.distinct, stats.links + stats.twins
-    report.groups, report.grouped_rows = make_groups(labels, docs, np.arange(docs.size), leaders=leaders)
+    report.groups, report.grouped_rows = make_groups(labels, docs, np.arange(docs.size), leaders=leaders,
+                                                     min_shared=min_shared)
     report.watermark = below_pending(docs.max_seq, pending)
     report.seconds = time.perf_counter() - started
     log_report(report, index)

@@ -144,17 +144,19 @@ def find_new_groups(
         # 3. Pairs among new and matched older documents, and the older groups they touch.
         labels, stats, touched = _link(docs, new_count, min_shared, leaders, spill_dir)
         # 4. Those groups, whole (their members do not take part with representative linkage, but belong to the
-        # groups reported and assigned).
+        # groups reported and assigned). Their signatures too, for the evidence each member is reported with:
+        # these rows come last, after the linkage read the rows before them.
         group_hits = [pool.submit(fetch, sketched(tag, older, {"terms": {F_GROUP: touched[lo : lo + _NEW_BATCH]}}),
-                                  with_values=False) for lo in range(0, len(touched), _NEW_BATCH)]
-        _add_hits(docs, (future.result() for future in group_hits), seen, with_values=False)
+                                  with_values=True) for lo in range(0, len(touched), _NEW_BATCH)]
+        _add_hits(docs, (future.result() for future in group_hits), seen, with_values=True)
     # 5. Labels over every row, and the groups holding a new document.
     labels = _with_older_members(labels, docs, new_count) if leaders else _join_by_group(labels, docs, new_count)
     report.documents, report.malformed = new_count, docs.malformed
     report.pairs = stats.links + stats.twins
     with_new = np.unique(labels[:new_count])
     rows = np.flatnonzero(np.isin(labels, with_new))
-    report.groups, report.grouped_rows = make_groups(labels, docs, rows, leaders=leaders)
+    report.groups, report.grouped_rows = make_groups(labels, docs, rows, leaders=leaders,
+                                                     min_shared=min_shared)
     report.watermark = below_pending(docs.max_seq, pending) if new_count else None
     report.seconds = time.perf_counter() - started
     log_report(report, index)

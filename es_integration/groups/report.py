@@ -9,10 +9,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from scrapy_neardup.core.evidence import Rule, evidence
+
 from ..band_filter import BandFilter
 from .model import SweptDocs
 
-__all__ = ["LINKAGES", "Group", "GroupReport", "Linkage", "check_linkage", "log_report", "make_groups"]
+__all__ = [
+    "LINKAGES", "Group", "GroupReport", "Linkage", "check_linkage", "log_report", "make_groups", "member_evidence",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -29,14 +33,33 @@ def check_linkage(linkage: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """A near-duplicate group: ``members[0]`` is the representative; the others in indexing order."""
+    """A near-duplicate group: ``members[0]`` is the representative; the others in indexing order.
+
+    ``evidence`` is parallel to ``members``: None for the representative, and for each other member why it is in
+    the group (:func:`member_evidence`): ``{"resemblance", "rule", "shared", "k", "interval"}`` against the
+    representative (empty when the run did not read the signatures).
+    """
 
     id: str
     representative: str
     members: list[str]
+    evidence: tuple[dict[str, Any] | None, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"group": self.id, "representative": self.representative, "members": list(self.members)}
+
+    def evidence_of(self, member: int) -> dict[str, Any] | None:
+        """The evidence of ``members[member]`` (None for the representative, or when not known)."""
+        return self.evidence[member] if member < len(self.evidence) else None
+
+
+def member_evidence(shared: int, num_perm: int, min_shared: int) -> dict[str, Any]:
+    """Why a member is in its group: ``resemblance = shared / k`` and the fields of
+    :func:`scrapy_neardup.core.evidence.evidence`, ``shared`` being the signature positions it shares with the
+    group's representative. Rule ``"near_duplicate"`` at ``shared >= t``; ``"transitive"`` below (only with
+    transitive linkage: the member is linked to the representative through other members)."""
+    rule: Rule = "near_duplicate" if shared >= min_shared else "transitive"
+    return {"resemblance": round(shared / num_perm, 4), **evidence(shared, num_perm, rule)}
 
 
 @dataclass
@@ -109,12 +132,13 @@ def log_report(report: GroupReport, index: str) -> None:
 
 
 def make_groups(
-    labels: np.ndarray, docs: SweptDocs, rows: np.ndarray, *, leaders: bool = False
+    labels: np.ndarray, docs: SweptDocs, rows: np.ndarray, *, leaders: bool = False, min_shared: int = 0
 ) -> tuple[list[Group], np.ndarray]:
     """Groups of two or more of ``rows`` with equal labels (representative first, then members in indexing
     order; groups in indexing order of their representatives), and the rows in them. The representative is
     the label itself with ``leaders`` (:func:`~scrapy_neardup.core.clustering.leader_labels`' labels are rows),
-    else the group's best page by the keep rule."""
+    else the group's best page by the keep rule. Each member's evidence is counted on the swept signatures
+    (``t = min_shared`` names its rule, :func:`member_evidence`); None where a row has no signature."""
     labels = labels[rows]
     inverse = np.unique(labels, return_inverse=True)[1]
     sizes = np.bincount(inverse)
@@ -130,6 +154,7 @@ def make_groups(
     label = labels[sizes[inverse] > 1]
     order = np.lexsort((id_rank, seq, label))
     cuts = np.flatnonzero(np.diff(label[order])) + 1
+    values = docs.values()
     groups = []
     for part in np.split(order, cuts):
         if leaders:
@@ -137,8 +162,26 @@ def make_groups(
         else:
             best = part[np.lexsort((id_rank[part], seq[part], rank[part]))[0]]
         representative = str(ids[best])
-        members = [representative, *(str(ids[i]) for i in part.tolist() if i != best)]
-        groups.append((int(seq[best]), representative, Group(representative, representative, members)))
+        others = [i for i in part.tolist() if i != best]
+        members = [representative, *(str(ids[i]) for i in others)]
+        found = _shared_with(values, int(grouped[best]), grouped[others])
+        proof = [None if s is None else member_evidence(s, docs.num_perm, min_shared) for s in found]
+        groups.append((int(seq[best]), representative, Group(representative, representative, members,
+                                                             (None, *proof))))
     groups.sort(key=lambda g: (g[0], g[1]))
     return [g for _, _, g in groups], grouped
+
+
+def _shared_with(values: np.ndarray, leader: int, rows: np.ndarray) -> list[int | None]:
+    """Positions each of ``rows`` shares with row ``leader`` (the swept 16-bit values, the ones the groups were
+    made from); None for a row without a signature."""
+    found: list[int | None] = [None] * rows.size
+    if leader >= values.shape[0]:
+        return found
+    have = np.flatnonzero(rows < values.shape[0])
+    if have.size:
+        counts = np.count_nonzero(values[rows[have]] == values[leader], axis=1)
+        for at, count in zip(have.tolist(), counts.tolist(), strict=True):
+            found[at] = int(count)
+    return found
 

@@ -75,12 +75,21 @@ def add_explain(sub: Any) -> None:
     p.add_argument("--url-field", default="url", help="JSON lines: field holding the page URL (default: url)")
     p.add_argument("--html", metavar="FILE", default=None, help="also write a self-contained HTML page to FILE")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--state", metavar="DIR", default=None,
+                   help="A and B are keys (URLs) of pages kept in the embedded store of the state directory DIR "
+                   "(its signatures are compared: the store keeps no text)")
     add_sketch_options(p)
     p.set_defaults(handler=run_explain)
 
 
 def run_explain(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     params = params_or_exit(args, parser)
+    if args.state is not None:
+        if len(args.pages) != 2:
+            parser.error("explain --state DIR takes two keys")
+        result = _stored_pair(args.state, params, args.pages)
+        print(json.dumps(result, ensure_ascii=False) if args.json else render_stored_text(result))
+        return 0
     sketcher = Sketcher.from_params(params)
     if len(args.pages) == 2:
         sides = [Side(name, _load(name)) for name in args.pages]
@@ -131,6 +140,53 @@ def explain(sketcher: Sketcher, min_shared: int, sides: list[Side]) -> dict[str,
         **_overlap(sketcher, a.sketched, b.sketched), "decision": decision,
         "diff": _diff(a.sketched.split(), b.sketched.split()),
     }
+
+
+def compare_stored(names: list[str], values: np.ndarray, fingerprints: list[int] | np.ndarray, min_shared: int,
+                   source: str) -> dict[str, Any]:
+    """Two stored pages compared by their signatures alone (a store or an index keeps no text to show): the
+    ``shared`` positions of ``k`` where the stored values agree (``values``: ``uint16[2, k]``), the resemblance
+    ``shared / k`` with its 95% interval, and the decision (``"exact"``: equal fingerprints of the normalized
+    texts; ``"near_duplicate"``: ``shared >= t = min_shared``; else ``"kept"``). ``source`` says where they were
+    read."""
+    k = int(values.shape[1])
+    shared = int(np.count_nonzero(values[0] == values[1]))
+    exact = int(fingerprints[0]) == int(fingerprints[1])
+    decision = "exact" if exact else ("near_duplicate" if shared >= min_shared else "kept")
+    fields = evidence(shared, k, "exact" if exact else "near_duplicate")
+    return {"pages": [{"name": n} for n in names], "source": source, "shared": shared, "k": k, "t": min_shared,
+            "resemblance": shared / k, "interval": fields["interval"], "decision": decision, "evidence": fields}
+
+
+def render_stored_text(result: dict[str, Any]) -> str:
+    """:func:`compare_stored`'s result for a terminal."""
+    low, high = result["interval"]
+    a, b = (page["name"] for page in result["pages"])
+    return "\n".join([
+        f"A: {a}", f"B: {b}", f"compared: the signatures stored in {result['source']} (no text is kept there)",
+        f"shared positions:      {result['shared']} of {result['k']} (near-duplicate at >= {result['t']})",
+        f"estimated resemblance: {result['resemblance']:.3f}, 95% interval [{low:.3f}, {high:.3f}]",
+        "decision:              " + _DECISIONS[result["decision"]],
+    ])
+
+
+def _stored_pair(state: str, params: Any, keys: list[str]) -> dict[str, Any]:
+    """Two keys of the embedded store of ``state`` compared (:func:`compare_stored`)."""
+    from ..errors import StateError
+    from ..store.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend(params.num_perm, params.min_shared, params.tag, state_dir=state)
+    try:
+        index = backend.read()
+    except StateError as exc:
+        raise CommandError(str(exc)) from None
+    docs = [index.find(key) for key in keys]
+    missing = [key for key, doc in zip(keys, docs, strict=True) if doc is None]
+    if missing:
+        raise CommandError(f"the store in {state} keeps no page under {', '.join(missing)} ({len(index)} pages "
+                           "kept; a dropped page is not stored)")
+    values, fingerprints = index.stored(np.array(docs, dtype=np.int64))
+    return compare_stored(keys, values, fingerprints, params.min_shared, f"the store in {state}")
 
 
 def _overlap(sketcher: Sketcher, a: str, b: str) -> dict[str, float]:
@@ -231,11 +287,14 @@ def render_text(result: dict[str, Any]) -> str:
         f"estimated resemblance: {result['resemblance']:.3f}, 95% interval [{low:.3f}, {high:.3f}]",
         f"exact Jaccard:         {result['jaccard']:.3f}",
         f"containment:           {result['a_in_b']:.3f} of A's shingles are in B, {result['b_in_a']:.3f} of B's in A",
-        "decision:              " + {"exact": "exact copy: B is dropped as a duplicate of A",
-                                     "near_duplicate": "near-duplicate: B is dropped as a duplicate of A",
-                                     "kept": "not near-duplicates: both are kept"}[result["decision"]],
+        "decision:              " + _DECISIONS[result["decision"]],
     ]
     return "\n".join(lines)
+
+
+_DECISIONS = {"exact": "exact copy: B is dropped as a duplicate of A",
+              "near_duplicate": "near-duplicate: B is dropped as a duplicate of A",
+              "kept": "not near-duplicates: both are kept"}
 
 
 _CSS = """body{font:15px/1.5 system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -289,4 +348,7 @@ def render_html(result: dict[str, Any]) -> str:
     )
 
 
-__all__ = ["Side", "add_explain", "explain", "render_html", "render_text", "run_explain"]
+__all__ = [
+    "Side", "add_explain", "compare_stored", "explain", "render_html", "render_stored_text", "render_text",
+    "run_explain",
+]

@@ -9,11 +9,18 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import shlex
 from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.report_html import page, plot
+import numpy as np
+
+from ..core.evidence import describe_evidence, evidence, mirror_evidence
+from ..core.params import SketchParams
+from ..core.report_html import cards, page, plot, rate_bar, table
 from ..core.sketch import Sketcher
 from ..errors import CommandError
 from .explain import Side, explain
@@ -33,7 +40,9 @@ def add_report(sub: Any) -> None:
         "the pairs' estimated resemblance against the S-curve of the settings (give the sketch options the "
         "dedupe run used).",
     )
-    p.add_argument("input", help="JSON-lines output of neardup dedupe, or - for stdin")
+    p.add_argument("input", nargs="?", help="JSON-lines output of neardup dedupe, - for stdin, or a crawl's state "
+                   "directory (NEARDUP_STATE_DIR: the pages its store keeps, the groups among them, the mirror "
+                   "hosts); with the Elasticsearch commands, --es-url URL --index NAME instead: an index")
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
     p.add_argument("--text-field", default="text", help="field holding the text or HTML (default: text)")
     p.add_argument("--id-field", default=None, help=ID_FIELD_HELP)
@@ -46,8 +55,13 @@ def add_report(sub: Any) -> None:
 
 def run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     params = params_or_exit(args, parser)
+    if args.input is None:
+        parser.error("give the input: a neardup dedupe output, - (stdin) or a state directory")
     if args.views < 0:
         parser.error(f"--views must be >= 0, got {args.views}")
+    if args.input != "-" and Path(args.input).is_dir():
+        _write(args.output, state_report(args.input, params))
+        return 0
     records: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     with open_input(args.input) as (source, _):
@@ -59,12 +73,102 @@ def run_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             records[rid] = record
             order.append(rid)
     sketcher = Sketcher.from_params(params)
-    page = render_report(records, order, args, sketcher, params.min_shared)
-    try:
-        Path(args.output).write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise CommandError(f"cannot write {args.output}: {exc.strerror}") from None
+    _write(args.output, render_report(records, order, args, sketcher, params.min_shared))
     return 0
+
+
+def _write(path: str, page: str) -> None:
+    try:
+        Path(path).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def state_report(state: str, params: SketchParams) -> str:
+    """The report of a crawl's state directory: its store keeps the pages kept (their signatures, no text) and
+    the mirror hosts found; the groups are those of the stored pages sharing ``>= t`` of ``k`` positions (none
+    when every page was checked against the others; some after recrawls changed pages), each member with its
+    evidence against its representative (:func:`render_decisions`)."""
+    from ..core.clustering import leader_labels
+    from ..core.mirrors import MirrorTable, host_of
+    from ..errors import StateError
+    from ..store.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend(params.num_perm, params.min_shared, params.tag, state_dir=state)
+    try:
+        index = backend.read()
+        mirrors = MirrorTable().load(state)  # the default thresholds: the crawl's are not saved
+    except StateError as exc:
+        raise CommandError(str(exc)) from None
+    docs = index.live()
+    values, _ = index.stored(docs)
+    keys = [index.key(int(d)) for d in docs.tolist()]
+    labels = leader_labels(values, params.min_shared, np.arange(len(keys)))[0] if len(keys) else np.zeros(0)
+    rows = []
+    for row, label in enumerate(labels.tolist()):
+        if label != row:
+            shared = int(np.count_nonzero(values[row] == values[label]))
+            fields = evidence(shared, params.num_perm, "near_duplicate")
+            rows.append(Decision(keys[row], keys[label], shared / params.num_perm, fields,
+                                 f"neardup explain --state {shlex.quote(state)} {shlex.quote(keys[label])} "
+                                 f"{shlex.quote(keys[row])}"))
+    hosts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for key in keys:
+        hosts[host_of(key) or "(no URL)"][0] += 1
+    for decision in rows:
+        hosts[host_of(decision.page) or "(no URL)"][1] += 1
+    note = ("The store keeps the pages a crawl kept (their signatures, not their text) and the mirror hosts it "
+            "found; a page dropped as a duplicate is not stored (the crawl's NEARDUP_REPORT lists each drop). The "
+            "groups below are stored pages sharing at least t positions (pages changed by recrawls).")
+    return render_decisions(f"state directory {state}", params.num_perm, params.min_shared, rows, hosts, note,
+                            mirrors=[(m.mirror, m.original, m.copies, m.checked) for m in mirrors])
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A page grouped with (or dropped for) another: ``of`` is the page it was compared with, ``evidence`` the
+    fields of :func:`~scrapy_neardup.core.evidence.evidence`, ``explain`` the command showing the pair."""
+
+    page: str
+    of: str
+    resemblance: float | None
+    evidence: dict[str, Any] | None
+    explain: str | None = None
+
+
+def render_decisions(source: str, k: int, t: int, rows: list[Decision], hosts: dict[str, list[int]], note: str,
+                     mirrors: Sequence[tuple[str, str, int, int]] = ()) -> str:
+    """A report page of stored pages and the decisions among them (a store's or an index's): totals, the pairs'
+    resemblance against the S-curve ``p(r) = P[Binomial(k, r) >= t]``, the rate per host (``hosts``: host ->
+    ``[pages, duplicates]``), the largest groups, the mirror hosts, and every decision with its evidence."""
+    esc = html.escape
+    pages = sum(n for n, _ in hosts.values())
+    parts = [f"<h1>Near-duplicate report</h1><p class=sub>{esc(source)} &middot; t = {t} of k = {k}</p>",
+             f"<p class=sub>{esc(note)}</p>",
+             cards([(pages, "pages"), (pages - len(rows), "kept"), (len(rows), "duplicates"),
+                    (f"{len(rows) / max(1, pages):.1%}", "duplicate rate")])]
+    parts.append("<h2>Resemblance of the duplicate pairs</h2>" + plot(
+        [d.resemblance for d in rows if d.resemblance is not None], k, t))
+    ordered = sorted(hosts.items(), key=lambda item: (-item[1][1], item[0]))
+    parts.append("<h2>Duplicate rate per host</h2>" + table(
+        ["host", "pages", "duplicates", "rate"], [[esc(h), str(n), str(d), rate_bar(d, n)] for h, (n, d) in ordered],
+        numeric=0))
+    groups = Counter(d.of for d in rows)
+    parts.append("<h2>Largest groups</h2>" + table(
+        ["kept page", "pages"], [[esc(of), str(n + 1)] for of, n in groups.most_common(10)], empty="no duplicates",
+        numeric=1))
+    parts.append("<h2>Mirror hosts</h2>" + table(
+        ["mirror", "mirrors", "copies of checked pages", "evidence"],
+        [[esc(m), esc(o), f"{c} of {n}", esc(describe_evidence(mirror_evidence(c, n)))] for m, o, c, n in mirrors],
+        empty="none found"))
+    cells = []
+    for d in rows:
+        ev = esc(describe_evidence(d.evidence)) if d.evidence else "(no evidence)"
+        why = f"<br><code>{esc(d.explain)}</code>" if d.explain else ""
+        cells.append([esc(d.page), esc(d.of), "" if d.resemblance is None else f"{d.resemblance:.3f}", ev + why])
+    parts.append(f"<h2>Every duplicate ({len(rows)})</h2><p class=sub>The command under each shows the pair.</p>"
+                 + table(["page", "duplicate of", "resemblance", "evidence"], cells, empty="no duplicates"))
+    return page("Near-duplicate report", "".join(parts))
 
 
 def _name(record: dict[str, Any], rid: str, url_field: str) -> str:
@@ -171,4 +275,5 @@ def _fold(words: str, first: bool, last: bool, keep: int = 12) -> str:
             + html.escape(" ".join(tail)))
 
 
-__all__ = ["DEFAULT_VIEWS", "add_report", "render_report", "run_report"]
+__all__ = ["DEFAULT_VIEWS", "Decision", "add_report", "render_decisions", "render_report", "run_report",
+           "state_report"]

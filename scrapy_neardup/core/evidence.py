@@ -8,9 +8,12 @@ Fields (a plain dict, JSON-ready; documented in ``docs/evidence.md``):
     what decided: ``"near_duplicate"`` (``>= t`` of ``k`` positions shared with a kept page), ``"exact"`` (the
     normalized texts are identical), ``"canonical"`` (the page names a kept page as its canonical link),
     ``"soft404"`` (like the answer its host gives for a URL that cannot exist), ``"mirror"`` (its host mirrors a
-    host crawled earlier) or ``"repeat"`` (the same page met twice in one crawl).
+    host crawled earlier), ``"repeat"`` (the same page met twice in one crawl) or ``"transitive"`` (a member of
+    a transitive group of an index that shares fewer than ``t`` positions with the group's representative, linked
+    to it through other members).
 ``shared``, ``k``
-    signature positions that agree, of ``k``.
+    signature positions that agree, of ``k``; for ``"mirror"`` (a decision about a host, not a page): the host's
+    checked pages that near-duplicate a page of the host it mirrors, of its checked pages.
 ``interval``
     ``[low, high]``, the 95% Wilson interval of the resemblance ``r`` given ``shared`` of ``k``
     (:func:`~scrapy_neardup.core.theory.resemblance_interval`), rounded to 3 decimals. The estimate itself is
@@ -24,8 +27,8 @@ from typing import Any, Literal
 from .match import Match
 from .theory import resemblance_interval
 
-Rule = Literal["near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat"]
-RULES: tuple[str, ...] = ("near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat")
+Rule = Literal["near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat", "transitive"]
+RULES: tuple[str, ...] = ("near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat", "transitive")
 
 
 def evidence(shared: int, num_perm: int, rule: Rule) -> dict[str, Any]:
@@ -52,10 +55,21 @@ def match_evidence(match: Match, num_perm: int, canonical: bool = False) -> dict
     return evidence(min(match.shared, num_perm), num_perm, rule)
 
 
+def mirror_evidence(copies: int, checked: int) -> dict[str, Any]:
+    """The evidence of a mirror host: ``copies`` of its ``checked`` pages near-duplicate a page of the host it
+    mirrors. The same fields as :func:`evidence` (``shared = copies``, ``k = checked``); ``interval`` is the 95%
+    Wilson interval of the share of its pages that are copies (``copies ~ Binomial(checked, share)``)."""
+    return evidence(copies, checked, "mirror")
+
+
 def describe_evidence(fields: dict[str, Any]) -> str:
-    """One line for a log or a drop message: ``near_duplicate: 122 of 128 positions shared, r in [0.901, 0.978]``."""
+    """One line for a log or a drop message: ``near_duplicate: 122 of 128 positions shared, r in [0.901, 0.978]``
+    (``mirror: 23 of 24 checked pages are copies, share in [0.798, 0.993]`` for a mirror host)."""
     low, high = fields["interval"]
+    if fields["rule"] == "mirror":
+        return (f"mirror: {fields['shared']} of {fields['k']} checked pages are copies, share in "
+                f"[{low:.3f}, {high:.3f}]")
     return f"{fields['rule']}: {fields['shared']} of {fields['k']} positions shared, r in [{low:.3f}, {high:.3f}]"
 
 
-__all__ = ["RULES", "Rule", "describe_evidence", "evidence", "match_evidence"]
+__all__ = ["RULES", "Rule", "describe_evidence", "evidence", "match_evidence", "mirror_evidence"]

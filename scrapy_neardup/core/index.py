@@ -138,6 +138,15 @@ class SketchIndex:
 
     # -- keys: recurring crawls (see page_keys) --------------------------------------------------------------
 
+    def live(self) -> np.ndarray:
+        """The numbers of the live pages (removed ones left out), ascending."""
+        return np.flatnonzero(~self._dead[: self._size])
+
+    def stored(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The stored values (``uint16[len(docs), k]``, the low 16 bits the t-of-k rule compares) and the
+        fingerprints of pages ``docs``."""
+        return self._values[docs], self._fingerprints[docs]
+
     def find(self, key: str) -> int | None:
         """The live page stored under ``key`` (its number), or ``None``."""
         return self._page_keys.find(key, self._dead)

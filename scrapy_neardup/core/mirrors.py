@@ -48,6 +48,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import StateError
+from .evidence import describe_evidence, mirror_evidence
 from .storage import write_atomically
 
 #: File of the mirror table in the state directory, next to the index.
@@ -84,9 +85,14 @@ class MirrorDecision:
     copies: int
     checked: int
 
+    @property
+    def evidence(self) -> dict[str, Any]:
+        """``{"rule": "mirror", "shared": copies, "k": checked, "interval"}`` (:func:`~.evidence.mirror_evidence`)."""
+        return mirror_evidence(self.copies, self.checked)
+
     def describe(self) -> str:
         return (f"host {self.mirror} mirrors host {self.original}: {self.copies} of {self.checked} pages are "
-                "copies; skipping its requests")
+                f"copies; skipping its requests ({describe_evidence(self.evidence)})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,7 +272,8 @@ def content_change(saved: str, tag: str) -> str | None:
         changes = "; ".join(what for scheme, what in _SCHEME_CHANGES.items() if old.scheme < scheme <= new.scheme)
         return (f"its sketches were made by an earlier version ({saved}), which reads text otherwise "
                 f"({changes or 'another scheme'}), this run's by {tag}: they never compare")
-    default = ", the default of earlier versions" if old.content == "body" and old.scheme < SCHEME_VERSION else ""
+    # "body" was the default until "auto" came with scheme 4.
+    default = ", the default of earlier versions" if old.content == "body" and old.scheme < 4 else ""
     return (f"its sketches read {_CONTENT_WORDS[old.content]} ({saved}{default}), this run's read "
             f"{_CONTENT_WORDS[new.content]} ({tag}): they never compare")
 

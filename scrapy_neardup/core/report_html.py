@@ -77,7 +77,7 @@ margin-top:2em;border-bottom:1px solid #e4e7eb;padding-bottom:.3em}h3{font-size:
 .card{background:#f5f7fa;border-radius:8px;padding:.7em 1.2em;min-width:7em;color:#52606d}
 .card b{display:block;font-size:1.6em;color:#1f2933}table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:.35em .6em;border-bottom:1px solid #eef0f3;vertical-align:top;word-break:break-all}
-th{color:#52606d;font-weight:600}td.n{text-align:right;white-space:nowrap}
+th{color:#52606d;font-weight:600;word-break:normal}td.n{text-align:right;white-space:nowrap}
 .bar{display:inline-block;height:.7em;background:#e0796b;border-radius:2px;vertical-align:middle}
 svg .frame{fill:#fafbfc;stroke:#d9dde2}svg .curve{fill:none;stroke:#2f6fbf;stroke-width:2}
 svg .hist{fill:#e0796b;opacity:.75}svg .ax{stroke:#9aa5b1}svg .lab{font-size:11px;fill:#52606d;text-anchor:middle}

@@ -10,9 +10,11 @@ per pair of hosts, the checked pages of one with a twin on the other, and which 
 When host B has at least ``NEARDUP_MIRROR_MIN_PAGES`` checked pages, at least ``NEARDUP_MIRROR_SHARE`` of them
 have a twin on host A, and A holds more of their kept copies than B (on a tie: A was met first, i.e. its first
 request was scheduled first), B is a mirror of A: one INFO line is logged ("host B mirrors host A: 23 of 24 pages
-are copies; skipping its requests") and every later request to B is dropped before download (counted in
-``neardup/mirror_requests_skipped``). Requests already in the downloader finish normally. The host named is the
-one holding the kept copies of B's pages, then the one with most twins, then the one met first.
+are copies; skipping its requests (mirror: 23 of 24 checked pages are copies, share in [0.798, 0.993])", the
+share of copies with its 95% interval, :attr:`~scrapy_neardup.core.mirrors.MirrorDecision.evidence`) and every
+later request to B is dropped before download (counted in ``neardup/mirror_requests_skipped``). Requests already
+in the downloader finish normally. The host named is the one holding the kept copies of B's pages, then the one
+with most twins, then the one met first.
 
 A skipped request is no download error. A request to a mirror that reaches ``process_request`` (past the
 scheduler's duplicate filter) is handed back to the engine (returned, as a redirect would be) with a mark in its

@@ -1,41 +1,11 @@
 """The Scrapy item pipeline that keeps near-duplicate pages out of a crawl's output.
 
-Enable it with the add-on (:class:`~scrapy_neardup.crawl.addon.NearDuplicateAddon`) or directly::
-
-    ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
-    ITEM_PIPELINES = {"scrapy_neardup.NearDuplicatePipeline": 300}  # the same, by hand
-
-Each item's text (``NEARDUP_TEXT_FIELD``) is sketched and checked against the pages kept so far. When it
-shares at least ``t`` of ``k`` signature positions with one of them, the item is dropped
-(:class:`NearDuplicateDropped`, naming the kept page and the estimated resemblance) or marked; otherwise the
-page is kept and later pages are checked against it. The first checked is kept; of two hosts serving the same
-pages, a later host's copy waits for the earlier host's (:mod:`scrapy_neardup.crawl.order`). A page whose
-canonical link names a page checked earlier is its duplicate whatever its text (:class:`CanonicalDropped`,
-:mod:`scrapy_neardup.crawl.canonical`).
-
-Concurrency: Scrapy runs ``process_item`` for up to ``CONCURRENT_ITEMS`` items at a time. The check and the
-insert of one item must not interleave with another's, or two near-duplicates checked at the same time could
-both be kept. A :class:`~scrapy_neardup.crawl.batcher.CheckBatcher` runs one ``check_and_add_many`` call at a time
-within the process, and sends the pages that became ready meanwhile together in the next call (unless the backend
-declares ``never_suspends``, as the embedded one does: its check-and-insert never awaits, so nothing can
-interleave); it is built on Deferreds awaited through :func:`scrapy.utils.defer.maybe_deferred_to_future`, which
-works with the asyncio reactor (Scrapy's default), with other reactors, and without a reactor. Sketching, the
-CPU-bound part, happens outside the batches, by default in a child process
-(:mod:`scrapy_neardup.crawl.sketch_worker`).
-
-Persistence: the embedded store lives in ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``): a snapshot
-saved atomically on ``close_spider``, and a journal to which each kept page is appended before its item leaves
-the pipeline (see :mod:`scrapy_neardup.store.embedded`). Both are loaded on ``open_spider``, so a crawl paused
-gracefully, or killed (``kill -9``), and resumed with the same JOBDIR drops near-duplicates of pages kept
-before; what the journal recovered is counted in ``neardup/journal_replayed`` (``neardup/journal_torn``: the
-torn record of the page in flight at the kill, ignored). Damaged or mismatched state stops the crawl at start
-with :class:`~scrapy_neardup.errors.StateError`, and is left untouched.
-
-Outages: a check the backend cannot answer never drops its item. ``NEARDUP_ON_BACKEND_DOWN`` decides whether it
-passes through unchecked (``"pass"``, the default), waits while the crawl pauses until the backend answers
-(``"pause"``), or stops the crawl (``"stop"``); more unchecked pages than ``NEARDUP_MAX_UNCHECKED`` allows (by
-default any) fail the crawl: close reason ``neardup_unchecked``, exit status 1. See
-:mod:`scrapy_neardup.crawl.outage`.
+Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}``) or as
+``ITEM_PIPELINES = {"scrapy_neardup.NearDuplicatePipeline": 300}``. Each item's text is sketched (by default in a
+child process, :mod:`scrapy_neardup.crawl.sketch_worker`) and checked against the pages kept so far, one
+check-and-insert at a time (:class:`~scrapy_neardup.crawl.batcher.CheckBatcher`); a near-duplicate is dropped or
+marked, naming the kept page. How checks are ordered across hosts, what persists across runs and what happens
+when the backend is down: docs/scrapy/pipeline.md, docs/outages.md and docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -49,7 +19,7 @@ from scrapy.exceptions import CloseSpider, DropItem, NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from ..core.dedupe import SKIP_EMPTY, SKIP_NOT_TEXT, skip_reason
-from ..core.evidence import evidence, match_evidence
+from ..core.evidence import describe_evidence, evidence, match_evidence
 from ..core.match import Match
 from ..core.theory import describe_rule
 from ..errors import BackendError, BinaryContent
@@ -448,10 +418,11 @@ class NearDuplicatePipeline:
         url = str(adapter.get(self.config.url_field))
         self._inc("soft404")
         if self.config.action == "mark":
-            logger.log(self._drop_level, "Marked soft 404 %s (like %s, resemblance %.3f)", url, soft404.probe_url,
-                       soft404.resemblance)
+            fields = evidence(soft404.shared, soft404.num_perm, "soft404")
+            logger.log(self._drop_level, "Marked soft 404 %s (like the not-found page answered for %s, resemblance "
+                       "%.3f, %s)", url, soft404.probe_url, soft404.resemblance, describe_evidence(fields))
             adapter[self.config.mark_field] = {"soft404": soft404.probe_url, "resemblance": soft404.resemblance,
-                                               **evidence(soft404.shared, soft404.num_perm, "soft404")}
+                                               **fields}
             return item
         raise self._logged_once(Soft404Dropped(url, soft404))
 

@@ -20,7 +20,7 @@ from itemadapter import ItemAdapter
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from ..core.evidence import evidence
+from ..core.evidence import describe_evidence, evidence
 from ..core.mirrors import host_of
 from ..core.report_html import cards, page, plot, rate_bar, table
 from .hooks import crawl_hooks
@@ -81,8 +81,8 @@ class CrawlReport:
             self._add(url, rule, match.key, match.resemblance, fields)
         elif name == "Soft404Dropped":
             soft = exception.soft404  # type: ignore[attr-defined]
-            self._add(url, "soft404", soft.probe_url, soft.resemblance, evidence(soft.shared, soft.num_perm,
-                                                                               "soft404"))
+            fields = getattr(exception, "evidence", None) or evidence(soft.shared, soft.num_perm, "soft404")
+            self._add(url, "soft404", soft.probe_url, soft.resemblance, fields)
         elif name == "CanonicalDropped":
             self._add(url, "canonical", str(exception.duplicate_of), None, None)  # type: ignore[attr-defined]
         elif name in ("RepeatDropped", "RevisitDropped"):
@@ -130,9 +130,12 @@ class CrawlReport:
             ["kept page", "pages"], [[esc(of), str(n + 1)] for of, n in groups.most_common(10)],
             empty="no duplicates", numeric=1))
         mirrors = getattr(self.hooks, "mirror_decisions", [])
-        parts.append("<h2>Mirror hosts</h2>" + table(
-            ["mirror", "mirrors", "copies of checked pages"],
-            [[esc(m.mirror), esc(m.original), f"{m.copies} of {m.checked}"] for m in mirrors], empty="none found"))
+        parts.append("<h2>Mirror hosts</h2><p class=sub>Requests to a mirror are skipped once most of its checked "
+                     "pages are copies of pages of the host it mirrors; the interval is that of the share of copies."
+                     "</p>" + table(
+            ["mirror", "mirrors", "copies of checked pages", "evidence"],
+            [[esc(m.mirror), esc(m.original), f"{m.copies} of {m.checked}", esc(describe_evidence(m.evidence))]
+             for m in mirrors], empty="none found"))
         rows = []
         for url, rule, of, r, fields in dups:
             if fields:

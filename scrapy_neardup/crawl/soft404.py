@@ -81,16 +81,23 @@ class Soft404Dropped(DropItem, NearDupError):
 
     No kept page is named: the template is what the host answers for a URL that cannot exist
     (``match.probe_url``), and no soft 404 is kept. Counted as ``item_dropped_reasons_count/Soft404Dropped``.
+
+    Attributes:
+        url: the dropped page's key.
+        soft404: the match: the probe URL whose answer the page was compared with, the shared positions.
+        evidence: ``{"rule": "soft404", "shared", "k", "interval"}`` (:mod:`scrapy_neardup.core.evidence`), as
+            :class:`~scrapy_neardup.crawl.drops.NearDuplicateDropped` has.
     """
 
     def __init__(self, url: str, match: Soft404Match) -> None:
+        fields = evidence(match.shared, match.num_perm, "soft404")
         super().__init__(
             f"soft 404: near-duplicate of the not-found page answered for {match.probe_url} "
-            f"(resemblance {match.resemblance:.3f}, "
-            f"{describe_evidence(evidence(match.shared, match.num_perm, 'soft404'))})", log_level="DEBUG",
+            f"(resemblance {match.resemblance:.3f}, {describe_evidence(fields)})", log_level="DEBUG",
         )
         self.url = url
         self.soft404 = match
+        self.evidence = fields
 
 
 @dataclass

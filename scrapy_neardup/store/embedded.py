@@ -186,6 +186,28 @@ class EmbeddedBackend(Backend):
             self._release()
             raise
 
+    def read(self) -> SketchIndex:
+        """The stored pages (snapshot plus journal), read without writing anything: for reports and
+        ``neardup explain`` of stored keys. The directory is locked while it is read.
+
+        Raises:
+            StateError: no state directory, no store in it, damaged state, other parameters, or in use by a crawl.
+        """
+        if self.state_dir is None or self.state_path is None or self.journal_path is None or self.journal is None:
+            raise StateError("no state directory to read")
+        if not (self.state_path.exists() or self.journal_path.exists()):
+            raise StateError(f"{self.state_dir} holds no near-duplicate store ({STATE_FILE} or {JOURNAL_FILE})")
+        self._lock()
+        try:
+            index = SketchIndex(self.num_perm, self.min_shared, self.tag)
+            if self.state_path.exists():
+                index = SketchIndex.load(self.state_path, self.num_perm, self.min_shared, self.tag)
+            if self.journal_path.exists():
+                self.journal.replay(index)
+            return index
+        finally:
+            self._release()
+
     async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
         """The duplicate's kept match, else ``None`` (kept, or a revisit: see :meth:`decide`)."""
         return self.decide(key, sketch).match

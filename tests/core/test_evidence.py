@@ -195,3 +195,41 @@ def test_explain_gives_the_containment_of_a_page_in_a_longer_one(tmp_path: Path,
     assert result["a_in_b"] == 1.0 and 0.2 < result["b_in_a"] < 0.3
     assert result["jaccard"] == pytest.approx(result["b_in_a"])  # A inside B: |A & B| / |A | B| = |A| / |B|
     assert result["decision"] == "kept"
+
+
+def test_report_and_explain_of_a_state_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A store whose pages were changed by a recrawl (put) so that two of them near-duplicate each other: the
+    report of the state directory shows that pair with its evidence, ``explain --state`` compares the keys."""
+    from scrapy_neardup.store.embedded import EmbeddedBackend
+
+    a, b, far = _pages(tmp_path)
+    sketcher = Sketcher()
+    params = sketcher.params
+    state = tmp_path / "state"
+    backend = EmbeddedBackend(params.num_perm, params.min_shared, params.tag, state_dir=state)
+    backend.load()
+    for key, text in (("http://x.test/a", a), ("http://x.test/far", far), ("http://y.test/b", far + " other")):
+        assert backend.decide(key, sketcher.sketch(text)).match is None or key == "http://y.test/b"
+    backend.index.put("http://y.test/b", sketcher.sketch(b))  # its page changed into a copy of a
+    backend.save()
+    shared = sketcher.sketch(a).shared_positions(sketcher.sketch(b))
+    report = tmp_path / "state.html"
+    assert main(["report", str(state), "-o", str(report)]) == 0
+    page = report.read_text()
+    fields = evidence(shared, 128, "near_duplicate")
+    assert (f"<tr><td>http://y.test/b</td><td>http://x.test/a</td><td>{shared / 128:.3f}</td>"
+            f"<td>{describe_evidence(fields)}<br><code>neardup explain --state {state} http://x.test/a "
+            "http://y.test/b</code></td></tr>") in page
+    assert '<div class="card"><b>3</b>pages</div>' in page and '<div class="card"><b>1</b>duplicates</div>' in page
+    assert main(["explain", "--state", str(state), "http://x.test/a", "http://y.test/b", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["shared"] == shared and result["decision"] == "near_duplicate" and result["evidence"] == fields
+    with pytest.raises(SystemExit):  # no input at all
+        main(["report", "-o", str(report)])
+    assert "give the input" in capsys.readouterr().err
+    # Not a state directory, and other parameters than the store's: one line each, exit 1.
+    assert main(["report", str(tmp_path), "-o", str(report)]) == 1
+    assert "holds no near-duplicate store" in capsys.readouterr().err
+    assert main(["explain", "--state", str(state), "--num-perm", "64", "http://x.test/a", "http://y.test/b"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("neardup: error:") and err.count("\n") == 1

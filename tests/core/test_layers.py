@@ -117,6 +117,7 @@ LAYERS = {
     "scrapy_neardup.cli": 4,
     "es_integration.cli": 4,
     "es_integration.cli_jobs": 4,
+    "es_integration.cli_report": 4,
     "neardup_devnode": 5,
 }
 

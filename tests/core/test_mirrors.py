@@ -36,7 +36,9 @@ def test_full_mirror_is_decided_once_at_min_pages() -> None:
     assert [(d.mirror, d.original, d.copies, d.checked) for d in decisions] == [(host_of(B), host_of(A), 20, 20)]
     assert table.mirror_of(host_of(A)) is None  # type: ignore[arg-type]
     assert decisions[0].describe() == (f"host {host_of(B)} mirrors host {host_of(A)}: 20 of 20 pages are copies; "
-                                       "skipping its requests")
+                                       "skipping its requests (mirror: 20 of 20 checked pages are copies, share in "
+                                       "[0.839, 1.000])")
+    assert decisions[0].evidence == {"rule": "mirror", "shared": 20, "k": 20, "interval": [0.839, 1.0]}
 
 
 def test_the_host_holding_the_kept_copies_is_the_original_whoever_was_met_first() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,13 +18,15 @@ from es_integration.groups import assign_groups, find_groups
 from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
+from scrapy_neardup.core.evidence import evidence
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
 
-T = min_shared_for(0.9, 128)
+K = 128
+T = min_shared_for(0.9, K)
 
 
 def collapse_records(seed: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
@@ -145,6 +148,10 @@ def test_collapse_hits_helper(es_client: Elasticsearch, collapsed: dict[str, Any
     for h in kept:
         for hidden in h.hidden:
             assert np.count_nonzero(sigs[hidden] == sigs[h.id]) >= T and rank[hidden] > rank[h.id]
+            # Why it is hidden: the positions it shares with the hit shown, and the estimate's interval.
+            shared = int(np.count_nonzero(sigs[hidden] == sigs[h.id]))
+            assert h.evidence[hidden] == {"resemblance": round(shared / K, 4), **evidence(shared, K, "near_duplicate")}
+    assert sum(len(h.evidence) for h in kept) == sum(h.omitted for h in kept) > 0
     # Same outcome as the groups here (every group is a clique of near-duplicates).
     assert {h.id for h in kept if h.id in sigs} == {
         min((k for k in sigs if collapsed["groups"].get(k, k) == g), key=rank.__getitem__)
@@ -156,6 +163,12 @@ def test_collapse_hits_helper(es_client: Elasticsearch, collapsed: dict[str, Any
     assert [h["id"] for h in by_sketch] == [h.id for h in kept] and [h["omitted"] for h in by_sketch] == [
         h.omitted for h in kept
     ]
+    for shown, h in zip(by_sketch, kept, strict=True):
+        assert [p["id"] for p in shown.get("hidden_pages", [])] == h.hidden
+        for page in shown.get("hidden_pages", []):
+            fields = h.evidence[page["id"]]
+            assert page["resemblance"] == fields["resemblance"] and page["evidence"]["shared"] == fields["shared"]
+            assert page["evidence"]["rule"] == "near_duplicate" and page["evidence"]["k"] == K
 
 
 def chain_texts(sketcher: Sketcher) -> list[str]:
@@ -229,3 +242,46 @@ def test_search_with_collapse_takes_a_body_of_ones_own(es_client: Elasticsearch,
     assert [h.group for h in paged.hits] == [h.group for h in found.hits[3:6]]
     with pytest.raises(ValueError, match="collapses on its own"):
         search_with_collapse(es_client, index, {**body, "collapse": {"field": "title.keyword"}})
+
+
+def test_hidden_pages_are_named_with_their_evidence(
+    es_client: Elasticsearch, es_url: str, collapsed: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hidden=N``: each hit names up to N of the matching pages it hides, each with its evidence against the
+    group's representative, counted here on the records' own signatures (a representative that does not match
+    the query, the "pear" copy, is read apart)."""
+    index, records, sketcher = collapsed["index"], collapsed["records"], collapsed["sketcher"]
+
+    def shared(a: str, b: str) -> int:
+        return int(np.count_nonzero(stored_values(sketcher.sketch(records[a]["text"]).signature)
+                                    == stored_values(sketcher.sketch(records[b]["text"]).signature)))
+
+    hits = search_collapsed(es_client, index, "apple", size=100, fields=["text"], hidden=2)
+    named = 0
+    for hit in hits:
+        assert len(hit.hidden) == min(hit.omitted, 2) and hit.id not in hit.hidden
+        for doc_id in hit.hidden:
+            assert collapsed["groups"][doc_id] == hit.group and "apple" in records[doc_id]["text"].split()
+            count = shared(hit.group, doc_id)  # the group id is its representative's _id
+            rule = "near_duplicate" if count >= T else "transitive"
+            assert hit.evidence[doc_id] == {"resemblance": round(count / K, 4), **evidence(count, K, rule)}
+            named += 1
+    representatives_not_matching = {g for g in (h.group for h in hits if h.hidden)
+                                    if "pear" in records[g]["text"].split()}
+    assert named > 0 and representatives_not_matching  # both paths to the representative were taken
+    assert all(not h.hidden for h in search_collapsed(es_client, index, "apple", size=100, fields=["text"]))
+
+    args = ["es", "search", "--es-url", es_url, "--index", index, "apple", "--field", "text", "--size", "100"]
+    assert main([*args, "--hidden", "2", "--json"]) == 0
+    shown = {h["id"]: h for h in json.loads(capsys.readouterr().out)["hits"]}
+    for hit in hits:
+        pages = shown[hit.id].get("hidden_pages", [])
+        assert [p["id"] for p in pages] == hit.hidden
+        assert all(p["evidence"]["shared"] == hit.evidence[p["id"]]["shared"] for p in pages)
+    assert main([*args, "--hidden", "1"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("hides ")]
+    assert len(lines) == sum(1 for h in hits if h.hidden)
+    assert all(re.search(r"\((near_duplicate|transitive|exact): \d+ of 128 positions shared, r in ", line)
+               for line in lines)
+    assert main([*args, "--hidden", "-1"]) == 1
+    assert "--hidden must be >= 0" in capsys.readouterr().err

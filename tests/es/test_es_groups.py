@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from es_integration.indexing import index_records
 from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.clustering import broder_clusters, leader_clusters
+from scrapy_neardup.core.evidence import evidence
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import min_shared_for
@@ -239,6 +242,15 @@ def test_cli_json_and_assign(
         assert len(obj["members"]) >= 2 and len(set(obj["members"])) == len(obj["members"])
     assert [o["members"] for o in lines] == _expected_groups(grouped)
     assert "representative linkage" in err and "Traceback" not in err
+    # Every member says why it is in the group: its positions shared with the representative, counted anew here.
+    for obj in lines:
+        assert obj["pages"][0]["evidence"] is None and obj["pages"][0]["resemblance"] is None
+        for page in obj["pages"][1:]:
+            shared = _shared(grouped, obj["representative"], page["id"])
+            assert page["evidence"] == evidence(shared, K, "near_duplicate") and shared >= T
+            assert page["resemblance"] == pytest.approx(shared / K, abs=1e-4)
+            low, high = page["evidence"]["interval"]
+            assert low <= page["resemblance"] <= high
     # --assign kept the index's band filter where --new looks for it by default (the tests' $XDG_CACHE_HOME).
     from es_integration.band_filter import default_directory
     from es_integration.groups import index_uuid
@@ -291,6 +303,15 @@ def test_cli_transitive(es_url: str, grouped: dict[str, Any], capsys: pytest.Cap
     transitive = [json.loads(line)["members"] for line in out.splitlines()]
     assert sorted(map(sorted, transitive)) == sorted(map(sorted, _expected_clusters(grouped)))
     assert "transitive linkage" in err
+    # A member linked through others says so: it shares fewer than t positions with the representative.
+    rules = Counter()
+    for obj in map(json.loads, out.splitlines()):
+        for page in obj["pages"][1:]:
+            shared = _shared(grouped, obj["representative"], page["id"])
+            rule = "near_duplicate" if shared >= T else "transitive"
+            assert page["evidence"] == evidence(shared, K, rule)
+            rules[rule] += 1
+    assert rules["transitive"] > 0 and rules["near_duplicate"] > 0
     assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--json"]) == 0
     default = [json.loads(line)["members"] for line in capsys.readouterr().out.splitlines()]
     assert default == _expected_groups(grouped) and len(default) > len(transitive)
@@ -302,6 +323,9 @@ def test_cli_text_output_and_errors(
     assert main(["es", "groups", *_es_args(es_url, grouped["index"])]) == 0
     out, _ = capsys.readouterr()
     assert out.startswith("group ") and "keep " in out
+    duplicates = [line for line in out.splitlines() if line.startswith("  duplicate ")]
+    assert duplicates and all(re.search(r"\(near_duplicate: \d+ of 128 positions shared, r in \[0\.\d+, [01]\.\d+\]\)$",
+                                        line) for line in duplicates)
     assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--keep", "highest"]) == 1
     assert "--value-field" in capsys.readouterr().err
     assert main(["es", "groups", *_es_args(es_url, "Bad*Index")]) == 1
@@ -462,6 +486,12 @@ def test_new_equals_a_full_run_and_assign_writes_only_changes(
     assert [g.representative for g in new.groups] == [g.representative for g in touched]
     # New documents did join older groups, and an older group's representative is kept.
     assert any(set(g.members) - rest_ids and set(g.members) & rest_ids for g in touched)
+    # Each member's evidence, older members of a joined group included, counts its positions shared with the
+    # representative.
+    for group in new.groups:
+        for at, member in enumerate(group.members[1:], start=1):
+            fields = group.evidence_of(at)
+            assert fields is not None and fields["shared"] == _shared(grouped, group.representative, member)
     if linkage == "representative":
         for group in new.groups:
             assert all(_shared(grouped, group.representative, m) >= T for m in group.members[1:])

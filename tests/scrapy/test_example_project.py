@@ -139,7 +139,8 @@ def test_demo_skips_the_mirror_host(demo_report: str) -> None:
     saved = int(re.fullmatch(r"MIRROR HOSTS: (\d+) requests saved, \d+ downloaded:", title).group(1))  # type: ignore[union-attr]
     assert saved > 0
     (line,) = report_section(demo_report, "MIRROR HOSTS")
-    m = re.fullmatch(r"\s+host (\S+) mirrors host (\S+): (\d+) of (\d+) pages are copies; skipping its requests", line)
+    m = re.fullmatch(r"\s+host (\S+) mirrors host (\S+): (\d+) of (\d+) pages are copies; skipping its requests "
+                     r"\(mirror: \3 of \4 checked pages are copies, share in \[0\.\d{3}, 1\.000\]\)", line)
     assert m is not None, line
     start = demo_report.splitlines()[0].split(" at ")[1].rstrip("/")
     assert m.group(2) == start and m.group(1) != start

@@ -71,8 +71,14 @@ def test_one_command_crawls_into_the_index_and_searches_it_collapsed(demo: dict[
 
 
 @pytest.mark.parametrize("browser", [(1200, 900)], indirect=True)
+def rows_id(es_client: Any, demo: dict[str, Any]) -> str:
+    """The ``_id`` of the story's document (the kept page every copy's ``neardup.duplicate_of`` names)."""
+    hits = es_client.search(index=demo["index"], query={"term": {"neardup.key": demo["story"]}})["hits"]["hits"]
+    return str(hits[0]["_id"])
+
+
 def test_the_search_page_shows_each_story_once_and_expands_its_copies(
-    demo: dict[str, Any], browser: Any, tmp_path: Path,
+    demo: dict[str, Any], browser: Any, tmp_path: Path, es_client: Any,
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
@@ -104,7 +110,33 @@ def test_the_search_page_shows_each_story_once_and_expands_its_copies(
         assert listed[0] == demo["story"] and set(listed[1:]) == demo["copies"] and len(listed) == len(set(listed))
         summary = browser.find_element(By.CSS_SELECTOR, ".summary").text
         assert summary == f"the result shown and its {len(demo['copies'])} similar pages"  # the link's count
+        # Why each copy is grouped: the crawl's decision as the index holds it (neardup.shared of k = 128).
+        rows = browser.find_elements(By.CSS_SELECTOR, "li.hit")
+        assert not rows[0].find_elements(By.CSS_SELECTOR, "div.why")  # the kept page
+        for row in rows[1:]:
+            url = row.find_element(By.CSS_SELECTOR, ".url").text
+            why = row.find_element(By.CSS_SELECTOR, "div.why").text
+            found = re.fullmatch(r"grouped: (near_duplicate|exact): (\d+) of 128 positions shared, r in "
+                                 r"\[(0\.\d{3}|1\.000), (0\.\d{3}|1\.000)\] with the kept page · why grouped", why)
+            assert found is not None, why
+            stored = es_client.search(index=demo["index"], query={"term": {"neardup.key": url}},
+                                      source=["neardup"])["hits"]["hits"][0]["_source"]["neardup"]
+            assert int(found.group(2)) == stored["shared"] and stored["duplicate_of"] == rows_id(es_client, demo)
+            assert float(found.group(3)) <= stored["shared"] / 128 <= float(found.group(4))
         browser.save_screenshot(str(tmp_path / "similar.png"))
+
+        # The side-by-side view of the story and a copy.
+        copy = rows[1].find_element(By.CSS_SELECTOR, ".url").text
+        rows[1].find_element(By.CSS_SELECTOR, "a.why").click()
+        wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".verdict")))
+        heads = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".cols h2")]
+        assert heads == [f"A: {demo['story']}", f"B: {copy}"]
+        assert browser.find_element(By.CSS_SELECTOR, ".verdict").text in ("Near-duplicates", "Exact copy")
+        assert "Shared positions" in browser.find_element(By.CSS_SELECTOR, "table.ev").text
+        browser.save_screenshot(str(tmp_path / "why.png"))
+        browser.find_element(By.CSS_SELECTOR, "a.back").click()
+        wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "div.why")))
+        assert [e.text for e in browser.find_elements(By.CSS_SELECTOR, "li.hit .url")] == listed
 
         browser.find_element(By.CSS_SELECTOR, "a.back").click()
         wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "a.similar")))

@@ -73,3 +73,45 @@ def test_the_report_reads_in_a_browser(tmp_path: Path, browser: Any, capsys: pyt
     browser.save_screenshot(str(tmp_path / "view.png"))
     # The words both share are folded around the difference, which stays in sight.
     assert "words the same" in view.text and view.find_element(By.TAG_NAME, "ins").is_displayed()
+
+
+def test_the_report_of_a_state_directory_reads_in_a_browser(tmp_path: Path, browser: Any) -> None:
+    """A store whose recrawled page turned into a copy of another: its report shows the stored pages per host,
+    the pair with its evidence and the command that compares them."""
+    from selenium.webdriver.common.by import By
+
+    from scrapy_neardup.core.evidence import describe_evidence, evidence
+    from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.store.embedded import EmbeddedBackend
+
+    rng = random.Random(9)
+    texts = {f"http://{host}/{i}.html": " ".join(f"w{rng.randint(0, 9999)}" for _ in range(300))
+             for host in ("news.test", "blog.test") for i in range(3)}
+    sketcher = Sketcher()
+    params, state = sketcher.params, tmp_path / "state"
+    backend = EmbeddedBackend(params.num_perm, params.min_shared, params.tag, state_dir=state)
+    backend.load()
+    for key, text in texts.items():
+        assert backend.decide(key, sketcher.sketch(text)).match is None
+    copy = texts["http://news.test/0.html"].replace(texts["http://news.test/0.html"].split()[5], "edited", 1)
+    backend.index.put("http://blog.test/2.html", sketcher.sketch(copy))
+    backend.save()
+    report = tmp_path / "state.html"
+    assert main(["report", str(state), "-o", str(report)]) == 0
+
+    browser.get(report.as_uri())
+    cards = [c.text.split("\n") for c in browser.find_elements(By.CSS_SELECTOR, ".card")]
+    assert cards == [["6", "pages"], ["5", "kept"], ["1", "duplicates"], ["16.7%", "duplicate rate"]]
+    hosts = {r.find_elements(By.TAG_NAME, "td")[0].text: r.find_elements(By.TAG_NAME, "td")[3].text
+             for r in browser.find_elements(By.XPATH, "//h2[.='Duplicate rate per host']/following-sibling::table[1]"
+                                                       "//tr[td]")}
+    assert hosts == {"http://blog.test:80": "33%", "http://news.test:80": "0%"}
+    (row,) = browser.find_elements(By.XPATH, "//h2[starts-with(., 'Every duplicate')]/following-sibling::table[1]"
+                                              "//tr[td]")
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    shared = sketcher.sketch(texts["http://news.test/0.html"]).shared_positions(sketcher.sketch(copy))
+    assert cells[:3] == ["http://blog.test/2.html", "http://news.test/0.html", f"{shared / 128:.3f}"]
+    assert cells[3] == (f"{describe_evidence(evidence(shared, 128, 'near_duplicate'))}\nneardup explain --state "
+                        f"{state} http://news.test/0.html http://blog.test/2.html")
+    assert "none found" in browser.find_element(By.XPATH, "//h2[.='Mirror hosts']/following-sibling::table[1]").text
+    browser.save_screenshot(str(tmp_path / "state.png"))

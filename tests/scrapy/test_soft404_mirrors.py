@@ -29,6 +29,7 @@ from neardup_testkit import (
     path_of,
 )
 
+from scrapy_neardup.core.evidence import describe_evidence, mirror_evidence
 from scrapy_neardup.core.mirrors import MIRRORS_FILE, MirrorTable, host_of
 
 RunCrawl = Callable[..., CrawlResult]
@@ -147,9 +148,16 @@ def check_crawl_report(page: str, result: CrawlResult, hosts: Hosts) -> None:
             assert f"neardup explain {of} {url}" in evidence
         else:
             assert drop["reason"] == "Soft404Dropped" and evidence.startswith("soft404: ") and "-probe-" in of
-    mirror = re.search(r"<h2>Mirror hosts</h2><table>.*?</table>", page)
+            fields = drop["evidence"]
+            low, high = fields["interval"]
+            assert evidence.startswith(f"soft404: {fields['shared']} of {fields['k']}, r in [{low:.3f}, {high:.3f}]")
+    mirror = re.search(r"<h2>Mirror hosts</h2>.*?<table>.*?</table>", page)
     assert mirror is not None
-    assert f"<tr><td>{host_of(hosts.mirror.url)}</td><td>{host_of(hosts.original.url)}</td>" in mirror.group(0)
+    row = re.search(rf"<tr><td>{host_of(hosts.mirror.url)}</td><td>{host_of(hosts.original.url)}</td>"
+                    r"<td>(\d+) of (\d+)</td><td>(.*?)</td></tr>", mirror.group(0))
+    assert row is not None, mirror.group(0)
+    copies, checked = int(row.group(1)), int(row.group(2))
+    assert html.unescape(row.group(3)) == describe_evidence(mirror_evidence(copies, checked))
     pages = len(result.kept_urls) + len(result.dropped)
     assert f'<div class="card"><b>{pages}</b>pages</div>' in page
     assert f'<div class="card"><b>{len(result.dropped)}</b>dropped or marked</div>' in page
@@ -157,7 +165,7 @@ def check_crawl_report(page: str, result: CrawlResult, hosts: Hosts) -> None:
 
 
 def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
-    hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path
+    hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = tmp_path / "report.html"
     result = run_crawl(settings=crawl_settings(tmp_path, NEARDUP_REPORT=str(report)),
@@ -189,6 +197,16 @@ def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
     fetched_404s = {hosts.original.url + p for p in hosts.soft_404_paths}
     fetched_404s |= {hosts.mirror.url + p for p in hosts.soft_404_paths if p in hosts.mirror.requests}
     assert {u for u, d in drops.items() if d["reason"] == "Soft404Dropped"} == fetched_404s
+    # Each soft 404 says what it was compared with (the answer to a probe of its host) and its evidence.
+    for url in fetched_404s:
+        drop = drops[url]
+        fields = drop["evidence"]
+        assert fields["rule"] == "soft404" and fields["k"] == 128 and fields["shared"] >= 100
+        low, high = fields["interval"]
+        assert low <= fields["shared"] / fields["k"] <= high
+        probe = re.search(r"answered for (\S+) ", drop["message"])
+        assert probe is not None and host_of(probe.group(1)) == host_of(url)
+        assert "neardup-soft404-probe-" in probe.group(1) and describe_evidence(fields) in drop["message"]
     assert result.stat("neardup/soft404") == len(fetched_404s)
     assert result.stat("item_dropped_reasons_count/Soft404Dropped") == len(fetched_404s)
 
@@ -209,6 +227,10 @@ def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
     assert line is not None, result.log[-3000:]
     copies, checked = int(line.group(1)), int(line.group(2))
     assert checked >= MIN_PAGES and copies >= 0.9 * checked
+    # The line carries the decision's evidence: the share of copies with its 95% interval.
+    assert f"skipping its requests ({describe_evidence(mirror_evidence(copies, checked))})" in result.log
+    low, high = mirror_evidence(copies, checked)["interval"]
+    assert low <= copies / checked <= high
     assert result.log.count("pages are copies; skipping its requests") == 1  # the partial mirror is not skipped
     # Part of the mirror was never downloaded (how much depends on download timing: half on a quiet machine).
     assert skipped >= len(hosts.mirror.pages) // 4, skipped
@@ -220,6 +242,47 @@ def test_soft_404s_dropped_mirror_skipped_nothing_distinct_lost(
     decisions = table.load(tmp_path / "state")
     assert [(d.mirror, d.original) for d in decisions] == [(host_of(hosts.mirror.url), host_of(hosts.original.url))]
     assert json.loads((tmp_path / "state" / MIRRORS_FILE).read_text())["format"] == 1
+    check_state_report(tmp_path, result, copies, checked, capsys)
+
+
+def check_state_report(tmp_path: Path, result: CrawlResult, copies: int, checked: int,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``neardup report STATE_DIR``: the pages the store kept per host and the mirror decision with its evidence;
+    ``neardup explain --state DIR A B`` compares two stored keys."""
+    import html
+
+    from scrapy_neardup.cli.main import main
+
+    state, out = tmp_path / "state", tmp_path / "state-report.html"
+    assert main(["report", str(state), "-o", str(out)]) == 0
+    page = out.read_text()
+    kept = set(result.kept_urls)
+    assert f'<div class="card"><b>{len(kept)}</b>pages</div>' in page and "<polyline" in page
+    per_host = re.findall(r"<tr><td>([^<]+)</td><td>(\d+)</td><td>(\d+)</td>", page.split("per host</h2>", 1)[1])
+    counts = {host: 0 for host in map(host_of, kept)}
+    for url in kept:
+        counts[host_of(url)] += 1
+    assert {h: int(n) for h, n, _ in per_host} == counts
+    # The mirror as the saved table has it at the end of the crawl (every page of the mirror it checked).
+    (decision,) = MirrorTable().load(state)
+    assert decision.checked >= checked and decision.copies >= copies
+    assert (f"<tr><td>{decision.mirror}</td><td>{decision.original}</td><td>{decision.copies} of {decision.checked}"
+            f"</td><td>{html.escape(describe_evidence(decision.evidence))}</td></tr>") in page
+    assert "no duplicates" in page  # every page was checked against the others: no two stored pages match
+    capsys.readouterr()
+    # Two stored keys (distinct articles): compared by their stored signatures, both kept.
+    a, b = sorted(u for u in kept if "/news/" in u)[:2]
+    assert main(["explain", "--state", str(state), a, b, "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert compared["decision"] == "kept" and compared["shared"] < 20 and compared["k"] == 128
+    assert main(["explain", "--state", str(state), a, b]) == 0
+    text = capsys.readouterr().out
+    assert f"shared positions:      {compared['shared']} of 128" in text and "both are kept" in text
+    # A dropped page is not in the store: one clear line, exit 1.
+    dropped = next(u for u, d in result.drops_by_url().items() if d["reason"] == "NearDuplicateDropped")
+    assert main(["explain", "--state", str(state), a, dropped]) == 1
+    err = capsys.readouterr().err
+    assert f"keeps no page under {dropped}" in err and err.count("\n") == 1
 
 
 def test_each_feature_switches_off(hosts: Hosts, run_crawl: RunCrawl, tmp_path: Path) -> None:
@@ -257,6 +320,10 @@ def test_mark_mode_marks_soft_404s(hosts: Hosts, run_crawl: RunCrawl, tmp_path: 
         assert "neardup-soft404-probe-" in mark["soft404"]
         assert mark["rule"] == "soft404" and mark["shared"] == round(mark["resemblance"] * mark["k"])
         assert mark["interval"][0] <= mark["resemblance"] <= mark["interval"][1]
+        # Its log line (LOG_LEVEL DEBUG) names the probe it was compared with and the evidence.
+        fields = {k: mark[k] for k in ("rule", "shared", "k", "interval")}
+        assert (f"Marked soft 404 {url} (like the not-found page answered for {mark['soft404']}, resemblance "
+                f"{mark['resemblance']:.3f}, {describe_evidence(fields)})") in result.log
     assert result.stat("neardup/soft404") == len(soft_404_urls)
 
 
