@@ -218,12 +218,26 @@ def link_lists(blocks: Blocks) -> np.ndarray:
 def own_blocks(blocks: Blocks, template: np.ndarray | None = None) -> np.ndarray:
     """``bool[n]``: the blocks of what the page says itself (see the module doc), its host's template being
     ``template`` (sorted uint64 block hashes; None: none known)."""
+    return own_selection(blocks, template)[0]
+
+
+def own_selection(blocks: Blocks, template: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+    """:func:`own_blocks` and :func:`thin` in one pass."""
     has_words = blocks.counts > 0
     own = has_words & ~_in_template(blocks.hashes, template)
     keep = own & ~link_lists(blocks)
-    if int(blocks.counts[keep].sum()) >= MIN_OWN_WORDS:
-        return keep
-    return own if own.any() else has_words
+    words = int(blocks.counts[keep].sum())
+    if words >= MIN_OWN_WORDS:
+        return keep, False
+    return (own if own.any() else has_words), words > 0
+
+
+def thin(blocks: Blocks, template: np.ndarray | None = None) -> bool:
+    """Whether the page says fewer than :data:`MIN_OWN_WORDS` words of its own, but some: left without its
+    host's template and its link lists, it holds 1 to ``MIN_OWN_WORDS - 1`` words. Such a page is decided by the
+    exact text it is sketched on (:meth:`scrapy_neardup.core.sketch.Sketcher.sketch_many`), never by what it shares
+    of its template or link lists."""
+    return own_selection(blocks, template)[1]
 
 
 def own_words(blocks: Blocks, template: np.ndarray | None = None) -> np.ndarray:

@@ -6,11 +6,17 @@ attributes, which are re-opened in every later paragraph; end tags that close no
 whole stack of open elements), so a vectorized scan of the tags (:mod:`scrapy_neardup.core.tag_scan`) sends such
 pages to a parser-free tag stripper instead (:func:`strip_tags`), whose text is the same but for markup subtleties.
 
-The extractions (:data:`~scrapy_neardup.core.text.ContentMode`):
+Three extractions (:data:`~scrapy_neardup.core.text.ContentMode`):
 
 * ``"body"``: all visible text (:func:`html_to_text`);
 * ``"main"``: the main content the page marks (:func:`html_to_text`);
-* ``"auto"``: :mod:`scrapy_neardup.core.main_content`.
+* ``"auto"``, on pages that do not declare themselves articles (:mod:`scrapy_neardup.core.main_content` reads
+  those): the marked main content if there is one, else the body, *with its block structure*
+  (:func:`marked_text`): the byte :data:`~scrapy_neardup.core.marks.BLOCK` at each boundary of a block element,
+  link text between :data:`~scrapy_neardup.core.marks.LINK_START` and :data:`~scrapy_neardup.core.marks.LINK_END`.
+  The marks are put into the HTML before it is parsed, found by the same tag scan (one numpy pass, no walk over
+  the tree in Python), and come out of lexbor's text walk in place; :mod:`scrapy_neardup.core.blocks` then
+  removes link lists and the blocks a host repeats on its pages.
 """
 
 from __future__ import annotations
@@ -24,21 +30,24 @@ from typing import Literal
 import numpy as np
 from selectolax.lexbor import LexborHTMLParser
 
-from .marks import BLOCK, LINK_END, LINK_START
+from .article import outermost, the_article
+from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
-from .outermost import outermost
 from .tag_scan import (
     LANDMARK,
     LANDMARK_NAMES,
     MARK_TABLE,
     SAFE_TAGS,
     TagScan,
+    insert_marks,
     name_key,
     parse_hazard,
     tag_positions,
 )
 
-__all__ = ["HtmlMode", "html_to_text", "looks_like_html", "markup_to_text", "strip_tags", "tag_positions"]
+__all__ = [
+    "HtmlMode", "html_to_text", "looks_like_html", "marked_text", "markup_to_text", "strip_tags", "tag_positions",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +112,32 @@ def markup_to_text(data: bytes, tags: np.ndarray, mode: HtmlMode) -> str:
     return _main_text(tree, dropped, " ", landmarks)[0]
 
 
+def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
+    """The text of UTF-8 HTML ``data`` (``tags``: where its ``<`` are) that ``"auto"`` mode starts from, with its
+    block marks, and whether the page marks its main content.
+
+    The marked main content when the page has one, else the body (as in ``"main"`` mode: ``nav``, ``header``,
+    ``footer``, ``aside`` and their ARIA roles removed, then ``<main>``/``role="main"``, else ``<article>``, else
+    ``<body>``), :data:`~scrapy_neardup.core.marks.BLOCK` at every boundary of a block element and link text
+    bracketed by :data:`~scrapy_neardup.core.marks.LINK_START` / :data:`~scrapy_neardup.core.marks.LINK_END`.
+    Marker bytes already in ``data`` become spaces first.
+    """
+    data = data.translate(CLEAR_MARKS)
+    scan = TagScan.of(data, tags)
+    hazard, dropped, start_tags = parse_hazard(scan if tags.size > SAFE_TAGS else None, tags.size)
+    marks = scan.table(MARK_TABLE)
+    data = insert_marks(data, tags, scan, marks)
+    if hazard:
+        logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
+        return strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False
+    tree = LexborHTMLParser(data)
+    landmarks = _Landmarks.of(data, marks, scan)
+    if not landmarks.any:
+        return _body_text(tree, dropped, start_tags), False
+    return _main_text(tree, dropped, _BLOCK_STR, landmarks, articles=True)
+
+
+_BLOCK_STR = chr(BLOCK)
 _ROLE = re.compile(rb"role", re.IGNORECASE)
 _LANDMARK_BY_KEY = {name_key(name): name for name in LANDMARK_NAMES}
 _BOILERPLATE_ROLES = ("[role=navigation]", "[role=banner]", "[role=contentinfo]", "[role=complementary]")
@@ -151,11 +186,13 @@ def _body_text(tree: LexborHTMLParser, dropped: str, start_tags: int) -> str:
 
 def _main_text(
     tree: LexborHTMLParser, dropped: str, joiner: str, landmarks: _Landmarks = _EVERY_LANDMARK,
+    articles: bool = False,
 ) -> tuple[str, bool]:
     """The main content of ``tree`` (see :func:`html_to_text`, mode ``"main"``), after removing the elements
     selected by ``dropped``, several main elements joined with ``joiner``; and whether it is marked (a main or
     article element with text) rather than the body. ``landmarks``: what the page may have (all by default).
-    """
+    ``articles`` (``"auto"`` mode): ``<article>`` elements are the main content only where one of them is the
+    page's article (:func:`scrapy_neardup.core.article.the_article`); teaser cards leave the page unmarked."""
     dropped = ",".join(part for part in (dropped, landmarks.boilerplate()) if part)
     root_id = tree.root.mem_id if tree.root is not None else None
     for node in tree.css(dropped) if dropped else ():  # one C-level selection
@@ -165,6 +202,11 @@ def _main_text(
             node.decompose()
     for selector in landmarks.main_candidates():
         nodes = outermost(tree.css(selector))
+        if articles and selector == "article":
+            trusted = the_article(nodes)
+            if trusted is None:
+                break
+            nodes = trusted
         text = joiner.join(node.text(separator=" ") for node in nodes)
         if _has_text(text):
             return text, True

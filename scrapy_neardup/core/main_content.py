@@ -24,21 +24,25 @@ from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import ElementNode as RNode
 from resiliparse.parse.html import HTMLTree
 
+from .article import ARTICLE_SHARE
+from .html import marked_text as block_marked_text
 from .html import strip_tags
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
 from .tag_scan import LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard
 
-__all__ = ["ARTICLE_SHARE", "marked_text", "the_article"]
+__all__ = ["is_article_page", "marked_text"]
 
 logger = logging.getLogger(__name__)
 
-#: Several ``<article>`` elements: the largest is the page's article if it holds at least this share of their text.
-ARTICLE_SHARE = 0.6
 _MAIN_KEY = name_key("main")
 _MAIN_OPEN = re.compile(rb"<main[\s>/]", re.IGNORECASE)
 _MAIN_CLOSE = re.compile(rb"</main\s*>", re.IGNORECASE)
 _ROLE = re.compile(rb"role", re.IGNORECASE)
+_ARTICLE_PAGE = re.compile(
+    rb"<article[\s>]|og:type[\"']?\s+content=[\"']?article"
+    rb"|\"@type\"\s*:\s*\"(?:News|Blog|Reportage|Analysis|Opinion|Review|Tech|Scholarly|Satirical)?"
+    rb"(?:Article|Posting)\"", re.IGNORECASE)
 _ARTICLE_KEY = name_key("article")
 _UL_KEY = name_key("ul")
 _A_KEY = name_key("a")
@@ -66,6 +70,8 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     :data:`~scrapy_neardup.core.marks.LINK_START` / :data:`~scrapy_neardup.core.marks.LINK_END`. Marker bytes
     already in ``data`` become spaces first.
     """
+    if not is_article_page(data):
+        return block_marked_text(data, tags)
     data = data.translate(CLEAR_MARKS)
     scan = TagScan.of(data, tags)
     hazard, _, _ = parse_hazard(scan, tags.size)
@@ -133,7 +139,7 @@ def _main_content(tree: HTMLTree) -> str:
     :data:`MIN_MAIN_WORDS` (a short page's own words may be where the rules see boilerplate: a lone list, a
     date line)."""
     text = extract_plain_text(tree, preserve_formatting=False, main_content=True, list_bullets=False,
-                              alt_texts=False)
+                              alt_texts=False, comments=False, post_meta=False)
     if _words(text) >= MIN_MAIN_WORDS:
         return text
     return extract_plain_text(tree, preserve_formatting=False, main_content=False, list_bullets=False,
@@ -142,6 +148,14 @@ def _main_content(tree: HTMLTree) -> str:
 
 def _words(text: str) -> int:
     return len(text.split())  # the marks are Unicode whitespace
+
+
+def is_article_page(data: bytes) -> bool:
+    """Whether HTML ``data`` declares itself an article: an ``og:type`` of ``article``, a schema.org ``Article``,
+    ``NewsArticle``, ``BlogPosting``... in its JSON-LD, or an ``<article>`` element. Documentation pages, which are
+    read faster and whole by :func:`scrapy_neardup.core.html.marked_text` (their lists and signatures are their
+    content), do not."""
+    return _ARTICLE_PAGE.search(data) is not None
 
 
 def _retagged(data: bytes, tags: np.ndarray, scan: TagScan) -> bytes:
@@ -194,13 +208,13 @@ def _marked_part(body: RNode, has_main: bool, has_article: bool) -> list[RNode]:
         if any(_has_text(_text(node)) for node in mains):
             return mains
     if has_article:
-        articles = the_article(_outermost(body.query_selector_all("article")))
+        articles = _page_article(_outermost(body.query_selector_all("article")))
         if articles and any(_has_text(_text(node)) for node in articles):
             return articles
     return []
 
 
-def the_article(nodes: list[RNode]) -> list[RNode] | None:
+def _page_article(nodes: list[RNode]) -> list[RNode] | None:
     """The outermost ``<article>`` elements ``nodes`` reduced to the page's article: all of them if there is one,
     the largest if it holds :data:`ARTICLE_SHARE` of their text, else None (teaser cards, a list of posts)."""
     if len(nodes) < 2:

@@ -14,7 +14,8 @@ import mmh3
 import numpy as np
 
 from ..errors import IncompatibleSketches
-from .blocks import own_text, own_words, split_blocks, split_blocks_many
+from .blocks import own_selection, own_text, split_blocks, split_blocks_many
+from .hashing import fmix64_inplace
 from .minhash import OnePermutationHasher
 from .params import (  # the tag codec is re-exported: it was defined here in earlier versions
     BODY_SCHEME_VERSION,
@@ -54,6 +55,8 @@ __all__ = [
 ]
 # Texts are shingled in groups of about this many characters: bounded temporary arrays.
 _BATCH_CHARS = 1 << 20
+# Mixes a position into a thin page's fingerprint (an arbitrary odd constant).
+_THIN_MIX = np.uint64(0xD6E8FEB86659FD93)
 
 Content = str | bytes | bytearray | memoryview
 
@@ -247,8 +250,10 @@ class Sketcher:
         for lo, hi in _batches([c.utf8 for c in cleaned]):
             pages = split_blocks_many([c.utf8 for c in cleaned[lo:hi]])
             # A page that marks its main content is read without its host's template (the page says what it says).
-            kept = [own_words(page, None if c.marked else template)
-                    for page, c, template in zip(pages, cleaned[lo:hi], templates[lo:hi], strict=True)]
+            selections = [own_selection(page, None if c.marked else template)
+                          for page, c, template in zip(pages, cleaned[lo:hi], templates[lo:hi], strict=True)]
+            kept = [blocks[page.block] if page.block.size else np.zeros(0, dtype=bool)
+                    for page, (blocks, _) in zip(pages, selections, strict=True)]
             for keep, page, words in zip(kept, pages, leave_out[lo:hi], strict=True):
                 if words is not None and words.size:
                     keep &= ~_occurrences(page.words, words)
@@ -264,8 +269,11 @@ class Sketcher:
             sigs = self._hasher.signatures(hashes, counts)
             for i, page in enumerate(pages):
                 clean = cleaned[lo + i]
+                fingerprint = int(mmh3.hash64(units[i].tobytes(), signed=False)[0])
+                if selections[i][1]:  # a thin page: only its exact text matches it
+                    sigs[i] = _exact_signature(fingerprint, sigs.shape[1])
                 sketches.append(Sketch(
-                    signature=sigs[i], fingerprint=int(mmh3.hash64(units[i].tobytes(), signed=False)[0]),
+                    signature=sigs[i], fingerprint=fingerprint,
                     tag=self.tag, num_shingles=int(counts[i]), truncated=clean.truncated,
                     blocks=None if clean.marked else page.distinct_hashes,
                 ))
@@ -301,6 +309,17 @@ class Sketcher:
     def jaccard(self, a: Content, b: Content, is_html: bool | None = None) -> float:
         """Exact resemblance ``|A ∩ B| / |A ∪ B|`` of two pages' shingle sets (1.0 when both are empty)."""
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
+
+
+def _exact_signature(fingerprint: int, k: int) -> np.ndarray:
+    """A signature that only the same ``fingerprint`` gives: ``k`` values of ``fmix64(fingerprint xor (j + 1) *
+    C)``, ``j = 0 .. k - 1``, cut to 32 bits. Two pages with such signatures share all ``k`` positions when their
+    texts are equal, about ``k / 2**32`` otherwise, and about as few with any other page: a thin page is only ever
+    an exact copy (:func:`scrapy_neardup.core.blocks.thin`)."""
+    values = np.uint64(fingerprint) ^ (np.arange(1, k + 1, dtype=np.uint64) * _THIN_MIX)
+    fmix64_inplace(values)
+    signature: np.ndarray = (values & np.uint64(0xFFFFFFFE)).astype(np.uint32)  # never EMPTY (all ones)
+    return signature
 
 
 def _occurrences(words: np.ndarray, run: np.ndarray) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scrapy_neardup.core.main_content import ARTICLE_SHARE
+from scrapy_neardup.core.article import ARTICLE_SHARE
 from scrapy_neardup.core.sketch import Sketcher
 
 STORY = (
