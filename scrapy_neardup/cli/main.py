@@ -197,7 +197,7 @@ def _dedupe_batch(
         match = verdict.match
         record["duplicate_of"] = json.loads(match.key) if match else None
         record["resemblance"] = match.resemblance if match else None
-        record["evidence"] = match_evidence(match, deduper.sketcher.num_perm) if match else None
+        record["evidence"] = match_evidence(match, deduper.sketcher.num_perm, sketch=verdict.sketch) if match else None
         sink.write(json_line(record))
 
 

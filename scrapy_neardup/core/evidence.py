@@ -18,13 +18,21 @@ Fields (a plain dict, JSON-ready; documented in ``docs/evidence.md``):
     ``[low, high]``, the 95% Wilson interval of the resemblance ``r`` given ``shared`` of ``k``
     (:func:`~scrapy_neardup.core.theory.resemblance_interval`), rounded to 3 decimals. The estimate itself is
     ``shared / k`` (the ``resemblance`` field next to it).
+``sketched``, ``words``
+    what of the duplicate page was sketched (:attr:`~scrapy_neardup.core.sketch.Sketch.sketched`: ``"main
+    content"``, ``"own text"``, ``"whole text"`` or ``"exact text"``) and how many words (``"auto"`` mode; 0 in
+    the others); present where the decision was taken on a sketch of this run. The kept page's side:
+    ``neardup explain``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .match import Match
+
+if TYPE_CHECKING:
+    from .sketch import Sketch
 from .theory import resemblance_interval
 
 Rule = Literal["near_duplicate", "exact", "canonical", "soft404", "mirror", "repeat", "transitive"]
@@ -48,11 +56,17 @@ def evidence(shared: int, num_perm: int, rule: Rule) -> dict[str, Any]:
     return {"rule": rule, "shared": int(shared), "k": int(num_perm), "interval": [round(low, 3), round(high, 3)]}
 
 
-def match_evidence(match: Match, num_perm: int, canonical: bool = False) -> dict[str, Any]:
+def match_evidence(match: Match, num_perm: int, canonical: bool = False,
+                   sketch: Sketch | None = None) -> dict[str, Any]:
     """The evidence of a duplicate of ``match``: rule ``"exact"`` for equal fingerprints, ``"canonical"`` when the
-    page was grouped by its canonical link (``canonical=True``), ``"near_duplicate"`` otherwise."""
+    page was grouped by its canonical link (``canonical=True``), ``"near_duplicate"`` otherwise; with the
+    duplicate's ``sketch``, what of it was sketched (``sketched``, ``words``)."""
     rule: Rule = "canonical" if canonical else ("exact" if match.exact else "near_duplicate")
-    return evidence(min(match.shared, num_perm), num_perm, rule)
+    fields = evidence(min(match.shared, num_perm), num_perm, rule)
+    if sketch is not None and sketch.sketched:
+        fields["sketched"] = sketch.sketched
+        fields["words"] = sketch.words
+    return fields
 
 
 def mirror_evidence(copies: int, checked: int) -> dict[str, Any]:
@@ -66,10 +80,12 @@ def describe_evidence(fields: dict[str, Any]) -> str:
     """One line for a log or a drop message: ``near_duplicate: 122 of 128 positions shared, r in [0.901, 0.978]``
     (``mirror: 23 of 24 checked pages are copies, share in [0.798, 0.993]`` for a mirror host)."""
     low, high = fields["interval"]
+    what = f"; sketched: {fields['sketched']}, {fields['words']} words" if fields.get("sketched") else ""
     if fields["rule"] == "mirror":
         return (f"mirror: {fields['shared']} of {fields['k']} checked pages are copies, share in "
                 f"[{low:.3f}, {high:.3f}]")
-    return f"{fields['rule']}: {fields['shared']} of {fields['k']} positions shared, r in [{low:.3f}, {high:.3f}]"
+    return (f"{fields['rule']}: {fields['shared']} of {fields['k']} positions shared, r in [{low:.3f}, {high:.3f}]"
+            f"{what}")
 
 
 __all__ = ["RULES", "Rule", "describe_evidence", "evidence", "match_evidence", "mirror_evidence"]

@@ -54,6 +54,8 @@ __all__ = [
     "parse_tag",
 ]
 # Texts are shingled in groups of about this many characters: bounded temporary arrays.
+#: What :attr:`Sketch.sketched` may say.
+SKETCHED = ("main content", "own text", "whole text", "exact text")
 _BATCH_CHARS = 1 << 20
 # Mixes a position into a thin page's fingerprint (an arbitrary odd constant).
 _THIN_MIX = np.uint64(0xD6E8FEB86659FD93)
@@ -75,6 +77,12 @@ class Sketch:
         blocks: ``"auto"`` mode: the page's distinct block hashes (sorted ``uint64``), from which its host's
             template is learned (:mod:`scrapy_neardup.core.template`); ``None`` in the other modes. Not part of
             the sketch's identity.
+        sketched: what of the page was sketched (one of :data:`SKETCHED`): ``"main content"`` (what the page
+            marks, or ``"main"`` mode), ``"own text"`` (``"auto"`` mode on a page that marks nothing: its text
+            without its host's template and its link lists, if it had any), ``"whole text"`` (``"body"`` mode),
+            ``"exact text"`` (a thin page, matched only by the same text); ``""`` when not known. Not part of the
+            sketch's identity, nor is ``words``.
+        words: ``"auto"`` mode: the words sketched (0 in the other modes).
     """
 
     signature: np.ndarray
@@ -83,6 +91,8 @@ class Sketch:
     num_shingles: int
     truncated: bool = False
     blocks: np.ndarray | None = field(default=None, repr=False)
+    sketched: str = ""
+    words: int = 0
     _hashable: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -236,6 +246,7 @@ class Sketcher:
                         tag=self.tag,
                         num_shingles=int(counts[i - lo]),
                         truncated=cleaned[i].truncated,
+                        sketched="whole text" if self.content == "body" else "main content",
                     )
                 )
         return sketches
@@ -270,12 +281,15 @@ class Sketcher:
             for i, page in enumerate(pages):
                 clean = cleaned[lo + i]
                 fingerprint = int(mmh3.hash64(units[i].tobytes(), signed=False)[0])
-                if selections[i][1]:  # a thin page: only its exact text matches it
+                thin_page = selections[i][1]
+                if thin_page:  # only its exact text matches it
                     sigs[i] = _exact_signature(fingerprint, sigs.shape[1])
+                sketched = "exact text" if thin_page else "main content" if clean.marked else "own text"
                 sketches.append(Sketch(
                     signature=sigs[i], fingerprint=fingerprint,
                     tag=self.tag, num_shingles=int(counts[i]), truncated=clean.truncated,
                     blocks=None if clean.marked else page.distinct_hashes,
+                    sketched=sketched, words=int(units[i].size),
                 ))
         return sketches
 

@@ -6,6 +6,7 @@ from scrapy.exceptions import DropItem
 
 from ..core.evidence import describe_evidence, match_evidence
 from ..core.match import Match
+from ..core.sketch import Sketch
 from ..errors import NearDupError
 
 
@@ -23,11 +24,11 @@ class NearDuplicateDropped(DropItem, NearDupError):
             was given, else ``None``.
     """
 
-    def __init__(self, url: str, match: Match, num_perm: int | None = None) -> None:
-        super().__init__(f"near-duplicate of {match.key} ({describe(match, num_perm)})", log_level="DEBUG")
+    def __init__(self, url: str, match: Match, num_perm: int | None = None, sketch: Sketch | None = None) -> None:
+        super().__init__(f"near-duplicate of {match.key} ({describe(match, num_perm, sketch)})", log_level="DEBUG")
         self.url = url
         self.match = match
-        self.evidence = None if num_perm is None else match_evidence(match, num_perm)
+        self.evidence = None if num_perm is None else match_evidence(match, num_perm, sketch=sketch)
 
 
 class RevisitDropped(DropItem, NearDupError):
@@ -61,14 +62,14 @@ class RepeatDropped(DropItem, NearDupError):
         self.url = url
 
 
-def describe(match: Match, num_perm: int | None = None) -> str:
+def describe(match: Match, num_perm: int | None = None, sketch: Sketch | None = None) -> str:
     """How a log line or a drop names a match: ``resemblance 0.953, 122 positions shared[, exact duplicate]``, or
     with ``num_perm`` (``k``) its evidence too: ``resemblance 0.953, near_duplicate: 122 of 128 positions shared,
     r in [0.901, 0.978]`` (the 95% interval of the resemblance, :mod:`scrapy_neardup.core.evidence`)."""
     if num_perm is None:
         exact = ", exact duplicate" if match.exact else ""
         return f"resemblance {match.resemblance:.3f}, {match.shared} positions shared{exact}"
-    return f"resemblance {match.resemblance:.3f}, {describe_evidence(match_evidence(match, num_perm))}"
+    return f"resemblance {match.resemblance:.3f}, {describe_evidence(match_evidence(match, num_perm, sketch=sketch))}"
 
 
 __all__ = ["NearDuplicateDropped", "RepeatDropped", "RevisitDropped", "describe"]

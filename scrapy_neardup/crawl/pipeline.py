@@ -318,7 +318,8 @@ class NearDuplicatePipeline:
         if decision.match is None:
             self._inc("kept")
             return item
-        return self._duplicate(item, adapter, key, decision.match, representative=representative_of is not None)
+        return self._duplicate(item, adapter, key, decision.match, representative=representative_of is not None,
+                               sketch=sketch)
 
     def _checked(self, key: str, duplicate_of: str | None, canonical: str | None) -> str | None:
         """Tell the crawl's observers, the canonical links and the host order that ``key`` was checked; returns
@@ -365,23 +366,25 @@ class NearDuplicatePipeline:
             self._batcher = CheckBatcher(backend, backend.max_batch)
         return await maybe_deferred_to_future(self._batcher.check(key, sketch))
 
-    def _duplicate(self, item: Any, adapter: ItemAdapter, key: str, match: Match, representative: bool = False) -> Any:
+    def _duplicate(self, item: Any, adapter: ItemAdapter, key: str, match: Match, representative: bool = False,
+                   sketch: Sketch | None = None) -> Any:
         """A near-duplicate of the kept page ``match.key``: dropped or marked; ``representative``: it is the
-        canonical page of that content, met after it (the mark says ``"representative": True``)."""
+        canonical page of that content, met after it (the mark says ``"representative": True``); ``sketch``: the
+        item's, whose ``sketched`` and ``words`` go into the evidence."""
         if match.exact:
             self._inc("exact_duplicates")
         if self.config.action == "mark":
             logger.log(self._drop_level, "Marked near-duplicate %s of %s (%s)", key, match.key,
-                       describe(match, self.config.num_perm))
+                       describe(match, self.config.num_perm, sketch))
             mark: dict[str, Any] = {"duplicate_of": match.key, "resemblance": match.resemblance, "exact": match.exact,
-                                    **match_evidence(match, self.config.num_perm)}
+                                    **match_evidence(match, self.config.num_perm, sketch=sketch)}
             if representative:
                 mark["representative"] = True
             adapter[self.config.mark_field] = mark
             self._inc("marked")
             return item
         self._inc("dropped")
-        raise self._logged_once(NearDuplicateDropped(key, match, self.config.num_perm))
+        raise self._logged_once(NearDuplicateDropped(key, match, self.config.num_perm, sketch))
 
     def _revisit(self, item: Any, adapter: ItemAdapter, key: str, changed: bool) -> Any:
         """A page seen again under its key (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`):

@@ -133,6 +133,8 @@ def test_dedupe_output_carries_the_evidence(tmp_path: Path, capsys: pytest.Captu
     assert fields["rule"] == "near_duplicate" and fields["k"] == 128
     assert fields["interval"][0] <= second["resemblance"] <= fields["interval"][1]
     assert fields["shared"] == round(second["resemblance"] * 128)
+    # What of the duplicate was sketched: its body without the menu (a link list), 400 words.
+    assert (fields["sketched"], fields["words"]) == ("own text", 400)
 
 
 def test_explain_fetches_pages_given_as_urls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

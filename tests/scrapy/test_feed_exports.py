@@ -39,7 +39,8 @@ def check_marks(csv_marks: dict[str, str], json_marks: dict[str, Any], server: A
         assert (json.loads(cell) if cell else None) == json_marks[url], (url, cell)
     kinds = {tuple(sorted(mark)) for mark in json_marks.values() if mark is not None}
     evidence = ("interval", "k", "rule", "shared")  # docs/evidence.md
-    assert tuple(sorted(("duplicate_of", "exact", "resemblance", *evidence))) in kinds
+    # A near-duplicate's evidence also says what of it was sketched (its sketch was made in this crawl).
+    assert tuple(sorted(("duplicate_of", "exact", "resemblance", "sketched", "words", *evidence))) in kinds
     assert tuple(sorted(("resemblance", "soft404", *evidence))) in kinds
     site = kinds_site()
     for copy, original in site.original_of.items():

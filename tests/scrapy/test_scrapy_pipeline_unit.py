@@ -316,7 +316,9 @@ def test_mark_dict_items_get_the_field() -> None:
     assert first["dup"] is None  # kept items carry the field too: feed exports get a stable schema
     # The evidence: the rule that decided, shared positions of k, the 95% interval of the resemblance.
     k = pipeline.config.num_perm
+    # And what of the page was sketched: plain text, its own text (no template is known, it has no link list).
     assert second["dup"] == {"duplicate_of": "a", "resemblance": 1.0, "exact": True, "rule": "exact", "shared": k,
-                             "k": k, "interval": [round(resemblance_interval(k, k)[0], 3), 1.0]}
+                             "k": k, "interval": [round(resemblance_interval(k, k)[0], 3), 1.0],
+                             "sketched": "own text", "words": len(ARTICLE.split())}
     assert stats(pipeline) == {"neardup/checked": 2, "neardup/kept": 1, "neardup/exact_duplicates": 1,
                                "neardup/marked": 1}

@@ -25,7 +25,7 @@ from neardup_testkit import (
     run_crawl_process,
 )
 
-from scrapy_neardup.core.sketch import Sketch, Sketcher
+from scrapy_neardup.core.sketch import SKETCHED, Sketch, Sketcher
 from scrapy_neardup.crawl.sketch_worker import (
     _ANSWER,
     _BINARY,
@@ -75,9 +75,10 @@ def test_worker_process_sketches_equal_in_process_sketches() -> None:
     assert [fields[0] for fields, _ in frames] == list(range(2 * len(contents)))
     expected = [sketcher.sketch(c) for c in contents] + [sketcher.sketch(c, template=template) for c in contents]
     for (fields, body), sketch in zip(frames, expected, strict=True):
-        _, status, fingerprint, shingles, truncated, blocks, _ = fields
+        _, status, fingerprint, shingles, truncated, sketched, words, blocks, _ = fields
         assert status == _OK
         assert (fingerprint, shingles, bool(truncated)) == (sketch.fingerprint, sketch.num_shingles, sketch.truncated)
+        assert (SKETCHED[sketched - 1], words) == (sketch.sketched, sketch.words)
         hashes = b"" if sketch.blocks is None else sketch.blocks.astype("<u8").tobytes()
         assert bytes(body) == sketch.signature.astype("<u4").tobytes() + hashes
         assert blocks == (0xFFFFFFFF if sketch.blocks is None else sketch.blocks.size)
