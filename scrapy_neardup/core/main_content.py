@@ -39,10 +39,11 @@ _MAIN_KEY = name_key("main")
 _MAIN_OPEN = re.compile(rb"<main[\s>/]", re.IGNORECASE)
 _MAIN_CLOSE = re.compile(rb"</main\s*>", re.IGNORECASE)
 _ROLE = re.compile(rb"role", re.IGNORECASE)
-_ARTICLE_PAGE = re.compile(
-    rb"<article[\s>]|og:type[\"']?\s+content=[\"']?article"
-    rb"|\"@type\"\s*:\s*\"(?:News|Blog|Reportage|Analysis|Opinion|Review|Tech|Scholarly|Satirical)?"
-    rb"(?:Article|Posting)\"", re.IGNORECASE)
+_DECLARATIONS = (
+    (b"og:type", re.compile(rb"[\"']?\s+content=[\"']?article", re.IGNORECASE)),
+    (b'"@type"', re.compile(rb"\s*:\s*\[?\s*\"(?:News|Blog|Reportage|Analysis|Opinion|Review|Tech|Scholarly|Satirical)?"
+                            rb"(?:Article|Posting)\"")),
+)
 _ARTICLE_KEY = name_key("article")
 _UL_KEY = name_key("ul")
 _A_KEY = name_key("a")
@@ -155,7 +156,17 @@ def is_article_page(data: bytes) -> bool:
     ``NewsArticle``, ``BlogPosting``... in its JSON-LD, or an ``<article>`` element. Documentation pages, which are
     read faster and whole by :func:`scrapy_neardup.core.html.marked_text` (their lists and signatures are their
     content), do not."""
-    return _ARTICLE_PAGE.search(data) is not None
+    # Substring searches run at memory speed; a regular expression over the whole page would cost a tenth of
+    # the page's sketching. Only the bytes after each marker are matched.
+    if b"<article" in data:  # upper-case tags are rare enough to be read the other way
+        return True
+    for marker, after in _DECLARATIONS:
+        at = data.find(marker)
+        while at >= 0:
+            if after.match(data, at + len(marker), at + len(marker) + 64):
+                return True
+            at = data.find(marker, at + 1)
+    return False
 
 
 def _retagged(data: bytes, tags: np.ndarray, scan: TagScan) -> bytes:
