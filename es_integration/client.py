@@ -1,24 +1,6 @@
 """The one place that builds Elasticsearch clients, and turns their failures into clear one-line errors.
 
-Several nodes of one cluster: ``url`` may list them separated by commas
-(``http://127.0.0.1:9200,http://127.0.0.1:9201``). Requests go round-robin to the nodes that answer; a node that
-fails (connection refused, reset) is set aside for a while, and the caller's retry goes to another one, so a
-crawl survives the loss of the node it was talking to. Every URL must use the same scheme and the same
-credentials (one client, one set of options).
-
-Credentials: basic auth (``username`` + ``password``) or an API key (the ``encoded`` value Elasticsearch returns
-from ``POST /_security/api_key``, or ``"id:api_key"``); TLS is verified against ``ca_certs`` when given, else the
-system/certifi store. A URL may carry ``user:password@``; it is moved into basic auth so that the URL that
-appears in messages never holds a secret.
-
-Transport logs: elasticsearch-py's transport logs each failed attempt at WARNING, with a traceback ("Node ... has
-failed for 1 times in a row", "Retrying request after failure"), although the caller's retries and its one-line
-error say all of it. :func:`transport_logs_at_debug` turns those records into DEBUG ones while a command runs (and
-while the crawler backend connects): ``neardup -v`` and a crawl at ``LOG_LEVEL = "DEBUG"`` still show them.
-
-Secrets never reach logs or exception messages: :class:`ConnectionSettings` hides them in ``repr``, the transport
-logs headers with ``Authorization`` masked, and :func:`describe_error` builds messages from the status, the
-error type and reason, and the sanitized URL only.
+Design notes: docs/architecture.md#es_integrationclient
 """
 
 from __future__ import annotations

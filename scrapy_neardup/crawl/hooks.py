@@ -1,21 +1,6 @@
 """The small hook through which the pipeline and the host middlewares of one crawl talk.
 
-* The pipeline asks whether a page was found to be a soft 404 (:mod:`scrapy_neardup.crawl.soft404` fills that in
-  before the response reaches the spider) and what canonical URL its response named in an HTTP ``Link`` header or
-  in its HTML (:mod:`scrapy_neardup.crawl.canonical`).
-* The pipeline reports each checked page to the *observers*: kept, or naming the kept page it duplicates, and
-  whether it is the canonical page of an earlier kept copy (:meth:`CrawlHooks.page_checked`).
-  :mod:`scrapy_neardup.crawl.mirrors` counts them per host pair; a search index can make such a page its
-  group's representative.
-* The pipeline hands each decided item, with its sketch and decision, to the search-index writer
-  (:mod:`scrapy_neardup.crawl.search_index`), so that the page is written with the sketch the pipeline made,
-  never sketched twice.
-* The order hosts were met in (the order their first requests were scheduled: start URLs in their order, then
-  hosts as links lead to them) and whether a host is known not to copy an earlier one
-  (:mod:`scrapy_neardup.crawl.order`, which decides which copy is kept).
-
-One :class:`CrawlHooks` per crawler; a middleware that is not enabled simply never registers, and the hook then
-answers "nothing to do".
+Design notes: docs/architecture.md#scrapy_neardupcrawlhooks
 """
 
 from __future__ import annotations
