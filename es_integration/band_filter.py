@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_neardup.core.storage import atomic_writer
-from scrapy_neardup.core.stored import band_pairs
+from scrapy_neardup.core.atomic_files import atomic_writer
+from scrapy_neardup.core.stored_signature import band_pairs
 
 __all__ = ["BITS_PER_KEY", "PROBES", "BandFilter", "BandFilterStore", "default_directory"]
 

@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 from typing import Any
 
-from .engine import bulk_helpers
+from .opensearch_adapter import bulk_helpers
 
 __all__ = ["Chunking", "write_bulk"]
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from scrapy_neardup.core.match import Match, best_first
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import StoredSignature, band_layout, decode_many, verified
+from scrapy_neardup.core.stored_signature import StoredSignature, band_layout, decode_many, verified
 
 from .mapping import (
     F_BANDS,

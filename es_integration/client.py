@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 from scrapy_neardup.errors import EsError
 
 from .connection import ConnectionSettings, safe_url
-from .engine import PROBE_HEADERS, async_opensearch_client, engine_from_root, missing_opensearch_py, opensearch_client
+from .opensearch_adapter import (
+    PROBE_HEADERS,
+    async_opensearch_client,
+    engine_from_root,
+    missing_opensearch_py,
+    opensearch_client,
+)
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch, Elasticsearch
@@ -81,8 +87,8 @@ def client_major() -> int:
 def make_client(settings: ConnectionSettings, *, unreachable_hint: str = "", **overrides: Any) -> Elasticsearch:
     """A synchronous client for the engine at ``settings.url`` (``overrides``: e.g. ``max_retries``,
     ``retry_on_timeout``): elasticsearch-py for Elasticsearch, opensearch-py behind the same API for OpenSearch
-    (see :mod:`es_integration.engine`; one ``GET /`` tells them apart). ``unreachable_hint`` ends the message
-    when no node answers (what to check: ``"check --es-url and that the node is up"``).
+    (see :mod:`es_integration.opensearch_adapter`; one ``GET /`` tells them apart). ``unreachable_hint`` ends the
+    message when no node answers (what to check: ``"check --es-url and that the node is up"``).
 
     Raises:
         EsError: the server cannot be reached, or it is OpenSearch and opensearch-py is not installed.

@@ -14,7 +14,7 @@ import numpy as np
 
 from scrapy_neardup.core.evidence import Rule, evidence
 from scrapy_neardup.core.params import SketchParams
-from scrapy_neardup.core.stored import decode_many, verified
+from scrapy_neardup.core.stored_signature import decode_many, verified
 
 from .indexing import get_field
 from .mapping import F_BANDS, F_FINGERPRINT, F_GROUP, F_POSITIONS, F_SIG, F_STATUS, F_TAG, signature_from_tokens

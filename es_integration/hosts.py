@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from elasticsearch import BadRequestError
 
-from scrapy_neardup.core.mirrors import HostCounts, HostStore
+from scrapy_neardup.core.mirror_table import HostCounts, HostStore
 from scrapy_neardup.errors import EsError
 
 from .client import ConnectionSettings, connect_async
@@ -68,7 +68,7 @@ async def ensure_hosts_index_async(client: AsyncElasticsearch, index: str) -> bo
 
 
 class ElasticsearchHostStore(HostStore):
-    """A :class:`~scrapy_neardup.core.mirrors.HostStore` in index ``index`` (see the module doc).
+    """A :class:`~scrapy_neardup.core.mirror_table.HostStore` in index ``index`` (see the module doc).
 
     Args:
         settings: where and how to connect (the backend's); the request timeout is capped at 5 s.

@@ -12,7 +12,7 @@ import numpy as np
 
 from scrapy_neardup.core.params import content_change, parse_tag, still_made
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
+from scrapy_neardup.core.stored_signature import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
 from scrapy_neardup.errors import EsError, TagMismatch
 
 from .names import validate_index_name
@@ -48,7 +48,7 @@ __all__ = [
     "fingerprint_hex",
     "index_mappings",
     "position_tokens",
-    "put_template",
+    "put_index_template",
     "signature_from_tokens",
     "signatures_from_token_lists",
     "sketch_fields",
@@ -114,7 +114,7 @@ def index_mappings() -> dict[str, Any]:
     return {"properties": {ROOT: sketch_properties()}}
 
 
-def put_template(
+def put_index_template(
     client: Elasticsearch, patterns: Sequence[str], *, name: str = INDEX_TEMPLATE, priority: int = 100
 ) -> None:
     """Install the component template ``neardup-sketch-fields`` and an index template ``name`` using it.
@@ -123,7 +123,7 @@ def put_template(
     without further setup. Existing indices are not changed (see :func:`ensure_index`).
     """
     if not patterns:
-        raise ValueError("put_template needs at least one index pattern")
+        raise ValueError("put_index_template needs at least one index pattern")
     client.cluster.put_component_template(
         name=COMPONENT_TEMPLATE,
         template={"mappings": index_mappings()},
@@ -291,7 +291,8 @@ def signature_from_tokens(tokens: Sequence[str], num_perm: int) -> np.ndarray:
 
 
 def signatures_from_token_lists(token_lists: Sequence[Sequence[str]], num_perm: int) -> tuple[np.ndarray, np.ndarray]:
-    """Many stored signatures back from their tokens (:func:`scrapy_neardup.core.stored.values_from_token_lists`)."""
+    """Many stored signatures back from their tokens
+    (:func:`scrapy_neardup.core.stored_signature.values_from_token_lists`)."""
     return values_from_token_lists(token_lists, num_perm)
 
 

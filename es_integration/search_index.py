@@ -23,10 +23,10 @@ from scrapy_neardup.store.settings_registry import default_of
 
 from .backend.pages import doc_id_of
 from .client import ConnectionSettings, connect_async, describe_error, transport_logs_at_debug
+from .es_settings import ElasticsearchSettings
 from .indexing import SeqClock
 from .mapping import DUPLICATE, F_GROUP, ROOT, ensure_index_async, error_type, require_tag_async, sketch_fields
 from .retry import RETRY_STATUSES, ShardsUnavailable, is_retryable, retrying
-from .settings import ElasticsearchSettings
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch

@@ -16,7 +16,7 @@ import numpy as np
 
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import StoredSignature, shared_counts, verified
+from scrapy_neardup.core.stored_signature import StoredSignature, shared_counts, verified
 from scrapy_neardup.errors import EsError
 from scrapy_neardup.store.backend import Decision
 

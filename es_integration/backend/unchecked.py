@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import StoredSignature
+from scrapy_neardup.core.stored_signature import StoredSignature
 from scrapy_neardup.errors import EsError, NearDupError
 
 from ..mapping import PENDING, ROOT, UNCHECKED, fingerprint_hex, stored_fields

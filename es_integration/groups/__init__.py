@@ -10,7 +10,7 @@ from .full import find_groups
 from .incremental import find_new_groups
 from .model import KeepRule, SweptDocs
 from .model import RowStates as RowStates
-from .report import Group, GroupReport, Linkage
+from .results import Group, GroupReport, Linkage
 from .watermark import groups_watermark
 from .watermark import index_uuid as index_uuid
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from scrapy_neardup.core.stored import decode_many
+from scrapy_neardup.core.stored_signature import decode_many
 
 from ..indexing import get_field
 from ..mapping import F_DUPLICATE_OF, F_GROUP, F_SEQ, F_SIG, F_STATUS, KEPT

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scrapy_neardup.core.params import SketchParams, require_params
-from scrapy_neardup.core.stored import band_layout
+from scrapy_neardup.core.stored_signature import band_layout
 from scrapy_neardup.errors import EsError
 
-from .report import GroupReport, Linkage, check_linkage
+from .results import GroupReport, Linkage, check_linkage
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch

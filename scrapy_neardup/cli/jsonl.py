@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from ..core.dedupe import skip_reason
-from ..core.mirrors import host_of
+from ..core.mirror_table import host_of
 from ..errors import InputError
 
 __all__ = [
@@ -128,7 +128,7 @@ def record_pages(
     source: Iterable[bytes], text_field: str, url_field: str, on_line: Callable[[int], Any] | None = None,
 ) -> Iterator[tuple[str, str, Any]]:
     """``(host, key, content)`` of the records of ``source`` that have a host and text: what a batch job learns its
-    hosts' templates from (:func:`scrapy_neardup.core.template.learn_hosts`). A line that is not a JSON object ends
+    hosts' templates from (:func:`scrapy_neardup.core.host_template.learn_hosts`). A line that is not a JSON object ends
     the input (the pass that follows reports it, after writing the records before it)."""
     with contextlib.suppress(InputError):
         for number, record in read_records(source, on_line):

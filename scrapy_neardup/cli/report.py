@@ -90,7 +90,7 @@ def state_report(state: str, params: SketchParams) -> str:
     when every page was checked against the others; some after recrawls changed pages), each member with its
     evidence against its representative (:func:`render_decisions`)."""
     from ..core.clustering import leader_labels
-    from ..core.mirrors import MirrorTable, host_of
+    from ..core.mirror_table import MirrorTable, host_of
     from ..errors import StateError
     from ..store.embedded import EmbeddedBackend
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .memory import release_free_memory, resized
-from .stored import band_sums
+from .stored_signature import band_sums
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class BandRuns:
     """The band entries of the pages of an index: the recent tier and the mid and main runs (see module doc).
 
     Pages are numbered by the index; :meth:`insert` takes them in order, ``0, 1, ...``. ``starts`` are the
-    bands' start positions (:func:`~scrapy_neardup.core.stored.band_bounds`).
+    bands' start positions (:func:`~scrapy_neardup.core.stored_signature.band_bounds`).
     """
 
     def __init__(self, starts: np.ndarray) -> None:

@@ -19,7 +19,7 @@ from .match import Decision, Match, best_first
 from .memory import resized
 from .page_keys import PageKeys
 from .sketch import Sketch
-from .stored import StoredSketch, band_bounds, band_sums, shared_counts, stored_values
+from .stored_signature import StoredSketch, band_bounds, band_sums, shared_counts, stored_values
 
 # Names other modules take from here (the index's home before it was split, and the types of its answers).
 __all__ = ["Match", "SketchIndex", "band_bounds", "best_first", "parameters_differ"]

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import StateError
+from .atomic_files import atomic_writer
 from .params import content_change, parse_tag, still_made
-from .storage import atomic_writer
 
 logger = logging.getLogger(__name__)
 

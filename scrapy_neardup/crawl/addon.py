@@ -9,13 +9,13 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
 from .canonical import CanonicalLinkMiddleware
+from .crawl_report import CrawlReport
 from .exporters import CSV_EXPORTER
 from .mirrors import MirrorHostsMiddleware
 from .pipeline import NearDuplicatePipeline
-from .report import CrawlReport
-from .search_index import SearchIndexPipeline
+from .search_writer import SearchIndexPipeline
 from .soft404 import Soft404Middleware
-from .templates import HOLD_ACTIVE_SIZE
+from .template_wait import HOLD_ACTIVE_SIZE
 
 #: Where the pipeline runs among the project's item pipelines: after ones that fill the text field (lower
 #: numbers), before ones that store items (export, databases; usually higher).

@@ -9,12 +9,12 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
 
-from ..core.mirrors import host_of
+from ..core.mirror_table import host_of
 
 if TYPE_CHECKING:
     from ..core.match import Decision
     from ..core.sketch import Sketch
-    from ..core.soft404 import Soft404Match
+    from ..core.soft404_templates import Soft404Match
 
 #: Canonical URLs remembered at most for responses whose items have not reached the pipeline yet.
 MAX_CANONICAL_LINKS = 10_000
@@ -47,7 +47,7 @@ class CrawlHooks:
         self.decided: list[DecidedObserver] = []
         #: who tells whether a host may still copy an earlier one (the mirror middleware, when enabled).
         self.copy_judges: list[CopyJudge] = []
-        #: the mirror hosts found (:class:`~scrapy_neardup.core.mirrors.MirrorDecision`), for the crawl report.
+        #: the mirror hosts found (:class:`~scrapy_neardup.core.mirror_table.MirrorDecision`), for the crawl report.
         self.mirror_decisions: list[Any] = []
         #: whether a middleware reads canonical links from responses (else the pipeline reads its text field).
         self.reads_canonical_links = False

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
-from ..core.mirrors import HostStore, MirrorDecision, MirrorTable, discard, host_of
+from ..core.mirror_table import HostStore, MirrorDecision, MirrorTable, discard, host_of
 from ..errors import NearDupSettingsError
 from ..store.embedded import EmbeddedBackend, state_settings
 from .hooks import crawl_hooks

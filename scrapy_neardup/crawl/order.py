@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from ..core.mirrors import host_of
+from ..core.mirror_table import host_of
 from .outage import call_later
 
 if TYPE_CHECKING:

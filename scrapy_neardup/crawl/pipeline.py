@@ -36,19 +36,19 @@ from .order import KeepOrder
 from .outage import UNCHECKED, BackendOutage, describe_unchecked, too_many_unchecked
 from .page_sketcher import PageSketcher
 from .scraper_room import ScraperRoom
-from .search_index import require_search_writer
+from .search_writer import require_search_writer
 from .settings import NearDupSettings
 from .soft404 import Soft404Dropped
 from .startup import component_startup, report_startup_failure
 from .summary import SKIP_STATS, summarize
-from .templates import HOLD_ACTIVE_SIZE
+from .template_wait import HOLD_ACTIVE_SIZE
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
     from ..core.sketch import Content, Sketch, Sketcher
-    from ..core.soft404 import Soft404Match
+    from ..core.soft404_templates import Soft404Match
 
 logger = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ class NearDupSettings:
         sketch_process: sketch in a child process (:mod:`scrapy_neardup.crawl.sketch_worker`) instead of on the
             crawl's reactor thread.
         template_sample: ``"auto"`` mode: pages of a host its template is learned from, the host's first pages
-            waiting until then (:mod:`scrapy_neardup.crawl.templates`).
+            waiting until then (:mod:`scrapy_neardup.crawl.template_wait`).
         outage: what happens while the backend cannot answer, and how many unchecked pages fail the crawl
             (:class:`OutageSettings`).
         monitors: the thresholds of the Spidermon suite (:class:`MonitorThresholds`), validated with the rest so

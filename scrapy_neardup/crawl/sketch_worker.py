@@ -21,8 +21,8 @@ from twisted.internet import process
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.protocol import ProcessProtocol
 
+from ..core.host_template import HostTemplate
 from ..core.sketch import Content, Sketch, Sketcher
-from ..core.template import HostTemplate
 from ..core.text import looks_binary
 from ..errors import BinaryContent, SketchWorkerError
 

@@ -18,8 +18,8 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from ..core.evidence import describe_evidence, evidence
-from ..core.mirrors import host_of
-from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_path, url_words
+from ..core.mirror_table import host_of
+from ..core.soft404_templates import Soft404Match, Soft404Templates, first_segment, probe_path, url_words
 from ..errors import NearDupError
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature

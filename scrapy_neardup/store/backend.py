@@ -14,10 +14,10 @@ from ..core.match import Decision, Match, Outcome
 if TYPE_CHECKING:
     from typing import Self
 
-    from ..core.mirrors import HostStore
+    from ..core.host_template import HostTemplate
+    from ..core.mirror_table import HostStore
     from ..core.params import SketchParams
     from ..core.sketch import Sketch
-    from ..core.template import HostTemplate
     from .config import SettingsLike
 
 class Backend(ABC):
@@ -77,7 +77,7 @@ class Backend(ABC):
         """Persist what must survive a graceful stop and release resources."""
 
     def host_store(self) -> HostStore | None:
-        """A new, unopened :class:`~scrapy_neardup.core.mirrors.HostStore` shared by every crawler process
+        """A new, unopened :class:`~scrapy_neardup.core.mirror_table.HostStore` shared by every crawler process
         using this backend's store, so that a fleet agrees on mirror hosts; ``None`` (the default): the mirror
         table is local to the process (the embedded backend saves it in its state directory instead).
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.atomic_files import write_atomically
 from ..core.params import FIELDS, SketchParams
-from ..core.storage import write_atomically
 from ..errors import NearDupSettingsError, ParameterError, StateError
 from .settings_registry import KNOWN_SETTINGS, SETTING
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.atomic_files import lock_directory
 from ..core.index import SketchIndex
 from ..core.match import Match
-from ..core.storage import lock_directory
 from ..errors import DirectoryLocked, StateError
 from .backend import Backend, Decision
 from .config import crawl_identity, job_state_dir, read_str, setting_bool
@@ -22,9 +22,9 @@ from .journal import Journal
 from .template_log import TemplateLog
 
 if TYPE_CHECKING:
+    from ..core.host_template import HostTemplate
     from ..core.params import SketchParams
     from ..core.sketch import Sketch
-    from ..core.template import HostTemplate
     from .config import SettingsLike
 
 logger = logging.getLogger(__name__)

@@ -17,10 +17,10 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..core.atomic_files import write_atomically
 from ..core.index import SketchIndex, parameters_differ
 from ..core.sketch import Sketch
-from ..core.storage import write_atomically
-from ..core.stored import StoredSignature, StoredSketch, stored_values
+from ..core.stored_signature import StoredSignature, StoredSketch, stored_values
 from ..errors import DamagedRecord, JournalWriteError, StateError
 from . import records
 

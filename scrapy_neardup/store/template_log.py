@@ -14,8 +14,8 @@ import zlib
 from pathlib import Path
 from typing import IO
 
-from ..core.storage import write_atomically
-from ..core.template import HostTemplate
+from ..core.atomic_files import write_atomically
+from ..core.host_template import HostTemplate
 from ..errors import DamagedRecord, StateError, TemplateFormatError, TemplateWriteError
 from . import records
 

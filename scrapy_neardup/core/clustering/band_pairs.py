@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..stored import shared_counts
+from ..stored_signature import shared_counts
 from .components import ClusterStats, run_positions
 
 __all__ = ["BATCH_ROWS", "EXPAND", "cluster_batches", "earlier_hits", "earlier_pairs", "ordered_buckets"]

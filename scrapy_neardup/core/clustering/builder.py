@@ -7,7 +7,7 @@ import hashlib
 
 from ..index import SketchIndex
 from ..sketch import Sketch
-from ..stored import StoredSignature, StoredSketch
+from ..stored_signature import StoredSignature, StoredSketch
 from .union_find import UnionFind
 
 __all__ = ["DEFAULT_MAX_LINKS", "GroupBuilder"]

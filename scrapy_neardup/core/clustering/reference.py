@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..stored import shared_counts
+from ..stored_signature import shared_counts
 from .leaders import FIXED_MEMBER, FIXED_REPRESENTATIVE
 from .union_find import UnionFind
 

@@ -1,6 +1,6 @@
 """The crawl's items written to a search index as they leave the pipelines: :class:`SearchIndexPipeline`.
 
-Design notes: docs/architecture.md#scrapy_neardupcrawlsearch_index
+Design notes: docs/architecture.md#scrapy_neardupcrawlsearch_writer
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 downloading it. No Scrapy, Twisted or Elasticsearch here; the Scrapy layer feeds the table
 (:mod:`scrapy_neardup.crawl.mirrors`).
 
-Design notes: docs/architecture.md#scrapy_neardupcoremirrors
+Design notes: docs/architecture.md#scrapy_neardupcoremirror_table
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import StateError
+from .atomic_files import write_atomically
 from .evidence import describe_evidence, mirror_evidence
-from .storage import write_atomically
 
 #: File of the mirror table in the state directory, next to the index.
 MIRRORS_FILE = "neardup-hosts.json"

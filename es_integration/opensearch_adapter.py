@@ -1,7 +1,7 @@
 """The other engine: OpenSearch 2.x and 3.x behind the elasticsearch-py 8 API that the rest of ``es_integration``
 speaks.
 
-Design notes: docs/architecture.md#es_integrationengine
+Design notes: docs/architecture.md#es_integrationopensearch_adapter
 """
 
 from __future__ import annotations

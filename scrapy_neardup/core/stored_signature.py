@@ -1,6 +1,6 @@
 """The stored signature: what every index keeps of a sketch and compares, with its parameter tag.
 
-Design notes: docs/architecture.md#scrapy_neardupcorestored
+Design notes: docs/architecture.md#scrapy_neardupcorestored_signature
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A host's template: the blocks it repeats on many of its pages, learned from a sample of them.
 
-Design notes: docs/architecture.md#scrapy_neardupcoretemplate
+Design notes: docs/architecture.md#scrapy_neardupcorehost_template
 """
 
 from __future__ import annotations

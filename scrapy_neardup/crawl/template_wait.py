@@ -1,6 +1,6 @@
 """Host templates in a crawl: the first pages of each host wait until the host's template is learned.
 
-Design notes: docs/architecture.md#scrapy_neardupcrawltemplates
+Design notes: docs/architecture.md#scrapy_neardupcrawltemplate_wait
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import LoopingCall
 
-from ..core.template import learn_template
+from ..core.host_template import learn_template
 from ..errors import BackendError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..core.template import HostTemplate
+    from ..core.host_template import HostTemplate
     from ..store.backend import Backend
 
 logger = logging.getLogger(__name__)
