@@ -15,8 +15,6 @@ from typing import Any
 
 from .opensearch_adapter import bulk_helpers
 
-__all__ = ["Chunking", "write_bulk"]
-
 logger = logging.getLogger(__name__)
 
 REJECTED = 429

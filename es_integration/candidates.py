@@ -78,12 +78,12 @@ class Candidate:
     source: dict[str, Any] | None = None
 
     def to_match(self) -> Match:
-        """The core :class:`~scrapy_neardup.core.index.Match` (key = ``_id``)."""
+        """The core :class:`~scrapy_neardup.core.match.Match` (key = ``_id``)."""
         return Match(key=self.id, shared=self.shared, resemblance=self.resemblance, exact=self.exact)
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """``candidates`` best first, by the one ranking of matches (:func:`~scrapy_neardup.core.index.best_first`):
+    """``candidates`` best first, by the one ranking of matches (:func:`~scrapy_neardup.core.match.best_first`):
     exact duplicates, then most shared positions, then earliest indexed (``neardup.seq``), then ``_id``."""
     if not candidates:
         return []

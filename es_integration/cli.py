@@ -39,8 +39,6 @@ from .listing import duplicate_targets, hit_line, label_fields, label_of, page_l
 from .mapping import F_DUPLICATE_OF, F_GROUP, F_STATUS, ensure_index, require_tag
 from .names import validate_field_name
 
-__all__ = ["register", "add_command", "main", "cmd_index", "cmd_backfill", "cmd_groups", "cmd_search"]
-
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``es`` command group to *subparsers* (from ``ArgumentParser.add_subparsers()``); return it."""

@@ -41,8 +41,6 @@ from .mapping import DUPLICATE, F_DUPLICATE_OF, F_FINGERPRINT, F_KEY, F_SIG, F_S
 from .names import validate_field_name
 from .sweep import point_in_time, sliced_sweep
 
-__all__ = ["add_report_commands", "extend_core_commands", "extend_core_explain", "extend_core_report", "index_report"]
-
 #: The doc-value fields a report reads of each document.
 _FIELDS = [F_SIG, F_FINGERPRINT, F_STATUS, F_DUPLICATE_OF, F_KEY]
 

@@ -143,4 +143,3 @@ def safe_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
 
 
-__all__ = ["ConnectionSettings", "safe_url"]

@@ -28,10 +28,6 @@ from .names import validate_index_name
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch, Elasticsearch
 
-__all__ = [
-    "TEMPLATES_SUFFIX", "ensure_templates_index", "ensure_templates_index_async", "load_template_async",
-    "load_templates", "resolve_templates", "save_template", "save_template_async", "templates_index",
-]
 
 logger = logging.getLogger(__name__)
 

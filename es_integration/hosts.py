@@ -23,7 +23,6 @@ from .names import validate_index_name
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
-__all__ = ["HOSTS_SUFFIX", "ElasticsearchHostStore", "hosts_index", "hosts_mappings"]
 
 logger = logging.getLogger(__name__)
 

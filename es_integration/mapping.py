@@ -12,7 +12,7 @@ import numpy as np
 
 from scrapy_neardup.core.params import content_change, parse_tag, still_made
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored_signature import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
+from scrapy_neardup.core.stored_signature import StoredSignature, stored_values, values_from_token_lists
 from scrapy_neardup.errors import EsError, TagMismatch
 
 from .names import validate_index_name
@@ -22,40 +22,6 @@ if TYPE_CHECKING:
 
     from elasticsearch import AsyncElasticsearch, Elasticsearch
 
-__all__ = [
-    "COMPONENT_TEMPLATE",
-    "INDEX_SETUP_TIMEOUT",
-    "INDEX_TEMPLATE",
-    "ROOT",
-    "VALUE_BITS",
-    "F_DUPLICATE_OF",
-    "F_EMPTY",
-    "F_FINGERPRINT",
-    "F_GROUP",
-    "F_KEY",
-    "F_BANDS",
-    "F_POSITIONS",
-    "F_SIG",
-    "F_SEQ",
-    "F_SHARED",
-    "F_STATUS",
-    "F_TAG",
-    "F_WRITER",
-    "F_CRAWL",
-    "ensure_index",
-    "ensure_index_async",
-    "error_type",
-    "fingerprint_hex",
-    "index_mappings",
-    "position_tokens",
-    "put_index_template",
-    "signature_from_tokens",
-    "signatures_from_token_lists",
-    "sketch_fields",
-    "sketch_properties",
-    "stored_fields",
-    "stored_values",
-]
 
 logger = logging.getLogger(__name__)
 

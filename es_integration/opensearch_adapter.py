@@ -18,18 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from .connection import ConnectionSettings
 
-__all__ = [
-    "ELASTICSEARCH",
-    "OPENSEARCH",
-    "AsyncOpenSearchClient",
-    "EngineName",
-    "OpenSearchClient",
-    "bulk_helpers",
-    "engine_from_root",
-    "engine_of",
-    "missing_opensearch_py",
-    "translated_error",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -54,7 +54,6 @@ if TYPE_CHECKING:
     from scrapy_neardup.core.mirror_table import HostStore
     from scrapy_neardup.store.config import SettingsLike
 
-__all__ = ["ElasticsearchBackend"]
 
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")

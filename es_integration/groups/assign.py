@@ -20,7 +20,6 @@ from .watermark import index_uuid, write_watermark
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["assign_groups"]
 
 logger = logging.getLogger(__name__)
 

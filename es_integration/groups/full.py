@@ -30,8 +30,6 @@ from .results import GroupReport, Linkage, check_linkage, log_report, make_group
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["find_groups"]
-
 
 def find_groups(
     client: Elasticsearch,

@@ -47,7 +47,6 @@ from .watermark import index_uuid, recorded_watermark
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["find_new_groups"]
 
 #: New documents per band query of :func:`find_new_groups` (22 band tokens each: 22,000 terms, under the
 #: default ``index.max_terms_count`` of 65,536). The server's cost is one term-dictionary seek per distinct

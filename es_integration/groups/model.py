@@ -20,8 +20,6 @@ from ..indexing import get_field
 from ..mapping import F_DUPLICATE_OF, F_GROUP, F_SEQ, F_SIG, F_STATUS, KEPT
 from ..names import validate_field_name
 
-__all__ = ["NO_SEQ", "KeepRule", "RowStates", "State", "SweptDocs", "rank_keys"]
-
 #: The seq of documents without one (unchecked pages): they sort last.
 NO_SEQ = np.iinfo(np.int64).max
 

@@ -15,7 +15,6 @@ from .results import GroupReport, Linkage, check_linkage
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["groups_watermark", "index_uuid", "recorded_watermark", "write_watermark"]
 
 _META_KEY = "neardup_groups"
 

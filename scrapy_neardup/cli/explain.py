@@ -348,7 +348,3 @@ def render_html(result: dict[str, Any]) -> str:
     )
 
 
-__all__ = [
-    "Side", "add_explain", "compare_stored", "explain", "render_html", "render_stored_text", "render_text",
-    "run_explain",
-]

@@ -21,17 +21,6 @@ from ..core.dedupe import skip_reason
 from ..core.mirror_table import host_of
 from ..errors import InputError
 
-__all__ = [
-    "DEFAULT_ID_FIELD",
-    "ID_FIELD_HELP",
-    "choose_id_field",
-    "json_line",
-    "open_input",
-    "read_records",
-    "record_host",
-    "record_pages",
-]
-
 #: The field naming a record unless ``--id-field`` says otherwise (or, see :func:`choose_id_field`, the URL).
 DEFAULT_ID_FIELD = "id"
 #: The help of ``--id-field``, the same in every command.

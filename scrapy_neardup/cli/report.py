@@ -275,5 +275,3 @@ def _fold(words: str, first: bool, last: bool, keep: int = 12) -> str:
             + html.escape(" ".join(tail)))
 
 
-__all__ = ["DEFAULT_VIEWS", "Decision", "add_report", "render_decisions", "render_report", "run_report",
-           "state_report"]

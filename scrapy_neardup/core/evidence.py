@@ -57,4 +57,3 @@ def describe_evidence(fields: dict[str, Any]) -> str:
     return f"{fields['rule']}: {fields['shared']} of {fields['k']} positions shared, r in [{low:.3f}, {high:.3f}]"
 
 
-__all__ = ["RULES", "Rule", "describe_evidence", "evidence", "match_evidence", "mirror_evidence"]

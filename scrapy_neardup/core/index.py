@@ -14,7 +14,6 @@ import numpy as np
 from ..errors import IncompatibleSketches
 from . import index_file
 from .band_runs import BandRuns, keys_of
-from .index_file import parameters_differ
 from .match import Decision, Match, best_first
 from .memory import resized
 from .page_keys import PageKeys
@@ -22,8 +21,6 @@ from .sketch import Sketch
 from .stored_signature import StoredSketch, band_bounds, band_sums, shared_counts, stored_values
 
 # Names other modules take from here (the index's home before it was split, and the types of its answers).
-__all__ = ["Match", "SketchIndex", "band_bounds", "best_first", "parameters_differ"]
-
 
 class SketchIndex:
     """In-process index of kept sketches with exact t-of-k candidate retrieval (see module doc).

@@ -143,4 +143,3 @@ def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
 
 
-__all__ = ["FORMAT_VERSION", "SavedIndex", "parameters_differ", "read", "write"]

@@ -357,4 +357,3 @@ def discard(state_dir: str | os.PathLike[str]) -> None:
     (Path(state_dir) / MIRRORS_FILE).unlink(missing_ok=True)
 
 
-__all__ = ["MIRRORS_FILE", "HostCounts", "HostStore", "MirrorDecision", "MirrorTable", "discard", "host_of"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborNode
 
-__all__ = ["outermost"]
-
 
 def outermost(nodes: list[LexborNode]) -> list[LexborNode]:
     """``nodes`` without repeats (lexbor returns a node once per selector of a group it matches: ``<main

@@ -22,21 +22,6 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 if TYPE_CHECKING:
     from .sketch import Sketch
 
-__all__ = [
-    "VALUE_BITS",
-    "StoredSignature",
-    "StoredSketch",
-    "band_bounds",
-    "band_layout",
-    "band_tokens",
-    "distinct_band_tokens",
-    "decode_many",
-    "encode_many",
-    "shared_counts",
-    "stored_values",
-    "values_from_token_lists",
-    "verified",
-]
 
 #: Bits of each signature position that indexes keep and compare.
 VALUE_BITS = 16

@@ -15,7 +15,6 @@ from .mirrors import MirrorHostsMiddleware
 from .pipeline import NearDuplicatePipeline
 from .search_writer import SearchIndexPipeline
 from .soft404 import Soft404Middleware
-from .template_wait import HOLD_ACTIVE_SIZE
 
 #: Where the pipeline runs among the project's item pipelines: after ones that fill the text field (lower
 #: numbers), before ones that store items (export, databases; usually higher).
@@ -60,4 +59,3 @@ def _add_component(settings: BaseSettings, name: str, cls: type, priority: int) 
     settings.set(name, components, settings.getpriority(name) or 0)
 
 
-__all__ = ["CANONICAL_PRIORITY", "HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "SEARCH_INDEX_PRIORITY", "NearDuplicateAddon"]

@@ -230,7 +230,3 @@ class CanonicalLinks:
         return self._claims.pop(hash(url), None) if url is not None and self._claims else None
 
 
-__all__ = [
-    "CanonicalDropped", "CanonicalLinkMiddleware", "CanonicalLinks", "canonical_from_header", "canonical_from_html",
-    "normalize_url", "resolve_canonical",
-]

@@ -152,4 +152,3 @@ class CrawlReport:
         return page("Near-duplicate report", "".join(parts))
 
 
-__all__ = ["CrawlReport"]

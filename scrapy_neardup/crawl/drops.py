@@ -71,4 +71,3 @@ def describe(match: Match, num_perm: int | None = None) -> str:
     return f"resemblance {match.resemblance:.3f}, {describe_evidence(match_evidence(match, num_perm))}"
 
 
-__all__ = ["NearDuplicateDropped", "RepeatDropped", "RevisitDropped", "describe"]

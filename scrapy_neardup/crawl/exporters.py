@@ -46,4 +46,3 @@ class CsvItemExporter(ScrapyCsvItemExporter):
         return super().serialize_field(field, name, value)
 
 
-__all__ = ["CSV_EXPORTER", "CsvItemExporter"]

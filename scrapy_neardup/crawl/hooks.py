@@ -135,4 +135,3 @@ def crawl_hooks(crawler: Any) -> CrawlHooks:
     return hooks
 
 
-__all__ = ["MAX_CANONICAL_LINKS", "CheckedObserver", "CopyJudge", "CrawlHooks", "DecidedObserver", "crawl_hooks"]

@@ -235,4 +235,3 @@ def _host_store(crawler: Crawler, config: NearDupSettings) -> HostStore | None:
         return None
 
 
-__all__ = ["MirrorHostsMiddleware"]

@@ -86,4 +86,3 @@ class NearDupMonitorSuite(MonitorSuite):
     monitors = [BackendMonitor, UncheckedMonitor, DropRateMonitor]
 
 
-__all__ = ["BackendMonitor", "DropRateMonitor", "NearDupMonitorSuite", "UncheckedMonitor"]

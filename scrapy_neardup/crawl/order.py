@@ -222,4 +222,3 @@ async def _first_of(done: Deferred[None], timeout: float) -> None:
         timer.cancel()
 
 
-__all__ = ["FEW_PAGES", "MAX_EXTRA_WAIT", "PARSE_GRACE", "KeepOrder"]

@@ -248,12 +248,3 @@ class BackendOutage:
             return None
 
 
-__all__ = [
-    "BACKEND_DOWN",
-    "UNCHECKED",
-    "BackendOutage",
-    "close_crawl",
-    "describe_unchecked",
-    "too_many_unchecked",
-    "unchecked_share",
-]

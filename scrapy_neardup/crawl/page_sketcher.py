@@ -202,4 +202,3 @@ def running_reactor() -> IReactorCore | None:
     return reactor if getattr(reactor, "running", False) else None
 
 
-__all__ = ["PageSketcher", "running_reactor"]

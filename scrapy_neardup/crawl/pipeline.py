@@ -31,7 +31,7 @@ from .drops import NearDuplicateDropped, RepeatDropped, RevisitDropped, describe
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
 from .host_settings import HostSettings
-from .item_fields import MARK_FIELD_MISSING, TEXT_FIELD_PROBE, ItemFieldChecks, check_mark_field
+from .item_fields import ItemFieldChecks, check_mark_field
 from .order import KeepOrder
 from .outage import UNCHECKED, BackendOutage, describe_unchecked, too_many_unchecked
 from .page_sketcher import PageSketcher
@@ -459,13 +459,3 @@ class NearDuplicatePipeline:
             self.stats.inc_value(STATS_PREFIX + name, count)
 
 
-__all__ = [
-    "MARK_FIELD_MISSING",
-    "SKIP_STATS",
-    "TEXT_FIELD_PROBE",
-    "CanonicalDropped",
-    "NearDuplicateDropped",
-    "NearDuplicatePipeline",
-    "RepeatDropped",
-    "RevisitDropped",
-]

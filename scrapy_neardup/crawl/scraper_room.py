@@ -46,4 +46,3 @@ class ScraperRoom:
         return getattr(scraper, "slot", None)
 
 
-__all__ = ["ScraperRoom"]

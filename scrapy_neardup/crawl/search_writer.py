@@ -309,4 +309,3 @@ def _sink_class() -> type[SearchSink]:
     return cast("type[SearchSink]", sink)
 
 
-__all__ = ["SEARCH_FAILED", "SearchIndexPipeline", "SearchIndexSettings"]

@@ -273,4 +273,3 @@ def _call_later(delay: float, func: Any) -> Any:
     return call_later(delay, func)
 
 
-__all__ = ["PROBE_META", "Soft404Dropped", "Soft404Middleware"]

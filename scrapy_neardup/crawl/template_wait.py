@@ -243,4 +243,3 @@ class HostTemplates:
             self.learn_all()
 
 
-__all__ = ["CHECK_INTERVAL", "HOLD_ACTIVE_SIZE", "IDLE_TICKS", "MAX_HELD", "MAX_HELD_SIZE", "HostTemplates"]

@@ -333,4 +333,3 @@ class EmbeddedBackend(Backend):
             self.open_stats[name] = self.open_stats.get(name, 0) + value
 
 
-__all__ = ["JOBDIR_SUBDIR", "JOURNAL_FILE", "STATE_FILE", "TEMPLATES_FILE", "EmbeddedBackend"]

@@ -18,7 +18,8 @@ from typing import IO, Any
 import numpy as np
 
 from ..core.atomic_files import write_atomically
-from ..core.index import SketchIndex, parameters_differ
+from ..core.index import SketchIndex
+from ..core.index_file import parameters_differ
 from ..core.sketch import Sketch
 from ..core.stored_signature import StoredSignature, StoredSketch, stored_values
 from ..errors import DamagedRecord, JournalWriteError, StateError
@@ -310,4 +311,3 @@ class Journal:
             self._file = None
 
 
-__all__ = ["DELETE", "JOURNAL_FORMAT", "JOURNAL_MAGIC", "PUT", "SEEN", "Journal", "Replay"]

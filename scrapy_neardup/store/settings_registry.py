@@ -295,4 +295,3 @@ def write_reference(path: str | Path) -> bool:
     return True
 
 
-__all__ = ["KNOWN_SETTINGS", "SETTING", "SETTINGS", "Setting", "default_of", "reference_page", "write_reference"]

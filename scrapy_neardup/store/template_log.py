@@ -130,4 +130,3 @@ class TemplateLog:
             self._file = None
 
 
-__all__ = ["TemplateLog"]

@@ -22,7 +22,8 @@ from elasticsearch import Elasticsearch
 
 from es_integration.backend import ElasticsearchBackend
 from es_integration.mapping import fingerprint_hex, position_tokens, stored_fields
-from scrapy_neardup.core.index import Match, SketchIndex
+from scrapy_neardup.core.index import SketchIndex
+from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.core.stored_signature import StoredSignature

@@ -19,12 +19,12 @@ from elasticsearch import Elasticsearch
 from es_integration.candidates import find_candidates
 from es_integration.groups import KeepRule, Linkage, RowStates, assign_groups, find_groups
 from es_integration.indexing import index_records
-from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.clustering import broder_clusters, leader_clusters
 from scrapy_neardup.core.evidence import evidence
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.stored_signature import stored_values
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es

@@ -12,8 +12,6 @@ import numpy as np
 from ..stored_signature import shared_counts
 from .components import ClusterStats, run_positions
 
-__all__ = ["BATCH_ROWS", "EXPAND", "cluster_batches", "earlier_hits", "earlier_pairs", "ordered_buckets"]
-
 #: Candidate pairs expanded at once by :func:`earlier_pairs` (memory: a few int64 arrays of this length).
 EXPAND = 1 << 16
 #: Rows of whole clusters whose pairs the in-order pass and the final attachment hold at once.

@@ -10,8 +10,6 @@ from ..sketch import Sketch
 from ..stored_signature import StoredSignature, StoredSketch
 from .union_find import UnionFind
 
-__all__ = ["DEFAULT_MAX_LINKS", "GroupBuilder"]
-
 #: Links a page makes to earlier pages at most (the ones sharing most positions) in :class:`GroupBuilder`.
 DEFAULT_MAX_LINKS = 10_000
 

@@ -12,8 +12,6 @@ import numpy as np
 from ..stored_signature import band_bounds, band_sums, shared_counts
 from .union_find import compress, find_roots, union_pairs
 
-__all__ = ["ClusterStats", "cluster_labels", "run_positions", "spilled_band_keys"]
-
 
 class ClusterStats:
     """Counts of :func:`cluster_labels`: ``distinct`` stored signatures, ``twins`` joined to an identical one,

@@ -11,8 +11,6 @@ from ..stored_signature import shared_counts
 from .leaders import FIXED_MEMBER, FIXED_REPRESENTATIVE
 from .union_find import UnionFind
 
-__all__ = ["broder_clusters", "leader_clusters", "shared_position_counts"]
-
 
 def shared_position_counts(signatures: np.ndarray) -> dict[tuple[int, int], int]:
     """Steps 1-3: ``{(i, j): shared positions}`` for every pair ``i < j`` sharing at least one position.
