@@ -195,7 +195,7 @@ def index_synthetic(es: Any, docs: int, *, backend: bool = False, shards: int = 
     a page key, ``shards`` primaries), for its latency and size figures."""
 
     from es_integration.mapping import KEPT, stored_fields
-    from scrapy_neardup.core.stored import StoredSignature
+    from scrapy_neardup.core.stored_signature import StoredSignature
 
     tag = Sketcher(num_perm=K).tag
     values = synthetic_values(docs)
@@ -243,7 +243,7 @@ def index_synthetic_new(es: Any, index: str, docs: int, new_docs: int, seed: int
 
     from es_integration.indexing import SeqClock
     from es_integration.mapping import KEPT, stored_fields
-    from scrapy_neardup.core.stored import StoredSignature
+    from scrapy_neardup.core.stored_signature import StoredSignature
 
     tag = Sketcher(num_perm=K).tag
     old = synthetic_values(docs)
@@ -337,7 +337,7 @@ def bench_queries(es: Any, index: str, sketches: list[Any], n_docs: int) -> dict
     """The position query (minimum_should_match on k tokens) and the band query (k - t + 1 band tokens, verified
     on the returned compact signatures) for the same sketches, interleaved; both must return the same ids."""
     from es_integration.candidates import band_search, parse_band_candidates
-    from scrapy_neardup.core.stored import StoredSignature
+    from scrapy_neardup.core.stored_signature import StoredSignature
 
     latencies: dict[str, list[float]] = {"positions": [], "bands": []}
     took: dict[str, list[float]] = {"positions": [], "bands": []}

@@ -60,8 +60,8 @@ sys.path.insert(0, str(ROOT / "tests" / "accuracy"))
 from corpora import parse, serialize, strip_semantics  # noqa: E402
 
 from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
+from scrapy_neardup.core.host_template import learn_template  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
-from scrapy_neardup.core.template import learn_template  # noqa: E402
 
 DEFAULT_DIR = Path.home() / ".cache" / "scrapy-neardup" / "openweb" / "aeb"
 KINDS = ("print", "amp", "syndicated", "again")

@@ -17,8 +17,8 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.crawl.crawl_report import CrawlReport
 from scrapy_neardup.crawl.drops import NearDuplicateDropped
-from scrapy_neardup.crawl.report import CrawlReport
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 from elasticsearch import Elasticsearch, helpers  # noqa: E402
 
 from es_integration.sweep import point_in_time, sweep  # noqa: E402
-from scrapy_neardup.core.stored import decode_many, encode_many  # noqa: E402
+from scrapy_neardup.core.stored_signature import decode_many, encode_many  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--docs", type=int, default=50_000)

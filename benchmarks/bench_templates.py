@@ -15,7 +15,7 @@ A method is a function from the pages of a corpus variant, ``(key, HTML bytes)``
 * ``main``: the same with ``Sketcher(content="main")`` (``<main>``, else ``<article>``, else ``<body>``, minus
   nav/header/footer/aside and their ARIA roles).
 * ``auto`` (the default): ``Sketcher()``, each page's own text, its host's template learned as a crawl learns it:
-  from the host's first :data:`~scrapy_neardup.core.template.SAMPLE_PAGES` pages in crawl order;
+  from the host's first :data:`~scrapy_neardup.core.host_template.SAMPLE_PAGES` pages in crawl order;
 * ``auto-batch``: the same, the template learned over all of the host's pages, as ``neardup dedupe`` learns it;
 * ``auto-none`` (by name only): the same without host templates.
 
@@ -64,9 +64,9 @@ from labels import labels_for  # noqa: E402
 
 from scrapy_neardup.core.clustering import GroupBuilder  # noqa: E402
 from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
-from scrapy_neardup.core.mirrors import host_of  # noqa: E402
+from scrapy_neardup.core.host_template import SAMPLE_PAGES, learn_template  # noqa: E402
+from scrapy_neardup.core.mirror_table import host_of  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
-from scrapy_neardup.core.template import SAMPLE_PAGES, learn_template  # noqa: E402
 from scrapy_neardup.core.text import ContentMode  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -99,8 +99,9 @@ def product_method(content: ContentMode, learn: str | None = None) -> Method:
     (default ``k`` and threshold); groups from ``GroupBuilder`` on the same sketches, both linkages.
 
     ``learn`` (``"auto"`` mode): how each host's template is learned: ``"batch"`` from all of the host's pages (as
-    ``neardup dedupe`` does), ``"crawl"`` from its first :data:`~scrapy_neardup.core.template.SAMPLE_PAGES` pages in
-    crawl order (as a crawl does, holding them until then), ``None`` not at all."""
+    ``neardup dedupe`` does), ``"crawl"`` from its first
+    :data:`~scrapy_neardup.core.host_template.SAMPLE_PAGES` pages in crawl order (as a crawl does, holding them
+    until then), ``None`` not at all."""
 
     def run(pages: Sequence[tuple[str, bytes]]) -> MethodResult:
         sketcher = Sketcher(content=content)

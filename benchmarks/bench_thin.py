@@ -30,8 +30,8 @@ from labels import main_text, set_jaccard, shingles, words  # noqa: E402
 
 from scrapy_neardup.core.blocks import split_blocks, thin  # noqa: E402
 from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
+from scrapy_neardup.core.host_template import learn_template  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
-from scrapy_neardup.core.template import learn_template  # noqa: E402
 from scrapy_neardup.core.text import clean_text  # noqa: E402
 
 PACKAGES = (("libcommons-lang3-java-doc", "usr/share/doc/libcommons-lang3-java/api"),

@@ -1,28 +1,7 @@
 """A Bloom filter of the band keys of the documents an assigned groups run covered, kept on the client's disk, so
 that ``neardup es groups --new`` asks Elasticsearch only for band tokens an older document may hold.
 
-Why: a band query costs the server one term-dictionary seek per token and segment (22 tokens per new document
-at k = 128, times ~25 segments at 1M documents), and most tokens of a new page are held by no older page. The
-filter answers "no older document has this token" for almost all of them on the client, from a few bits.
-
-The math: ``m`` bits (a power of two), ``h`` probes per key at ``g_i = h1 + i * h2 mod m`` (``h1`` a 64-bit mix
-of the key, ``h2`` the same with its halves swapped; Kirsch and Mitzenmacher, "Less hashing, same performance",
-2006), ``n`` keys added:
-
-    false-positive rate  p ~= (1 - exp(-h * n / m)) ** h
-
-Sized at >= :data:`BITS_PER_KEY` bits per key of the run that creates it, with ``h = 3``: p ~= 1.0-1.7%; each
-``--new --assign`` adds its documents' keys, so ``n`` grows and ``p`` with it (3.3% at twice the keys, 5.7% at
-three times); a full ``--assign`` sizes it afresh. A false positive costs one token in a query; there are no
-false negatives, so the groups are exactly those the unfiltered queries give.
-
-A filter file is used only for the index (by its UUID), tag and watermark it was written for: an ``--assign``
-from elsewhere (another machine, or without the filter) moves the watermark, and this filter is then ignored
-(the run falls back to querying every token) until a full ``--assign`` writes a new one. It covers what the
-watermark covers. Pages the crawler backend was deciding during a run keep the watermark below them (see
-:func:`es_integration.groups.find_groups`); a document that ``neardup es index`` sketched before a run but wrote
-after the run's point in time, with another indexer's later ``seq`` already visible, is missed by the watermark
-(neither new nor in any group) until a full run, and the filter does not hold it either.
+Design notes: docs/architecture.md#es_integrationband_filter
 """
 
 from __future__ import annotations
@@ -36,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scrapy_neardup.core.storage import atomic_writer
-from scrapy_neardup.core.stored import band_pairs
+from scrapy_neardup.core.atomic_files import atomic_writer
+from scrapy_neardup.core.stored_signature import band_pairs
 
 __all__ = ["BITS_PER_KEY", "PROBES", "BandFilter", "BandFilterStore", "default_directory"]
 

@@ -1,20 +1,6 @@
 """Bulk writes that ride out rejections: the one way every ``neardup es`` command writes documents.
 
-A node refuses a bulk request with HTTP 429 (``es_rejected_execution_exception``) for two reasons: its write
-queue is full for a moment, or the request is too big for its indexing-pressure budget
-(``indexing_pressure.memory.limit``, 10 % of the heap: ``max_primary_bytes`` / ``max_coordinating_bytes`` in the
-reason). Waiting helps the first; only a smaller request helps the second, however long one waits. So
-:func:`write_bulk` sends chunks through ``elasticsearch.helpers.streaming_bulk`` and, when a chunk (or some of its
-items) is rejected:
-
-* a rejected part of ``n > 1`` documents is sent again as chunks of ``n // 2`` after ``backoff`` seconds, and every
-  later chunk is that small too (the budget is a node's, it does not grow back during a run);
-* a single rejected document is retried up to ``retries`` times, sleeping ``backoff * 2**i`` before retry
-  ``i + 1``; after that it is reported as refused (``(False, info)``, as ``streaming_bulk`` reports errors), and the
-  command exits 1.
-
-With ``chunk_size = c`` the number of halvings is at most ``log2(c)``, so a run makes at most
-``log2(c) + retries + 1`` attempts at any one document: the retries are bounded.
+Design notes: docs/architecture.md#es_integrationbulk
 """
 
 from __future__ import annotations
@@ -27,9 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 from typing import Any
 
-from .engine import bulk_helpers
-
-__all__ = ["Chunking", "write_bulk"]
+from .opensearch_adapter import bulk_helpers
 
 logger = logging.getLogger(__name__)
 

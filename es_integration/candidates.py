@@ -1,31 +1,6 @@
 """Candidate queries: every indexed page sharing at least t of k signature positions with a sketch.
 
-The query is one term clause per position token ``"i_v"`` (see :mod:`es_integration.mapping`), each wrapped in
-``constant_score`` (score 1 when it matches), combined in a ``bool.should`` with ``minimum_should_match: t``::
-
-    score(doc) = sum_i [doc has token "i_v_i"] = #{i : low16(sig_doc[i]) == low16(sig_query[i])}
-               ~ Binomial(k, r + (1 - r) / 65536)
-
-so a hit's score *is* its shared-position count (exact: small integers in float32) and the hits are exactly the
-pages the t-of-k rule flags, counted on the same 16-bit values as the embedded index;
-``resemblance = shared / k`` estimates Jaccard with standard deviation ``sqrt(r (1 - r) / k)``. The parameter
-tag is a filter clause (scores 0), so sketches made with other parameters are never compared. Exact duplicates
-(equal 64-bit fingerprints of the normalized text) share all k positions and are found by the same query;
-:func:`find_exact_duplicates` looks them up by fingerprint alone.
-
-Elasticsearch's default limit of boolean clauses (at least 1024 in 8.x, scaled with the heap) bounds ``k``.
-
-**Two queries, the same candidates.** Each of the ``k`` position terms is looked up in every segment, so the
-position query slows down on an index with many unmerged segments. The *band query* (:func:`band_query`) asks
-instead for the ``b = k - t0 + 1`` band tokens of the stored layout (22 for ``k = 128``) in one ``terms``
-filter, returns each hit's compact signature (``neardup.sig``, doc values) and counts shared positions
-client-side (:func:`parse_band_candidates`). By the pigeonhole argument (:mod:`scrapy_neardup.core.stored`)
-every document sharing ``>= t >= t0`` positions shares a whole band, so after dropping hits below ``t`` both
-queries give identical candidates, ranked by the one rule of :func:`scrapy_neardup.core.index.best_first`.
-:func:`find_candidates` uses bands (``method="auto"``) when ``t >= t0``, else positions; a band query with
-more raw hits than it fetched falls back to the position query (ranked server-side), so nothing is cut
-differently. Documents indexed before ``neardup.sig`` existed have no bands: they are found by
-``method="positions"`` only, until ``neardup es backfill`` writes their new fields.
+Design notes: docs/architecture.md#es_integrationcandidates
 """
 
 from __future__ import annotations
@@ -40,7 +15,7 @@ import numpy as np
 
 from scrapy_neardup.core.match import Match, best_first
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import StoredSignature, band_layout, decode_many, verified
+from scrapy_neardup.core.stored_signature import StoredSignature, band_layout, decode_many, verified
 
 from .mapping import (
     F_BANDS,
@@ -103,12 +78,12 @@ class Candidate:
     source: dict[str, Any] | None = None
 
     def to_match(self) -> Match:
-        """The core :class:`~scrapy_neardup.core.index.Match` (key = ``_id``)."""
+        """The core :class:`~scrapy_neardup.core.match.Match` (key = ``_id``)."""
         return Match(key=self.id, shared=self.shared, resemblance=self.resemblance, exact=self.exact)
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
-    """``candidates`` best first, by the one ranking of matches (:func:`~scrapy_neardup.core.index.best_first`):
+    """``candidates`` best first, by the one ranking of matches (:func:`~scrapy_neardup.core.match.best_first`):
     exact duplicates, then most shared positions, then earliest indexed (``neardup.seq``), then ``_id``."""
     if not candidates:
         return []

@@ -24,8 +24,8 @@ from typing import Any
 from scrapy_neardup.cli.jsonl import ID_FIELD_HELP, choose_id_field, open_input, read_records, record_pages
 from scrapy_neardup.cli.options import add_sketch_options
 from scrapy_neardup.cli.progress import progress_bar
+from scrapy_neardup.core.host_template import learn_hosts
 from scrapy_neardup.core.sketch import Sketcher
-from scrapy_neardup.core.template import learn_hosts
 from scrapy_neardup.errors import EsError, InputError
 
 from .band_filter import BandFilterStore, default_directory
@@ -33,13 +33,11 @@ from .cli_jobs import connection_options, job_params, run_job
 from .cli_report import add_report_commands, extend_core_commands
 from .collapse import collapse_hits, search_collapsed, text_fields, text_query
 from .groups import KeepRule, assign_groups, find_groups, find_new_groups
+from .host_template_index import resolve_templates
 from .indexing import backfill, get_field, index_records
 from .listing import duplicate_targets, hit_line, label_fields, label_of, page_labels, write_groups
 from .mapping import F_DUPLICATE_OF, F_GROUP, F_STATUS, ensure_index, require_tag
 from .names import validate_field_name
-from .templates import resolve_templates
-
-__all__ = ["register", "add_command", "main", "cmd_index", "cmd_backfill", "cmd_groups", "cmd_search"]
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:

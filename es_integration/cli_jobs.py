@@ -18,8 +18,6 @@ from .client import ConnectionSettings, make_client, translate_errors, transport
 from .indexing import BulkErrorKind, add_bulk_error
 from .names import validate_index_name
 
-__all__ = ["connection_options", "job_client", "job_params", "run_job"]
-
 #: A job: ``job(args, client)`` returns the exit status.
 Job = Callable[[argparse.Namespace, Any], int]
 

@@ -29,10 +29,10 @@ from scrapy_neardup.cli.explain import (
 from scrapy_neardup.cli.options import add_sketch_options
 from scrapy_neardup.cli.report import Decision, render_decisions
 from scrapy_neardup.core.evidence import Rule, evidence
-from scrapy_neardup.core.mirrors import host_of
+from scrapy_neardup.core.mirror_table import host_of
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
-from scrapy_neardup.core.stored import decode_many
+from scrapy_neardup.core.stored_signature import decode_many
 from scrapy_neardup.errors import EsError
 
 from .cli_jobs import connection_options, job_params, run_job
@@ -40,8 +40,6 @@ from .indexing import get_field
 from .mapping import DUPLICATE, F_DUPLICATE_OF, F_FINGERPRINT, F_KEY, F_SIG, F_STATUS, require_tag
 from .names import validate_field_name
 from .sweep import point_in_time, sliced_sweep
-
-__all__ = ["add_report_commands", "extend_core_commands", "extend_core_explain", "extend_core_report", "index_report"]
 
 #: The doc-value fields a report reads of each document.
 _FIELDS = [F_SIG, F_FINGERPRINT, F_STATUS, F_DUPLICATE_OF, F_KEY]

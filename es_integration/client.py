@@ -1,24 +1,6 @@
 """The one place that builds Elasticsearch clients, and turns their failures into clear one-line errors.
 
-Several nodes of one cluster: ``url`` may list them separated by commas
-(``http://127.0.0.1:9200,http://127.0.0.1:9201``). Requests go round-robin to the nodes that answer; a node that
-fails (connection refused, reset) is set aside for a while, and the caller's retry goes to another one, so a
-crawl survives the loss of the node it was talking to. Every URL must use the same scheme and the same
-credentials (one client, one set of options).
-
-Credentials: basic auth (``username`` + ``password``) or an API key (the ``encoded`` value Elasticsearch returns
-from ``POST /_security/api_key``, or ``"id:api_key"``); TLS is verified against ``ca_certs`` when given, else the
-system/certifi store. A URL may carry ``user:password@``; it is moved into basic auth so that the URL that
-appears in messages never holds a secret.
-
-Transport logs: elasticsearch-py's transport logs each failed attempt at WARNING, with a traceback ("Node ... has
-failed for 1 times in a row", "Retrying request after failure"), although the caller's retries and its one-line
-error say all of it. :func:`transport_logs_at_debug` turns those records into DEBUG ones while a command runs (and
-while the crawler backend connects): ``neardup -v`` and a crawl at ``LOG_LEVEL = "DEBUG"`` still show them.
-
-Secrets never reach logs or exception messages: :class:`ConnectionSettings` hides them in ``repr``, the transport
-logs headers with ``Authorization`` masked, and :func:`describe_error` builds messages from the status, the
-error type and reason, and the sanitized URL only.
+Design notes: docs/architecture.md#es_integrationclient
 """
 
 from __future__ import annotations
@@ -32,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 from scrapy_neardup.errors import EsError
 
 from .connection import ConnectionSettings, safe_url
-from .engine import PROBE_HEADERS, async_opensearch_client, engine_from_root, missing_opensearch_py, opensearch_client
+from .opensearch_adapter import (
+    PROBE_HEADERS,
+    async_opensearch_client,
+    engine_from_root,
+    missing_opensearch_py,
+    opensearch_client,
+)
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch, Elasticsearch
@@ -99,8 +87,8 @@ def client_major() -> int:
 def make_client(settings: ConnectionSettings, *, unreachable_hint: str = "", **overrides: Any) -> Elasticsearch:
     """A synchronous client for the engine at ``settings.url`` (``overrides``: e.g. ``max_retries``,
     ``retry_on_timeout``): elasticsearch-py for Elasticsearch, opensearch-py behind the same API for OpenSearch
-    (see :mod:`es_integration.engine`; one ``GET /`` tells them apart). ``unreachable_hint`` ends the message
-    when no node answers (what to check: ``"check --es-url and that the node is up"``).
+    (see :mod:`es_integration.opensearch_adapter`; one ``GET /`` tells them apart). ``unreachable_hint`` ends the
+    message when no node answers (what to check: ``"check --es-url and that the node is up"``).
 
     Raises:
         EsError: the server cannot be reached, or it is OpenSearch and opensearch-py is not installed.

@@ -1,26 +1,6 @@
 """Serve-time collapse: one result per near-duplicate group, each saying how many similar pages it hides.
 
-:func:`search_collapsed` (indices with group ids): a search with ``collapse`` on ``neardup.group`` (a
-single-valued keyword with doc values) returns the groups in the order of their best hit; then *one* more
-request, a ``terms`` aggregation on ``neardup.group`` over the same query restricted to the returned groups
-(``include`` = their ids), counts the matching documents of every shown group at once, so
-``omitted = count - 1`` costs two requests in total, not one per group (as ``inner_hits`` would); a ``top_hits``
-in each bucket picks the page shown for the group: its kept page (``neardup.status``), when that matches.
-Every document must carry a group id (the indexer and backfill give each page its own ``_id`` until groups
-are assigned): ``collapse`` puts all documents *without* one into a single group.
-
-:func:`search_with_collapse` does the same for a search request of your own: it takes the request body (your
-query, sort, paging, highlight, aggregations: anything but a ``collapse`` of its own), adds the collapse, runs
-it, and counts what each shown hit hides (the query, ``post_filter`` and ``min_score`` of the body apply to the
-counts too). :func:`search_collapsed` is it for a plain text query. Both work with the elasticsearch-py client
-and with OpenSearch's (through :mod:`es_integration.engine`, which :func:`es_integration.client.make_client`
-picks).
-
-:func:`collapse_hits` (any list of hits that carry sketches, e.g. an index without group ids, or hits merged
-from several indices): walks the hits in rank order and drops each one sharing ``>= t`` signature positions
-with a hit already kept, counting it on the kept hit it shares most positions with. That is the
-embedded index's rule applied to a result list: kept hits never near-duplicate each other, and the best-ranked
-page of a set of near-duplicates is the one shown.
+Design notes: docs/architecture.md#es_integrationcollapse
 """
 
 from __future__ import annotations
@@ -34,7 +14,7 @@ import numpy as np
 
 from scrapy_neardup.core.evidence import Rule, evidence
 from scrapy_neardup.core.params import SketchParams
-from scrapy_neardup.core.stored import decode_many, verified
+from scrapy_neardup.core.stored_signature import decode_many, verified
 
 from .indexing import get_field
 from .mapping import F_BANDS, F_FINGERPRINT, F_GROUP, F_POSITIONS, F_SIG, F_STATUS, F_TAG, signature_from_tokens

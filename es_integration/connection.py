@@ -1,7 +1,7 @@
 """Where and how to connect to a cluster: :class:`ConnectionSettings`, validated once for every client.
 
-Both engines' clients (:mod:`es_integration.client`, :mod:`es_integration.engine`) are built from it; it imports
-neither.
+Both engines' clients (:mod:`es_integration.client`, :mod:`es_integration.opensearch_adapter`) are built from it;
+it imports neither.
 """
 
 from __future__ import annotations
@@ -143,4 +143,3 @@ def safe_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
 
 
-__all__ = ["ConnectionSettings", "safe_url"]

@@ -1,25 +1,6 @@
 """The mirror-host counts of a fleet of crawlers, shared through a small sibling index of the backend's.
 
-:class:`ElasticsearchHostStore` implements :class:`scrapy_neardup.core.mirrors.HostStore` for
-:class:`~es_integration.backend.ElasticsearchBackend` (``host_store()``): every crawler process on one index
-``I`` pushes its own counts to ``I-hosts`` and pulls the sums over the others, and the mirror rule
-(:class:`~scrapy_neardup.core.mirrors.MirrorTable`) runs on the totals.
-
-Documents (index ``I-hosts``, one primary shard, mapped ``dynamic: strict``), each overwritten by its process
-with the process's current, cumulative counts (plain ``index`` requests: no scripts, no read-modify-write)::
-
-    _id "<process>:<host>"            kind "host"  process, host, checked (n_H), first_seen (epoch seconds)
-    _id "<process>:<host B>:<host A>" kind "pair"  process, host (B), other (A), copies (|twins(B, A)|)
-
-``<process>`` is random per crawl process (``<pid>-<12 hex digits>``), so a later crawl on the same index
-counts the earlier crawls' documents as other processes: like the embedded backend's saved table, a known
-mirror stays known. A pull is two composite aggregations over the other processes' documents (``sum`` of
-``checked``, ``min`` of ``first_seen`` per host; ``sum`` of ``copies`` per host pair), paged by
-:data:`_PAGE` buckets, so any number of hosts works. A push writes only the documents whose counts changed
-since the last push, and refreshes the (small) index, so the next pull anywhere sees them.
-
-Requests are tried once (no retries) with a timeout of at most :data:`_TIMEOUT` seconds: the caller runs them
-off the crawl's path and simply tries again at the next sync.
+Design notes: docs/architecture.md#es_integrationhosts
 """
 
 from __future__ import annotations
@@ -32,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from elasticsearch import BadRequestError
 
-from scrapy_neardup.core.mirrors import HostCounts, HostStore
+from scrapy_neardup.core.mirror_table import HostCounts, HostStore
 from scrapy_neardup.errors import EsError
 
 from .client import ConnectionSettings, connect_async
@@ -42,7 +23,6 @@ from .names import validate_index_name
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
-__all__ = ["HOSTS_SUFFIX", "ElasticsearchHostStore", "hosts_index", "hosts_mappings"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +67,7 @@ async def ensure_hosts_index_async(client: AsyncElasticsearch, index: str) -> bo
 
 
 class ElasticsearchHostStore(HostStore):
-    """A :class:`~scrapy_neardup.core.mirrors.HostStore` in index ``index`` (see the module doc).
+    """A :class:`~scrapy_neardup.core.mirror_table.HostStore` in index ``index`` (see the module doc).
 
     Args:
         settings: where and how to connect (the backend's); the request timeout is capped at 5 s.

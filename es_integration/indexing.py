@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.mirrors import host_of
+from scrapy_neardup.core.host_template import HostTemplate, learn_hosts
+from scrapy_neardup.core.mirror_table import host_of
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
-from scrapy_neardup.core.stored import StoredSignature, values_from_token_lists
-from scrapy_neardup.core.template import HostTemplate, learn_hosts
+from scrapy_neardup.core.stored_signature import StoredSignature, values_from_token_lists
 from scrapy_neardup.errors import InputError
 
 from .bulk import write_bulk
+from .host_template_index import resolve_templates
 from .mapping import F_POSITIONS, F_SIG, F_TAG, KEPT, ROOT, ensure_index, sketch_fields, stored_fields
 from .names import validate_field_name, validate_index_name
 from .sweep import point_in_time, sweep
-from .templates import resolve_templates
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -168,7 +168,7 @@ def record_actions(
 
     A record's ``_id`` is ``str(record[id_field])`` when present, else a random UUID; the record is stored
     unchanged, plus the ``neardup`` object. ``templates``: ``"auto"`` sketches, the template of each page's host
-    (the host of its ``url_field``; see :func:`es_integration.templates.resolve_templates`).
+    (the host of its ``url_field``; see :func:`es_integration.host_template_index.resolve_templates`).
 
     A record's own field is never overwritten: a record holding a ``neardup`` field (a mark-mode crawl's mark
     has that name by default) is refused (:class:`~scrapy_neardup.errors.InputError`) unless ``move_root_to``
@@ -306,7 +306,7 @@ def backfill(
     ``text_field`` in batches and writes ``neardup`` with bulk partial updates. Each updated document becomes
     its own group, ``status = "kept"`` (run groups again afterwards). ``"auto"`` sketches: a first sweep learns the
     template of each host (of ``url_field``) over its documents, unless the index keeps one already
-    (:func:`es_integration.templates.resolve_templates`).
+    (:func:`es_integration.host_template_index.resolve_templates`).
 
     Args:
         total: called once with the number of documents to do (for a progress bar) before the sweep.

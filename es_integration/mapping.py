@@ -1,62 +1,6 @@
 """The near-duplicate fields of an Elasticsearch document, their mapping, and the index template.
 
-Every field lives in one object, ``neardup``, next to the page's own fields::
-
-    neardup.positions     keyword[k]  Broder's (position, value) pairs "i_v": position i (decimal) and the
-                                      low 16 bits of the signature's value there (lowercase hex), e.g.
-                                      "17_3f2a". Indexed, no doc values: only term queries touch it. Two
-                                      pages share token "i_v" exactly when their signatures agree at position
-                                      i in those bits, so the number of tokens they share is the t-of-k count
-                                      ~ Binomial(k, p) with p = r + (1 - r) / 65536 (b-bit minwise hashing,
-                                      Li & König 2010): the very values and rule of the embedded index
-                                      (:mod:`scrapy_neardup.core.index`), so both give the same answers.
-                                      The crawler backend writes them only for a threshold below the band
-                                      layout's (its candidates come from ``bands``).
-    neardup.sig           binary      the stored signature in its compact form (base64 of the k 16-bit values,
-                                      :meth:`scrapy_neardup.core.stored.StoredSignature.encode`), with doc
-                                      values, not indexed: what group discovery reads (no ``_source``) and
-                                      candidate queries verify.
-    neardup.bands         keyword[b]  band tokens (:func:`scrapy_neardup.core.stored.band_tokens`): one per band
-                                      of the stored layout (22 for k = 128), indexed, no doc values: the
-                                      candidate query on bands (exact for every t >= the layout's t0).
-    neardup.fingerprint   keyword     the 64-bit fingerprint of the normalized text, 16 hex digits:
-                                      equal for exact duplicates.
-    neardup.tag           keyword     the sketch parameter tag (k, shingling, seed, scheme); only sketches
-                                      with equal tags are ever compared.
-    neardup.empty         boolean     the text had no shingles (no positions are stored).
-    neardup.seq           long        indexing order (smaller = indexed earlier): the "first indexed" rule.
-    neardup.group         keyword     near-duplicate group id (the group's representative's _id; a page in no
-                                      group is its own group). Single-valued with doc values: usable by
-                                      ``collapse`` and aggregations.
-    neardup.status        keyword     "kept" (group representative or alone), "duplicate", "pending"
-                                      (written by the crawler backend, decision not made yet), or
-                                      "unchecked" (the crawler backend could not check the page, which its
-                                      crawl passed through; written later so that group discovery sees it,
-                                      never a candidate of the crawler's checks).
-    neardup.duplicate_of  keyword     _id (search index) or key (backend) of the kept page it duplicates.
-    neardup.shared        integer     positions shared with ``duplicate_of``.
-    neardup.key           keyword     the page key (URL) of a crawl's documents (the crawler backend's and the
-                                      search-index writer's, whose _id is a hash of it): what listings show.
-    neardup.writer        keyword     which crawler process (and which of its batches) wrote a ``pending`` page
-                                      (stored only): a crawler never waits for its own abandoned writes, and
-                                      tells its own write that landed on an earlier attempt from another's.
-    neardup.crawl         keyword     the crawls (latest first, a few) that kept or revisited the page's current
-                                      content (crawler backend; stored only): met again unchanged by one of
-                                      them, the page is a repeat.
-
-``neardup`` is mapped ``dynamic: strict``: a misspelt field is refused instead of silently mapped.
-
-``sig`` and ``bands`` were added after ``positions``: documents indexed before them have positions only.
-:func:`ensure_index` adds the two fields to an existing index; ``neardup es backfill --force`` (or re-indexing)
-writes them. Group discovery refuses an index where some sketched documents lack ``sig`` (the error names
-``neardup es backfill``); candidate queries fall back to positions for them (see
-:mod:`es_integration.candidates`).
-
-Why 16 bits: besides matching the embedded index, a token is shared by about ``N / 65536`` documents of an
-index of ``N``, so at scale most tokens already exist in the term dictionary, which makes indexing them
-cheaper (measured: the cost of the sketch fields per document falls by half when tokens repeat, at 8 bits);
-the spurious agreement of unrelated positions, ``(1 - r) / 65536``, is far below the estimate's own noise
-``sqrt(r (1 - r) / k)``.
+Design notes: docs/architecture.md#es_integrationmapping
 """
 
 from __future__ import annotations
@@ -68,7 +12,7 @@ import numpy as np
 
 from scrapy_neardup.core.params import content_change, parse_tag, still_made
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import VALUE_BITS, StoredSignature, stored_values, values_from_token_lists
+from scrapy_neardup.core.stored_signature import StoredSignature, stored_values, values_from_token_lists
 from scrapy_neardup.errors import EsError, TagMismatch
 
 from .names import validate_index_name
@@ -78,40 +22,6 @@ if TYPE_CHECKING:
 
     from elasticsearch import AsyncElasticsearch, Elasticsearch
 
-__all__ = [
-    "COMPONENT_TEMPLATE",
-    "INDEX_SETUP_TIMEOUT",
-    "INDEX_TEMPLATE",
-    "ROOT",
-    "VALUE_BITS",
-    "F_DUPLICATE_OF",
-    "F_EMPTY",
-    "F_FINGERPRINT",
-    "F_GROUP",
-    "F_KEY",
-    "F_BANDS",
-    "F_POSITIONS",
-    "F_SIG",
-    "F_SEQ",
-    "F_SHARED",
-    "F_STATUS",
-    "F_TAG",
-    "F_WRITER",
-    "F_CRAWL",
-    "ensure_index",
-    "ensure_index_async",
-    "error_type",
-    "fingerprint_hex",
-    "index_mappings",
-    "position_tokens",
-    "put_template",
-    "signature_from_tokens",
-    "signatures_from_token_lists",
-    "sketch_fields",
-    "sketch_properties",
-    "stored_fields",
-    "stored_values",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +80,7 @@ def index_mappings() -> dict[str, Any]:
     return {"properties": {ROOT: sketch_properties()}}
 
 
-def put_template(
+def put_index_template(
     client: Elasticsearch, patterns: Sequence[str], *, name: str = INDEX_TEMPLATE, priority: int = 100
 ) -> None:
     """Install the component template ``neardup-sketch-fields`` and an index template ``name`` using it.
@@ -179,7 +89,7 @@ def put_template(
     without further setup. Existing indices are not changed (see :func:`ensure_index`).
     """
     if not patterns:
-        raise ValueError("put_template needs at least one index pattern")
+        raise ValueError("put_index_template needs at least one index pattern")
     client.cluster.put_component_template(
         name=COMPONENT_TEMPLATE,
         template={"mappings": index_mappings()},
@@ -347,7 +257,8 @@ def signature_from_tokens(tokens: Sequence[str], num_perm: int) -> np.ndarray:
 
 
 def signatures_from_token_lists(token_lists: Sequence[Sequence[str]], num_perm: int) -> tuple[np.ndarray, np.ndarray]:
-    """Many stored signatures back from their tokens (:func:`scrapy_neardup.core.stored.values_from_token_lists`)."""
+    """Many stored signatures back from their tokens
+    (:func:`scrapy_neardup.core.stored_signature.values_from_token_lists`)."""
     return values_from_token_lists(token_lists, num_perm)
 
 

@@ -14,8 +14,6 @@ import re
 
 from scrapy_neardup.errors import InvalidNameError
 
-__all__ = ["validate_field_name", "validate_index_name"]
-
 _MAX_INDEX_BYTES = 255
 _MAX_FIELD_CHARS = 255
 _INDEX_FORBIDDEN = set('\\/*?"<>|,#: ') | {chr(c) for c in range(32)}

@@ -26,8 +26,6 @@ from tenacity import (
 
 from scrapy_neardup.errors import NearDupError
 
-__all__ = ["RETRY_STATUSES", "ShardsUnavailable", "is_retryable", "retrying"]
-
 #: HTTP statuses worth retrying: too many requests, and a gateway or node briefly unavailable.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 

@@ -1,38 +1,6 @@
 """A crawl's items written to a search index as the crawl runs: :class:`ElasticsearchSearchSink`.
 
-The :class:`~scrapy_neardup.store.search_sink.SearchSink` that ``NEARDUP_SEARCH_INDEX`` switches on (through
-:mod:`scrapy_neardup.crawl.search_index`). Each page becomes one document: the item's fields as they are, plus
-the ``neardup`` object (:mod:`es_integration.mapping`) made from the sketch the crawl's pipeline computed:
-
-* ``_id``: :func:`~es_integration.backend.doc_id_of` of the page's key (its URL), the id the crawler backend
-  gives the key too: the same in every crawl, so a later crawl of a page replaces its document in place;
-* ``neardup.status``: ``kept``, ``duplicate`` or ``unchecked``; ``neardup.group``: the document's own ``_id``,
-  or for a duplicate the ``_id`` of the kept page it near-duplicates (also in ``neardup.duplicate_of``, with the
-  shared positions in ``neardup.shared``), so a search collapsed on ``neardup.group``
-  (:func:`es_integration.collapse.search_with_collapse`) hides the duplicates from the first query on;
-* ``neardup.key``: the page key; the sketch fields (``positions``, ``sig``, ``bands``, ``fingerprint``, ``tag``)
-  when the page was sketched, so ``neardup es groups`` and ``--by-sketch`` work on the index as well.
-
-The index: created when missing with the ``neardup`` mapping only, so its shards, replicas and the mapping of
-the page's own fields come from the cluster's index templates (``mapping.put_template`` installs the component
-template ``neardup-sketch-fields`` for a template of your own); an existing index gets the ``neardup`` mapping
-added. An index holding sketches of other parameters is refused at start.
-
-Writes: ``index`` actions (``delete`` to remove a page) in bulk requests of ``NEARDUP_SEARCH_BATCH_SIZE``
-documents, one request at a time and in order; a batch is sent when full, or after :attr:`flush_interval`
-seconds. A writer waits while a full batch waits for the request before it (back-pressure: the crawl's
-``CONCURRENT_ITEMS`` bound how much is held). A request failing with a connection error, a timeout or HTTP
-429/502/503/504, and the documents a bulk answer refuses with 429/5xx, are retried ``NEARDUP_SEARCH_RETRIES``
-times (backoff :attr:`backoff` seconds, doubled each time: :mod:`es_integration.retry`); any other refusal (a
-mapping error) is final at once. What is final is reported page by page to the crawl
-(:meth:`~scrapy_neardup.store.search_sink.SinkEvents.failed`), which records it; stats:
-``neardup/search_indexed``, ``search_removed``, ``search_retries``, ``search_failed`` and
-``search_failed/<kind>`` (``connection_error``, ``timeout``, ``http_<status>``, or Elasticsearch's
-``error.type``). At the end the index is refreshed, so that the crawl's pages are searchable when it returns.
-
-The settings (``NEARDUP_SEARCH_*``, and the ``NEARDUP_ES_*`` connection shared with the crawler backend): their
-types, defaults and bounds are in :mod:`scrapy_neardup.store.settings_registry` (the reference page:
-docs/settings.md).
+Design notes: docs/architecture.md#es_integrationsearch_index
 """
 
 from __future__ import annotations
@@ -55,10 +23,10 @@ from scrapy_neardup.store.settings_registry import default_of
 
 from .backend.pages import doc_id_of
 from .client import ConnectionSettings, connect_async, describe_error, transport_logs_at_debug
+from .es_settings import ElasticsearchSettings
 from .indexing import SeqClock
 from .mapping import DUPLICATE, F_GROUP, ROOT, ensure_index_async, error_type, require_tag_async, sketch_fields
 from .retry import RETRY_STATUSES, ShardsUnavailable, is_retryable, retrying
-from .settings import ElasticsearchSettings
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["SWEEP_FILTER", "PointInTime", "point_in_time", "sliced_sweep", "sweep"]
 
 logger = logging.getLogger(__name__)
 

@@ -302,8 +302,8 @@ def reset_es_store() -> str | None:
         return None  # the embedded store: nothing is kept without JOBDIR; a missing URL: the crawl says so
     from es_integration.backend.sequencer import sequencer_index
     from es_integration.client import ConnectionSettings, make_client
+    from es_integration.host_template_index import TEMPLATES_SUFFIX
     from es_integration.hosts import HOSTS_SUFFIX
-    from es_integration.templates import TEMPLATES_SUFFIX
 
     index = settings.get("NEARDUP_ES_INDEX")
     client = make_client(ConnectionSettings.create(

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .crawl.addon import NearDuplicateAddon
     from .crawl.exporters import CsvItemExporter
     from .crawl.pipeline import NearDuplicatePipeline
-    from .crawl.search_index import SearchIndexPipeline
+    from .crawl.search_writer import SearchIndexPipeline
 
 __all__ = [
     "CsvItemExporter",
@@ -70,7 +70,7 @@ def __getattr__(name: str) -> Any:
 
         return NearDuplicateAddon
     if name == "SearchIndexPipeline":
-        from .crawl.search_index import SearchIndexPipeline
+        from .crawl.search_writer import SearchIndexPipeline
 
         return SearchIndexPipeline
     if name == "CsvItemExporter":

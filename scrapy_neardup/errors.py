@@ -1,23 +1,6 @@
 """Every error the package raises, under one base: ``except NearDupError`` catches all of them.
 
-Each class also derives from the built-in exception a caller would expect (``ValueError`` for a wrong value,
-``OSError`` for a locked directory, ``RuntimeError`` for an unusable state), so code written against those keeps
-working. The classes that carry data a caller needs say so under *Attributes*.
-
-Three families matter to callers:
-
-* **Wrong input or settings** (:class:`ParameterError`, :class:`NearDupSettingsError`, :class:`InputError`,
-  :class:`InvalidNameError`): fix the value named in the message.
-* **Unusable state** (:class:`StateError` and its kinds): a saved store or index that is damaged or was made with
-  other parameters; the message names the way out.
-* **A backend that could not decide a page** (:class:`BackendError`, including Elasticsearch's
-  :class:`EsError`): the Scrapy pipeline catches this family, and only it, to pass an item through unchecked.
-
-The items the Scrapy pipeline drops are reported through Scrapy's ``DropItem``; those classes
-(``NearDuplicateDropped``, ``RevisitDropped``, ``RepeatDropped``, ``Soft404Dropped``) live with the pipeline, as
-they need Scrapy, and derive from :class:`NearDupError` too.
-
-This module imports nothing of the package: every layer may import it.
+Design notes: docs/architecture.md#scrapy_nearduperrors
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ The nodes come from the local node launcher, ``neardup_devnode`` (the ``neardup-
 ``devnode/``: ``pip install -e '.[test]' -e ./devnode``).
 
 ``NEARDUP_ENGINE=opensearch`` starts OpenSearch (default: the launcher's, the newest 3.x) instead, and
-``es_client`` is then opensearch-py behind elasticsearch-py's API (:mod:`es_integration.engine`). OpenSearch's
-integ-test distribution has no security plugin, so the tests that need ``secure_es_node`` are deselected (not
-skipped) there, with the reason printed.
+``es_client`` is then opensearch-py behind elasticsearch-py's API (:mod:`es_integration.opensearch_adapter`).
+OpenSearch's integ-test distribution has no security plugin, so the tests that need ``secure_es_node`` are
+deselected (not skipped) there, with the reason printed.
 
 Environment knobs: ``NEARDUP_ES_VERSION`` (the server every local node runs; default the launcher's default,
 the newest 9.x that the Java found runs; CI also runs ``8.19.x``), ``NEARDUP_ES_HEAP`` (default 512m),

@@ -92,7 +92,7 @@ class ClusterHandle:
         """An ``elasticsearch.Elasticsearch`` client for this cluster; *kwargs* override the defaults.
 
         *auth*: ``True`` uses this handle's credentials, ``None``/``False`` none, a tuple is basic auth.
-        For OpenSearch: opensearch-py behind the same API (:class:`es_integration.engine.OpenSearchClient`).
+        For OpenSearch: opensearch-py behind the same API (:class:`es_integration.opensearch_adapter.OpenSearchClient`).
         """
         from elasticsearch import Elasticsearch
 
@@ -133,7 +133,7 @@ class ClusterHandle:
         if self.engine == "opensearch":  # elasticsearch-py's product check refuses OpenSearch's answers
             import json
 
-            from es_integration.engine import translated_error
+            from es_integration.opensearch_adapter import translated_error
 
             with self._opensearch_client(auth, {"request_timeout": timeout, "max_retries": 0}) as es:
                 # one connection, every status returned (the transport would raise or retry); connection and
@@ -163,7 +163,7 @@ class ClusterHandle:
 
     def _opensearch_client(self, auth: tuple[str, str] | None | bool, kwargs: dict[str, Any]) -> Any:
         from es_integration.client import ConnectionSettings
-        from es_integration.engine import opensearch_client
+        from es_integration.opensearch_adapter import opensearch_client
 
         user, password = (self.username, self.password) if auth is True else auth if auth else (None, None)
         settings = ConnectionSettings.create(

@@ -24,18 +24,23 @@ from elasticsearch import ApiError
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.params import SketchParams, require_params
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import band_layout
+from scrapy_neardup.core.stored_signature import band_layout
 from scrapy_neardup.errors import BackendError, EsError, IncompatibleSketches, TagMismatch
 from scrapy_neardup.store.backend import Backend, Decision
 from scrapy_neardup.store.config import crawl_identity, read_setting
 from scrapy_neardup.store.settings_registry import default_of
 
 from ..client import ConnectionSettings, connect_async, transport_logs_at_debug
+from ..es_settings import ElasticsearchSettings
+from ..host_template_index import (
+    ensure_templates_index_async,
+    load_template_async,
+    save_template_async,
+    templates_index,
+)
 from ..hosts import ElasticsearchHostStore, hosts_index
 from ..mapping import F_POSITIONS, F_SIG, F_STATUS, F_TAG, KEPT, PENDING, ensure_index_async, require_tag_async
 from ..names import validate_index_name
-from ..settings import ElasticsearchSettings
-from ..templates import ensure_templates_index_async, load_template_async, save_template_async, templates_index
 from .pages import doc_id_of
 from .protocol import _MAX_BATCH, _batches, _Rounds
 from .requests import _POLL_FIRST, _POLL_MAX
@@ -45,11 +50,10 @@ from .unchecked import _UNCHECKED_BATCH, _Unchecked, _UncheckedPages
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
 
-    from scrapy_neardup.core.mirrors import HostStore
-    from scrapy_neardup.core.template import HostTemplate
+    from scrapy_neardup.core.host_template import HostTemplate
+    from scrapy_neardup.core.mirror_table import HostStore
     from scrapy_neardup.store.config import SettingsLike
 
-__all__ = ["ElasticsearchBackend"]
 
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")
@@ -149,7 +153,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
 
     @classmethod
     def from_settings(cls, settings: SettingsLike, params: SketchParams) -> ElasticsearchBackend:
-        """The backend the ``NEARDUP_ES_*`` settings describe (see :mod:`es_integration.settings`), in the crawl
+        """The backend the ``NEARDUP_ES_*`` settings describe (see :mod:`es_integration.es_settings`), in the crawl
         :func:`~scrapy_neardup.store.config.crawl_identity` names (``NEARDUP_CRAWL_ID``, else saved in ``JOBDIR``).
 
         Raises:
@@ -184,7 +188,8 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         return f"ElasticsearchBackend(url={self.settings.url!r}, index={self.index!r}, tag={self.tag!r})"
 
     async def load_template(self, host: str) -> HostTemplate | None:
-        """``host``'s template from the sibling index ``<index>-templates`` (:mod:`es_integration.templates`)."""
+        """``host``'s template from the sibling index ``<index>-templates``
+        (:mod:`es_integration.host_template_index`)."""
         return await self._call("reading a host template", load_template_async, self._es,
                                 templates_index(self.index), self.tag, host)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scrapy_neardup.core.stored import StoredSignature, decode_many, distinct_band_tokens, verified
+from scrapy_neardup.core.stored_signature import StoredSignature, decode_many, distinct_band_tokens, verified
 
 from ..candidates import band_query, candidate_query, hit_signatures, ranked_band_query
 from ..mapping import F_BANDS, F_FINGERPRINT, F_KEY, F_SEQ, F_SIG, F_STATUS, F_TAG, F_WRITER, KEPT, PENDING, ROOT

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from scrapy_neardup.core.match import best_first
-from scrapy_neardup.core.stored import StoredSignature, decode_many
+from scrapy_neardup.core.stored_signature import StoredSignature, decode_many
 from scrapy_neardup.store.backend import Decision
 
 from ..mapping import KEPT, ROOT

@@ -1,90 +1,7 @@
 """The rounds of the crawler backend: check-and-insert of a batch of pages against an index shared by many
 crawlers, and why its answers are those of the embedded index.
 
-Protocol (a batch of pages, distinct keys)
-------------------------------------------
-Within a process, calls are serialized by an ``asyncio.Lock`` (the pipeline sends the pages ready at the same
-time as one call: :mod:`scrapy_neardup.crawl.batcher`). Across processes, for a batch:
-
-a. One search for the candidates of every page (one band query on the union of their band tokens, each hit
-   verified against each page; ``_search`` for one page) among documents with
-   status ``kept`` or ``pending``, and one real-time multi-get of the pages' own documents (by key). Pending
-   ones written by other crawlers are re-read (multi-get) until they settle. Then, in batch order: a page
-   whose key is stored ``kept`` with the same fingerprint is an **unchanged revisit** (this crawl is noted on
-   its document: see "Repeats within one crawl"), or a **repeat** when its document names this crawl already
-   (nothing written); a page with no stored version and a ``kept`` candidate is a **duplicate** of the best
-   one (nothing written), unless it near-duplicates an earlier page of the batch that is being written; every
-   other page (new, or a stored key whose content changed) is written.
-b. One bulk request writes those pages as ``pending`` (``create``, or ``index`` conditional on the
-   ``_seq_no`` read in (a)), over whatever shards they route to. A page whose key another crawler wrote
-   meanwhile (a conflict) is decided again in a next round.
-c. Once they are acknowledged, the batch takes its place in the fleet's order: one marker document in the
-   sequencer index (:mod:`.sequencer`), whose ``_seq_no`` orders batches and the batch's order its pages
-   (``order``). Wait until every copy of the sequencer's shard has applied every marker up to it (every batch
-   ordered earlier had its pending pages acknowledged, i.e. on every copy of their shards), refresh the index
-   once, and search again, considering for each page only candidates ordered *before* it (a settled page's
-   ``seq``; a pending page's batch marker, read in real time: none yet means after; pending ones of other
-   crawlers settled as in (a)), plus, resolved locally, the earlier pages of the batch that ended kept and the
-   stored versions of later ones (as each page checked alone in turn would see them). A page whose key was stored is a
-   **changed revisit** when its stored version is its best match (ties go to it) or nothing matches (its new
-   content replaces the stored one), else a duplicate of the better kept page (its document becomes
-   ``duplicate``: no longer a candidate, so its former copies are judged afresh). A new page is a duplicate
-   of the best candidate, else kept.
-d. One bulk request writes the final statuses (``kept``/``duplicate``) and ``seq`` (the page's order).
-
-Why waiting ends: a pending page's outcome depends only on pages written before it, and before a process waits
-for another crawler's page in (c) it writes the decisions it has already taken (those of its batch's earlier
-pages). So a wait is never on a decision that is itself held back by a wait: the earliest pending page of all
-waits for nobody, and is written; then the next one. (A batch's pages are contiguous in the order, so batches
-cannot interleave; the early write still keeps an abandoned wait from holding back the batch's own earlier
-decisions.)
-Uncontended batches pay nothing for this; a batch that waits pays one more bulk request per wait.
-
-A batch costs about eight requests whatever its size: search, multi-get, bulk, marker, the sequencer's
-stats (polled until its checkpoint is reached), refresh, search, bulk (and a multi-get of markers when pending
-pages of other crawlers are met); a batch answered in (a) alone costs two
-(three with unchanged revisits this crawl had not met yet: see "Repeats within one crawl").
-
-Guarantees
-----------
-* **One process** (any number of concurrent coroutines, any batch sizes): identical answers to ``SketchIndex``
-  on the same stream (for recrawls: the same revisit rule as the embedded store).
-* **Several processes**, while every process finishes its checks:
-
-  - every duplicate names a page whose status is ``kept`` (until a recrawl finds that page turned into a copy
-    of another, and removes it);
-  - no two kept pages share ``>= t`` positions (of two near-duplicates written in steps b, the later one sees
-    the earlier one, settled, in step c), except a revisited page whose new content is closer to its own stored
-    version than to another kept page (the revisit rule, the same in the embedded store);
-  - the kept pages and the answers are those of the embedded index run over the pages in the fleet's order
-    (the batches' markers, :mod:`.sequencer`), whatever the number of primary shards, except that a page
-    answered in step (a) names the best kept match visible at that moment (a better one may still be
-    pending): it is a duplicate either way; and a page written while another
-    crawler replaces a kept page's content is compared with the content being written, not the old one. In
-    particular, of concurrent near-duplicates of one page exactly one is kept, the earliest writer, and every
-    other names it; of two crawlers recrawling one key at once, one writes (a changed revisit) and the other
-    waits for it, then finds it unchanged.
-* **Not guaranteed** when a process dies (or stalls longer than ``pending_timeout``) between steps b and d:
-  its pages stay ``pending``; others wait up to ``pending_timeout`` (default 30 s) for them, then ignore them
-  (a warning is logged), and a later check of the same key replaces the abandoned document. If that process
-  was only slow and later keeps its page, two near-duplicates may both be kept. Also weaker without the
-  ``monitor`` privilege on the sequencer index (no checkpoint wait; a warning is logged once): a marker that
-  is still in flight when a later batch reads the markers may be missed, in a window of microseconds.
-
-Repeats within one crawl
-------------------------
-Each document also holds ``crawl``: the identities of the crawls that kept or revisited its current content
-(:func:`~scrapy_neardup.store.config.crawl_identity`: ``NEARDUP_CRAWL_ID``, else saved in ``JOBDIR``, so a resumed
-crawl is the same crawl), latest first, at most ``_CRAWLS_KEPT`` (8; crawls running at the same time on one
-index each keep their own). In step (a) an unchanged page whose document names this crawl is a **repeat**
-(nothing written); otherwise it is an unchanged revisit, and one bulk request notes this crawl on those documents
-(an update conditional on the ``_seq_no`` read, with this round's ``writer`` token, so that a retried update that
-had landed is recognized; a conflict decides the page again in a next round). A batch holding first-time
-unchanged revisits thus costs one request more. Kept pages and changed revisits name this crawl alone in their
-pending write.
-
-The writes of steps b and d and the wait of step c (with replicas and failover) are in :mod:`.writes`; the
-candidate searches and the reading of their hits in :mod:`.hits`.
+Design notes: docs/architecture.md#es_integrationbackendprotocol
 """
 
 from __future__ import annotations
@@ -99,7 +16,7 @@ import numpy as np
 
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import StoredSignature, shared_counts, verified
+from scrapy_neardup.core.stored_signature import StoredSignature, shared_counts, verified
 from scrapy_neardup.errors import EsError
 from scrapy_neardup.store.backend import Decision
 

@@ -1,32 +1,6 @@
 """The order of a fleet's batches: the sequencer index ``<index>-order``.
 
-The pages of the backend's index may be spread over any number of primary shards, whose ``_seq_no`` orders
-only the writes of one shard. The fleet's one order comes from a small single-shard index instead: after a
-batch has written its pages ``pending`` (step b of :mod:`.protocol`), its crawler writes one *marker*
-document there, under the batch's writer token, and the marker's ``_seq_no`` is the batch's place in the
-order. A page's order is then ``base + (marker seq) * SPAN + (its place among the batch's written pages)``.
-
-Why this orders the fleet as one shard did (the argument :mod:`.protocol` relies on):
-
-* A batch's marker is written only after its ``pending`` writes were acknowledged, i.e. applied on every
-  in-sync copy of their shards. So when batch ``B`` holds marker ``S``, every batch with a smaller marker
-  ``S' < S`` had its pending pages acknowledged before ``S'`` was assigned, hence before ``S`` was: a refresh
-  of the data index made after ``B``'s marker was acknowledged shows them all, on every copy, whatever their
-  shards.
-* ``B`` waits until the local checkpoint of every started copy of the sequencer's shard reaches ``S`` (every
-  marker up to ``S`` applied wherever a read may run); then a real-time read of another batch's marker tells
-  its order: found with ``S' < S`` -> written before ``B``; found with ``S' > S`` or not found -> after
-  ``B`` (a marker not written yet can only get a ``_seq_no`` above ``S``). A batch after ``B`` sees ``B``'s
-  pending pages and waits for them; ``B`` waits for those before it: exactly the single-shard protocol, with
-  the marker's ``_seq_no`` in place of each page's.
-* Failover of the sequencer's primary: an acknowledged marker is on every in-sync copy, so the promoted
-  replica holds it and continues the sequence above it; a marker whose request failed is written again
-  (``create`` under the same id: a conflict means the first attempt landed, and its ``_seq_no`` is read
-  back). Nobody acted on a marker that was never acknowledged.
-
-``base`` lets an index written before the sequencer existed (where ``seq`` was the one shard's ``_seq_no``)
-keep its order: it is one more than the largest ``seq`` stored when the sequencer index was created, saved in
-that index's ``_meta`` by the one process that created it. Markers are a few dozen bytes each (one per batch).
+Design notes: docs/architecture.md#es_integrationbackendsequencer
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
 """The queue of pages whose check failed, written to the index later with status ``unchecked``.
 
-Unchecked pages
----------------
-A page whose check raised is passed through by the pipeline without a decision ("unchecked"). So that a later
-``neardup es groups`` pass still covers it, the backend remembers its key and stored signature (about 0.6 KB
-with a 50-character URL; at most ``max_unchecked`` pages, 100,000 by default, beyond which pages are only
-counted in ``unchecked_overflow``) and writes it with status ``unchecked`` once Elasticsearch answers again:
-one bulk batch after each later successful check (one attempt; after a failure, none for ``_UNCHECKED_PAUSE``
-= 5 s, so a flapping node does not slow every check), and all that remain in :meth:`close` (with the usual
-retries). A page is written under its key's ``_id``: a document this process left ``pending`` (its ``writer`` token) or
-abandoned is overwritten (conditionally on its ``_seq_no``), so other crawlers stop waiting for it; one that
-is settled (``kept``/``duplicate``: the check's lost answer, or an earlier crawl) stays as it is, and one
-another crawler is deciding right now is left to it. A batch whose requests fail passes every page through
-unchecked, including when a bulk request was applied in part (its landed pending writes are ours, overwritten
-later; its landed decisions are final): nothing is lost. ``close_stats`` then holds ``unchecked_indexed`` and
-``unchecked_unindexed`` (plus ``unchecked_overflow``), and a warning gives the count that could not be written.
-A remembered page that a later call decides (the pipeline tries it again under
-``NEARDUP_ON_BACKEND_DOWN = "pause"``) is forgotten: it is no longer unchecked.
-
-``unchecked`` documents are never candidates of a check (only ``kept`` and ``pending`` are): a later drop always
-names a page that was checked and kept, never one whose own status is unknown (it may itself duplicate a kept
-page). The price: a near-duplicate of an unchecked page, checked later, is kept when its group has no kept page,
-so the crawl's output can hold both; nothing is lost, and group discovery puts them in one group, whose
-representative under the default rule (``seq``; unchecked documents have none) is a checked page.
+Design notes: docs/architecture.md#es_integrationbackendunchecked
 """
 
 from __future__ import annotations
@@ -34,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored import StoredSignature
+from scrapy_neardup.core.stored_signature import StoredSignature
 from scrapy_neardup.errors import EsError, NearDupError
 
 from ..mapping import PENDING, ROOT, UNCHECKED, fingerprint_hex, stored_fields

@@ -7,20 +7,19 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from scrapy_neardup.core.stored import stored_bands
+from scrapy_neardup.core.stored_signature import stored_bands
 
 from ..band_filter import BandFilter, BandFilterStore
 from ..bulk import write_bulk
 from ..mapping import DUPLICATE, KEPT, ROOT
 from ..names import validate_index_name
 from .queries import Progress
-from .report import GroupReport
+from .results import GroupReport
 from .watermark import index_uuid, write_watermark
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["assign_groups"]
 
 logger = logging.getLogger(__name__)
 

@@ -25,12 +25,10 @@ from .queries import (
     sketched,
     sweep_into,
 )
-from .report import GroupReport, Linkage, check_linkage, log_report, make_groups
+from .results import GroupReport, Linkage, check_linkage, log_report, make_groups
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
-
-__all__ = ["find_groups"]
 
 
 def find_groups(

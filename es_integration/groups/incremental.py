@@ -23,7 +23,7 @@ from scrapy_neardup.core.clustering import (
     leader_labels,
 )
 from scrapy_neardup.core.params import SketchParams, require_params
-from scrapy_neardup.core.stored import distinct_band_pairs, pair_tokens
+from scrapy_neardup.core.stored_signature import distinct_band_pairs, pair_tokens
 
 from ..band_filter import BandFilter, BandFilterStore
 from ..mapping import F_BANDS, F_GROUP, F_SEQ, F_SIG, F_STATUS, F_TAG, KEPT, UNCHECKED
@@ -41,13 +41,12 @@ from .queries import (
     sketched,
     sweep_into,
 )
-from .report import GroupReport, Linkage, log_report, make_groups
+from .results import GroupReport, Linkage, log_report, make_groups
 from .watermark import index_uuid, recorded_watermark
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["find_new_groups"]
 
 #: New documents per band query of :func:`find_new_groups` (22 band tokens each: 22,000 terms, under the
 #: default ``index.max_terms_count`` of 65,536). The server's cost is one term-dictionary seek per distinct

@@ -14,13 +14,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from scrapy_neardup.core.stored import decode_many
+from scrapy_neardup.core.stored_signature import decode_many
 
 from ..indexing import get_field
 from ..mapping import F_DUPLICATE_OF, F_GROUP, F_SEQ, F_SIG, F_STATUS, KEPT
 from ..names import validate_field_name
-
-__all__ = ["NO_SEQ", "KeepRule", "RowStates", "State", "SweptDocs", "rank_keys"]
 
 #: The seq of documents without one (unchecked pages): they sort last.
 NO_SEQ = np.iinfo(np.int64).max

@@ -17,10 +17,6 @@ from .model import KeepRule, SweptDocs
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = [
-    "DEFAULT_SLICES", "STATE_FIELDS", "Progress", "below_pending", "fetch_hits", "lowest_pending_seq",
-    "refuse_old_documents", "result_window", "sketched", "sweep_into",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scrapy_neardup.core.params import SketchParams, require_params
-from scrapy_neardup.core.stored import band_layout
+from scrapy_neardup.core.stored_signature import band_layout
 from scrapy_neardup.errors import EsError
 
-from .report import GroupReport, Linkage, check_linkage
+from .results import GroupReport, Linkage, check_linkage
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
 
-__all__ = ["groups_watermark", "index_uuid", "recorded_watermark", "write_watermark"]
 
 _META_KEY = "neardup_groups"
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..core.evidence import evidence
+from ..core.host_template import learn_hosts
 from ..core.sketch import Sketch, Sketcher, jaccard
-from ..core.template import learn_hosts
 from ..core.text import clean_text
 from ..errors import CommandError
 from .jsonl import ID_FIELD_HELP, choose_id_field, open_input, read_records, record_host, record_pages
@@ -348,7 +348,3 @@ def render_html(result: dict[str, Any]) -> str:
     )
 
 
-__all__ = [
-    "Side", "add_explain", "compare_stored", "explain", "render_html", "render_stored_text", "render_text",
-    "run_explain",
-]

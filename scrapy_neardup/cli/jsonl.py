@@ -18,19 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from ..core.dedupe import skip_reason
-from ..core.mirrors import host_of
+from ..core.mirror_table import host_of
 from ..errors import InputError
-
-__all__ = [
-    "DEFAULT_ID_FIELD",
-    "ID_FIELD_HELP",
-    "choose_id_field",
-    "json_line",
-    "open_input",
-    "read_records",
-    "record_host",
-    "record_pages",
-]
 
 #: The field naming a record unless ``--id-field`` says otherwise (or, see :func:`choose_id_field`, the URL).
 DEFAULT_ID_FIELD = "id"
@@ -128,7 +117,7 @@ def record_pages(
     source: Iterable[bytes], text_field: str, url_field: str, on_line: Callable[[int], Any] | None = None,
 ) -> Iterator[tuple[str, str, Any]]:
     """``(host, key, content)`` of the records of ``source`` that have a host and text: what a batch job learns its
-    hosts' templates from (:func:`scrapy_neardup.core.template.learn_hosts`). A line that is not a JSON object ends
+    hosts' templates from (:func:`scrapy_neardup.core.host_template.learn_hosts`). A line that is not a JSON object ends
     the input (the pass that follows reports it, after writing the records before it)."""
     with contextlib.suppress(InputError):
         for number, record in read_records(source, on_line):

@@ -18,9 +18,9 @@ import numpy as np
 from .. import __version__
 from ..core.dedupe import Deduper
 from ..core.evidence import match_evidence
+from ..core.host_template import learn_hosts
 from ..core.params import DEFAULT_NUM_PERM
 from ..core.sketch import Sketcher
-from ..core.template import learn_hosts
 from ..core.theory import (
     DEFAULT_LOW,
     DEFAULT_THRESHOLD,
@@ -117,7 +117,7 @@ def _run_dedupe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     with open_input(args.input, rereadable=auto) as (source, size), _open_output(args.output) as sink:
         templates: dict[str, np.ndarray] = {}
         if auto:
-            # The hosts' templates from the whole input first (see scrapy_neardup.core.template), then the pages.
+            # The hosts' templates from the whole input first (see scrapy_neardup.core.host_template), then the pages.
             progress = progress_bar("templates", args.progress, total=size, unit="B")
             try:
                 templates = learn_record_templates(source, sketcher, args.text_field, args.url_field, progress)
@@ -158,7 +158,7 @@ def _fail_if_nothing_checked(deduper: Deduper, text_field: str, fields: set[str]
 def learn_record_templates(source: IO[bytes], sketcher: Sketcher, text_field: str, url_field: str,
                            progress: Any = None) -> dict[str, np.ndarray]:
     """The template of each host of the JSON-lines records in ``source`` (host of ``url_field``), learned over all
-    its records (:class:`~scrapy_neardup.core.template.TemplateLearner`), as the block hashes sketches take."""
+    its records (:class:`~scrapy_neardup.core.host_template.TemplateLearner`), as the block hashes sketches take."""
     learner = learn_hosts(record_pages(source, text_field, url_field, None if progress is None else progress.update),
                           sketcher.block_hashes)
     return {host: learner.learn(host).hashes for host in learner.hosts}

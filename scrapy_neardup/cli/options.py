@@ -74,8 +74,6 @@ def params_from_args(args: argparse.Namespace) -> SketchParams:
         raise ValueError(exc.render(OPTION_NAMES)) from None
 
 
-__all__ = ["OPTION_NAMES", "add_progress_option", "add_sketch_options", "add_threshold_options", "params_from_args"]
-
 
 def params_or_exit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SketchParams:
     """:func:`params_from_args`, a bad value ending the command with the parser's one-line usage error (exit 2)."""

@@ -8,8 +8,6 @@ from typing import Any
 
 from tqdm import tqdm
 
-__all__ = ["progress_bar"]
-
 
 def progress_bar(desc: str, enabled: bool | None, *, total: int | None = None, unit: str = "docs") -> Any:
     """A tqdm bar (``unit="B"`` counts bytes, scaled); ``enabled=None``: only on a terminal."""

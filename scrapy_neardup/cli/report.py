@@ -90,7 +90,7 @@ def state_report(state: str, params: SketchParams) -> str:
     when every page was checked against the others; some after recrawls changed pages), each member with its
     evidence against its representative (:func:`render_decisions`)."""
     from ..core.clustering import leader_labels
-    from ..core.mirrors import MirrorTable, host_of
+    from ..core.mirror_table import MirrorTable, host_of
     from ..errors import StateError
     from ..store.embedded import EmbeddedBackend
 
@@ -275,5 +275,3 @@ def _fold(words: str, first: bool, last: bool, keep: int = 12) -> str:
             + html.escape(" ".join(tail)))
 
 
-__all__ = ["DEFAULT_VIEWS", "Decision", "add_report", "render_decisions", "render_report", "run_report",
-           "state_report"]

@@ -1,31 +1,6 @@
 """The band entries of the embedded index (:class:`BandRuns`): which kept pages share a band key with a page.
 
-**Band keys.** A band's key is the top 32 bits of ``sum_i v_i * a_i mod 2**64`` over its positions, with
-fixed random 64-bit multipliers ``a_i`` (multiply-shift hashing): two different bands share a key with
-probability about 2**-32, and such a collision only adds a candidate, which the count then rejects.
-
-**Three tiers of band entries**, so that an insert costs O(1) amortized and a lookup a fixed number of numpy
-calls whatever the size:
-
-* *recent*: the band keys of the last pages kept (up to 1/32 of the index, at most 16384 pages) as a Python
-  set (is any key there?) plus band-major rows of keys (which pages?). An insert is one set update.
-* *mid* and *main*: two runs of entries sorted by key, back to back in one array of the keys' low 16 bits
-  and one array of 32-bit page numbers. Each run has a directory of bucket start offsets over the top ``D``
-  bits of the key (``D >= 16``, chosen so that main's buckets hold 8-16 entries on average; mid uses
-  ``D - 2``); bucket and low 16 bits give back the whole key. A lookup reads one directory slot and one
-  contiguous window of 32 entries per band and run (all the entries of a key sit at the start of its
-  bucket): a couple of cache misses instead of a binary search through megabytes, and both runs are
-  searched by the same few numpy calls. An entry of the window with the same low 16 bits but from the next
-  bucket is a (rare) extra candidate; buckets larger than the window (a band shared by many kept pages) are
-  listed apart and searched in full.
-
-When the recent tier is full its entries are sorted and merged into mid; when mid outgrows a quarter of main,
-mid is merged into main. Merges go segment by segment from the back of a run, in place (temporaries stay a
-fraction of the run), and move the directories by counts instead of recounting; a larger main gets a
-recounted directory with more bits. Each entry is rewritten a few times in its life: a few microseconds per
-insert, amortized. After a merge, freed heap memory is handed back to the OS (glibc keeps freed temporaries
-of many megabytes otherwise, which would count as resident memory). A compaction, or a load of a file without
-usable runs, sorts all band entries again (:meth:`BandRuns.rebuild`).
+Design notes: docs/architecture.md#scrapy_neardupcoreband_runs
 """
 
 from __future__ import annotations
@@ -37,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .memory import release_free_memory, resized
-from .stored import band_sums
+from .stored_signature import band_sums
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +54,7 @@ class BandRuns:
     """The band entries of the pages of an index: the recent tier and the mid and main runs (see module doc).
 
     Pages are numbered by the index; :meth:`insert` takes them in order, ``0, 1, ...``. ``starts`` are the
-    bands' start positions (:func:`~scrapy_neardup.core.stored.band_bounds`).
+    bands' start positions (:func:`~scrapy_neardup.core.stored_signature.band_bounds`).
     """
 
     def __init__(self, starts: np.ndarray) -> None:

@@ -9,7 +9,7 @@ and 64-bit word hashes as shingling, :mod:`scrapy_neardup.core.shingles`), never
 * each block's **hash**: ``sum_j fmix64(u_j xor (j + 1) * C xor l_j * L) mod 2**64`` over its words
   ``u_0, u_1, ...`` (word hashes; ``l_j`` is 1 for link text), equal for the same words in the same order, as
   links or not alike, on any page, whatever other markup and spacing is around them: what a host's template is
-  made of (:mod:`scrapy_neardup.core.template`). A heading and a link of the same words differ: a page's title is
+  made of (:mod:`scrapy_neardup.core.host_template`). A heading and a link of the same words differ: a page's title is
   not its sidebar's entry for it;
 * its words, word bytes (``chars``) and word bytes inside links (``link_chars``).
 

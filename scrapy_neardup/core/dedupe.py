@@ -138,7 +138,7 @@ class Deduper:
             keys: the pages' keys (a duplicate names the key of the page it near-duplicates).
             contents: the pages' text or HTML.
             templates: ``"auto"`` mode: per page, its host's template block hashes
-                (:attr:`scrapy_neardup.core.template.HostTemplate.hashes`), or ``None``.
+                (:attr:`scrapy_neardup.core.host_template.HostTemplate.hashes`), or ``None``.
         """
         reasons = [skip_reason(c) for c in contents]
         sketchable = [i for i, r in enumerate(reasons) if r is None]

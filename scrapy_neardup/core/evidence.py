@@ -2,27 +2,7 @@
 the resemblance this estimates with its 95% interval. The same few fields go into the mark field, a drop's message,
 the ``neardup dedupe`` output and the groups, so a user can answer "why?" from the output alone.
 
-Fields (a plain dict, JSON-ready; documented in ``docs/evidence.md``):
-
-``rule``
-    what decided: ``"near_duplicate"`` (``>= t`` of ``k`` positions shared with a kept page), ``"exact"`` (the
-    normalized texts are identical), ``"canonical"`` (the page names a kept page as its canonical link),
-    ``"soft404"`` (like the answer its host gives for a URL that cannot exist), ``"mirror"`` (its host mirrors a
-    host crawled earlier), ``"repeat"`` (the same page met twice in one crawl) or ``"transitive"`` (a member of
-    a transitive group of an index that shares fewer than ``t`` positions with the group's representative, linked
-    to it through other members).
-``shared``, ``k``
-    signature positions that agree, of ``k``; for ``"mirror"`` (a decision about a host, not a page): the host's
-    checked pages that near-duplicate a page of the host it mirrors, of its checked pages.
-``interval``
-    ``[low, high]``, the 95% Wilson interval of the resemblance ``r`` given ``shared`` of ``k``
-    (:func:`~scrapy_neardup.core.theory.resemblance_interval`), rounded to 3 decimals. The estimate itself is
-    ``shared / k`` (the ``resemblance`` field next to it).
-``sketched``, ``words``
-    what of the duplicate page was sketched (:attr:`~scrapy_neardup.core.sketch.Sketch.sketched`: ``"main
-    content"``, ``"own text"``, ``"whole text"`` or ``"exact text"``) and how many words (``"auto"`` mode; 0 in
-    the others); present where the decision was taken on a sketch of this run. The kept page's side:
-    ``neardup explain``.
+Design notes: docs/architecture.md#scrapy_neardupcoreevidence
 """
 
 from __future__ import annotations
@@ -88,4 +68,3 @@ def describe_evidence(fields: dict[str, Any]) -> str:
             f"{what}")
 
 
-__all__ = ["RULES", "Rule", "describe_evidence", "evidence", "match_evidence", "mirror_evidence"]

@@ -1,28 +1,6 @@
 """Unicode folding: one text however it is typed (lookalike letters, accents, soft hyphens, zero-width characters).
 
-Each non-ASCII code point of NFKC-normalized text is replaced by its *fold*, a string of at most
-:data:`MAX_FOLD` code points, by numpy table look-ups over the text's UTF-8 bytes (:func:`fold_utf8`). The fold of a
-character ``c`` is, in order (the full table with examples is in ``docs/folding.md``):
-
-1. ``c`` decomposed (NFD) and its *accents* dropped: the combining marks of the diacritical
-   blocks (U+0300-036F, U+1AB0-1AFF, U+1DC0-1DFF, U+20D0-20FF, U+FE20-FE2F, the Cyrillic U+0483-0489), Hebrew points
-   and Arabic harakat (optional vowel signs), variation selectors; marks that write vowels in Indic and other
-   scripts stay (they are letters of those scripts, not accents);
-2. *format characters* dropped (category Cf: soft hyphen U+00AD, zero-width space, non-joiner and joiner
-   U+200B-200D, word joiner U+2060, BOM U+FEFF, bidi controls...): they join the halves of a word they split;
-3. each remaining letter or digit: a lookalike of an ASCII letter or digit (its *prototype* in Unicode's
-   confusables, UTS #39, ``scrapy_neardup/data/confusables.tsv``) becomes that letter in lower case (Cyrillic ``а``
-   and Greek ``α`` fold to ``a``, Cyrillic ``С`` to ``c``, Greek capital ``Ι`` to ``l``); any other letter is case
-   folded (``str.casefold``), then replaced by its prototype: an ASCII one where a capital of its class has one
-   (Cyrillic ``в``, prototype small capital ``ʙ``, folds like ``В``, prototype ``B``), else its own. So case is
-   folded everywhere except for the few capitals that look like another ASCII letter than their lower case
-   (Greek ``Ν``/``ν``: ``n``/``v``; ``Ι``/``ι``: ``l``/``i``);
-4. any other character that is neither a letter, digit, underscore nor a kept mark: a word separator (a space).
-
-The steps repeat until nothing changes, so folding is idempotent. ASCII characters are never remapped (``0``,
-``1``, ``m`` stay themselves: their confusables ``O``, ``l``, ``rn`` would join distinct ASCII texts), which keeps
-ASCII text on its byte path untouched. Folding joins only texts that read alike; it is part of the sketch scheme
-(:data:`scrapy_neardup.core.params.SCHEME_VERSION`).
+Design notes: docs/architecture.md#scrapy_neardupcorefold
 """
 
 from __future__ import annotations

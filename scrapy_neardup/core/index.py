@@ -1,37 +1,6 @@
 """The embedded candidate index: every kept page sharing >= t of k signature positions, without a scan.
 
-**Pigeonhole retrieval.** The ``k`` positions are split into ``b = k - t + 1`` contiguous bands. Two signatures
-that agree in at least ``t`` positions disagree in at most ``k - t = b - 1``, so at least one band agrees
-entirely. Looking up each band of a new signature therefore finds *every* kept page sharing >= t positions
-(no false negatives); candidates are then verified by counting agreeing positions (no false positives).
-With the defaults (k = 128, t = 107) that is 22 bands of 5-6 positions.
-
-**Stored per page.** The low 16 bits of each signature position (b-bit minwise hashing, Li & König 2010:
-two positions then agree with probability ``r + (1 - r) / 65536`` instead of ``r``, a difference of at most
-1.5e-5; all counting, and so the t-of-k rule, is on these 16-bit values), the 64-bit fingerprint, the page
-key (UTF-8, in one byte blob, with a 32-bit end offset per page) and one 6-byte *band entry* per band. With
-k = 128, b = 22 and 60-byte URLs that is 256 + 8 + 64 + 132 = 460 bytes, plus at most half a byte of
-bucket directory per band entry and the recent tier.
-
-:class:`SketchIndex` keeps the per-page values and fingerprints and verifies candidates; its parts:
-
-* :mod:`~scrapy_neardup.core.band_runs`: the band entries (band keys, the three tiers, merges, directories),
-  which give the candidates;
-* :mod:`~scrapy_neardup.core.page_keys`: the keys, and the lookup of a page by its key (recurring crawls:
-  replacements and removals);
-* :mod:`~scrapy_neardup.core.index_file`: the file written by :meth:`SketchIndex.save` (persistence).
-
-**Repeats within one crawl.** One flag a page (a byte) says whether its key was already kept or revisited in
-the current crawl (:meth:`SketchIndex.check_key` sets it; :meth:`SketchIndex.see` sets it for a key, as a
-journal's replay does; :meth:`SketchIndex.forget_seen` clears every flag when another crawl starts on the
-store). An unchanged page met again under a flagged key is a *repeat*, not a revisit: the same page twice in
-one crawl. The flags are saved with the index (array ``seen``), so a crawl stopped and resumed keeps them.
-
-Pages come as a :class:`~scrapy_neardup.core.sketch.Sketch` or, read back from a journal or an index, as a
-:class:`~scrapy_neardup.core.stored.StoredSketch`: every method adding or looking up a page takes either.
-
-The index is not thread-safe: callers that check and insert concurrently must serialize
-:meth:`SketchIndex.check_and_add` (the Scrapy pipeline runs it on the reactor thread, without awaiting inside).
+Design notes: docs/architecture.md#scrapy_neardupcoreindex
 """
 
 from __future__ import annotations
@@ -45,16 +14,13 @@ import numpy as np
 from ..errors import IncompatibleSketches
 from . import index_file
 from .band_runs import BandRuns, keys_of
-from .index_file import parameters_differ
 from .match import Decision, Match, best_first
 from .memory import resized
 from .page_keys import PageKeys
 from .sketch import Sketch
-from .stored import StoredSketch, band_bounds, band_sums, shared_counts, stored_values
+from .stored_signature import StoredSketch, band_bounds, band_sums, shared_counts, stored_values
 
 # Names other modules take from here (the index's home before it was split, and the types of its answers).
-__all__ = ["Match", "SketchIndex", "band_bounds", "best_first", "parameters_differ"]
-
 
 class SketchIndex:
     """In-process index of kept sketches with exact t-of-k candidate retrieval (see module doc).

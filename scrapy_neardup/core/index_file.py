@@ -1,19 +1,7 @@
 """The file of a saved embedded index: :func:`write` and :func:`read` (for
 :meth:`~scrapy_neardup.core.index.SketchIndex.save` and :meth:`~scrapy_neardup.core.index.SketchIndex.load`).
 
-**Persistence.** The file is a zip (stored, not compressed) of ``.npy`` arrays with a JSON header,
-``header.json``, holding the parameters (``tag``, ``num_perm``, ``min_shared``), the number of pages, the
-store's metadata and a SHA-256 of every array, checked on load. The per-page arrays are ``values``
-(``uint16[n, k]``), ``fingerprints``, ``key_ends`` and ``key_blob`` (see :mod:`~scrapy_neardup.core.page_keys`).
-Band entries are derived from the stored values, but rebuilding them on load is one sort of all band keys:
-from format 2 on, the file also holds the sorted runs and their directory (``band_low``, ``band_pages``,
-``directory``, about 130 bytes a page) and where they end (the header's ``runs``), which a load only checks
-(:meth:`~scrapy_neardup.core.band_runs.BandRuns.restore`). Optional arrays, which a file written by an earlier
-version lacks, load as absent: ``seen`` (``bool[n]``, the pages the current crawl kept or revisited: see
-:mod:`~scrapy_neardup.core.index`, repeats; a missing one means none).
-
-The file is written atomically (temporary file, fsync, rename): a crash while saving leaves the previous file
-intact.
+Design notes: docs/architecture.md#scrapy_neardupcoreindex_file
 """
 
 from __future__ import annotations
@@ -29,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import StateError
+from .atomic_files import atomic_writer
 from .params import content_change, parse_tag, still_made
-from .storage import atomic_writer
 
 logger = logging.getLogger(__name__)
 
@@ -155,4 +143,3 @@ def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
 
 
-__all__ = ["FORMAT_VERSION", "SavedIndex", "parameters_differ", "read", "write"]

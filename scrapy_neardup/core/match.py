@@ -97,4 +97,3 @@ class Decision:
 _KEPT = Decision("kept")
 _REPEAT = Decision("repeat")
 
-__all__ = ["Decision", "Match", "Outcome", "best_first"]

@@ -1,19 +1,6 @@
 """The keys of the embedded index's pages (:class:`PageKeys`), and the lookup of a page by its key.
 
-**Keys, replacements, removals (recurring crawls).** A page's key identifies it across crawls:
-:meth:`~scrapy_neardup.core.index.SketchIndex.find` gives the live page stored under a key (a sorted array of
-the keys' 64-bit hashes, 12 bytes a page, plus a dict of the keys added since its last merge; a hash hit is
-confirmed on the key itself). :meth:`~scrapy_neardup.core.index.SketchIndex.remove` marks a page dead (a
-tombstone: lookups skip it; its band entries stay, which only adds candidates that are then rejected, so
-retrieval stays exact for the live pages), and a replacement is a removal plus an insert.
-:meth:`~scrapy_neardup.core.index.SketchIndex.compact` drops dead pages and renumbers the rest (one sort of the
-band entries); :meth:`~scrapy_neardup.core.index.SketchIndex.save` compacts first, so a saved index holds only
-live pages: its size is bounded by the number of distinct live keys however often they were replaced.
-:meth:`~scrapy_neardup.core.index.SketchIndex.check_key` applies the recrawl rule (see there).
-
-The keys themselves are UTF-8 in one byte blob, with an end offset per page (32-bit until the blob passes
-4 GB, then 64-bit). The lookup is built on the first :meth:`PageKeys.find`: an index that is never asked for
-a key (a single crawl) pays nothing for it.
+Design notes: docs/architecture.md#scrapy_neardupcorepage_keys
 """
 
 from __future__ import annotations

@@ -88,4 +88,3 @@ font-size:.92em}del{background:#fbd5d0;text-decoration:none}ins{background:#cdec
 .view{border-top:1px dashed #d9dde2;padding-top:.6em;margin-top:1em}a{color:#2f6fbf}"""
 
 
-__all__ = ["CSS", "cards", "page", "plot", "rate_bar", "table"]

@@ -1,31 +1,6 @@
 """Shingling without shingle strings: normalized texts to 64-bit shingle hashes, many texts at once.
 
-A *shingle* is a window of ``width`` consecutive units: words (word w-shingles, Broder's w-shingling) or
-Unicode code points (character n-grams). Peers build one Python string per shingle and hash it, which is
-where their time goes. Here a group of texts is one byte buffer and every step is a numpy pass over it:
-
-1. **Words.** Tokens are maximal runs of bytes above 32 (the separators of normalized text are single
-   spaces; texts are joined with a space, so a token never spans two texts). A word's hash is read
-   8 bytes at a time straight from the buffer (one unaligned 64-bit gather per word, the bytes past the end
-   of the word masked off): ``u = fmix64(c_0 ^ len * L) + sum_{j>=1} fmix64(c_j ^ S) * K**j`` where
-   ``c_j`` is the j-th 8-byte little-endian chunk. Words of at most 8 bytes (most of them) cost one
-   gather; the second chunks of longer words take one more vectorized pass, and the further chunks of
-   words over 16 bytes one more for all of them together, so even a hostile megabyte-long token costs a
-   few milliseconds. Each term is a bijective mix of an exact chunk, so distinct words collide with
-   probability about 2**-64.
-   **Characters** are their code points (no hashing needed).
-2. **Windows.** Window ``(u_i .. u_{i+w-1})`` gets the polynomial ``sum_m u_{i+m} * B**(w-1-m)`` xor its
-   unit count (Horner: ``w - 1`` multiply-adds over contiguous slices, no gathers), then the windows that
-   cross a text boundary are dropped. The MinHash step applies a full 64-bit mix to these values, so they
-   are left unmixed here.
-
-Texts are processed in groups of about :data:`GROUP_BYTES` bytes so that every temporary array stays in the
-CPU cache (numpy passes over cached data are several times faster than over main memory); a longer text
-forms a group of its own. Nothing depends on a text's position in the batch: the hashes of a text are the
-same whatever else is in the call.
-
-A text with fewer than ``width`` units (but at least one) yields a single shingle made of all its units,
-so short texts still get a usable signature; an empty text yields none.
+Design notes: docs/architecture.md#scrapy_neardupcoreshingles
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ class Sketch:
         num_shingles: distinct-or-not shingles seen (0 means the text was empty after normalization).
         truncated: the content was longer than the sketcher's cap and only its head was sketched.
         blocks: ``"auto"`` mode: the page's distinct block hashes (sorted ``uint64``), from which its host's
-            template is learned (:mod:`scrapy_neardup.core.template`); ``None`` in the other modes. Not part of
+            template is learned (:mod:`scrapy_neardup.core.host_template`); ``None`` in the other modes. Not part of
             the sketch's identity.
         sketched: what of the page was sketched (one of :data:`SKETCHED`): ``"main content"`` (what the page
             marks, or ``"main"`` mode), ``"own text"`` (``"auto"`` mode on a page that marks nothing: its text
@@ -222,12 +222,12 @@ class Sketcher:
             contents: the pages.
             is_html: ``True``/``False`` to force; ``None`` sniffs each page.
             templates: ``"auto"`` mode: per page, the sorted ``uint64`` block hashes of its host's template
-                (:attr:`scrapy_neardup.core.template.HostTemplate.hashes`), or ``None`` where none is known; ignored
-                in the other modes.
+                (:attr:`scrapy_neardup.core.host_template.HostTemplate.hashes`), or ``None`` where none is known;
+                ignored in the other modes.
             leave_out: ``"auto"`` mode: per page, a sequence of word hashes
                 (:func:`scrapy_neardup.core.shingles.word_hashes`) whose occurrences are left out of its own words, or
-                ``None`` (the URL a "not found" page names: :func:`scrapy_neardup.core.soft404.url_words`); ignored in
-                the other modes.
+                ``None`` (the URL a "not found" page names:
+                :func:`scrapy_neardup.core.soft404_templates.url_words`); ignored in the other modes.
         """
         cleaned = [clean_text(c, is_html, self.max_chars, self.content) for c in contents]
         if self.content == "auto":
@@ -295,7 +295,7 @@ class Sketcher:
 
     def block_hashes(self, contents: Iterable[Content], is_html: bool | None = None) -> list[np.ndarray | None]:
         """``"auto"`` mode: each page's distinct block hashes (sorted ``uint64``), what its host's template is
-        learned from (:mod:`scrapy_neardup.core.template`); ``None`` for a page that marks its main content, which
+        learned from (:mod:`scrapy_neardup.core.host_template`); ``None`` for a page that marks its main content, which
         is sketched without a template (``Sketch.blocks`` is ``None`` too)."""
         if self.content != "auto":
             raise ValueError(f"block hashes belong to 'auto' sketches; this sketcher's content is {self.content!r}")

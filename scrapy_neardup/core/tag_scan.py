@@ -18,11 +18,6 @@ import numpy as np
 
 from .marks import BLOCK, LINK_END, LINK_START
 
-__all__ = [
-    "DROPPED", "LANDMARK", "LANDMARK_NAMES", "MARK_TABLE", "MAX_NESTING", "MAX_REOPENED", "SAFE_TAGS", "TagScan",
-    "insert_marks", "name_key", "open_max", "parse_hazard", "tag_positions",
-]
-
 #: Pages whose tags could nest deeper than this go to the tag stripper: each block start tag checks the stack of
 #: open elements, so the parse costs up to (tags x depth) steps; 512 is the depth Blink caps its DOM at.
 MAX_NESTING = 512

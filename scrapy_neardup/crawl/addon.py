@@ -1,32 +1,6 @@
 """The Scrapy add-on: one line in ``ADDONS`` switches near-duplicate detection on.
 
-::
-
-    ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
-
-It is more than the pipeline (docs/addon.md). It adds
-:class:`~scrapy_neardup.crawl.pipeline.NearDuplicatePipeline` to ``ITEM_PIPELINES`` at priority
-:data:`PIPELINE_PRIORITY` (300), and three downloader middlewares to ``DOWNLOADER_MIDDLEWARES``: the mirror-host
-middleware (60), which skips the requests to a host found to copy another, the soft-404 middleware (70), which
-sends a few requests of its own per host (``/neardup-soft404-probe-<random>``, with the crawl's user agent), and
-the canonical-link middleware (75), which reads each page's canonical URL (``Link`` header and HTML) — all before
-``RobotsTxtMiddleware`` (100), so that a skipped mirror's robots.txt is not fetched, and the other two see the
-final response of a page (after redirects). A component the project lists already (by class
-or by any import path of it) keeps its own priority. The ``NEARDUP_*`` settings work as with ``ITEM_PIPELINES``,
-which keeps working on its own (the pipeline alone: no probes, no skipped requests); switch the middlewares off
-with ``NEARDUP_SOFT404_ENABLED`` / ``NEARDUP_MIRRORS_ENABLED`` / ``NEARDUP_CANONICAL`` = False.
-
-With ``NEARDUP_SEARCH_INDEX`` set it also adds :class:`~scrapy_neardup.crawl.search_index.SearchIndexPipeline`
-(priority :data:`SEARCH_INDEX_PRIORITY`, 900: after the project's pipelines that change items), which writes each
-item to that search index with its sketch.
-
-It registers :class:`~scrapy_neardup.crawl.exporters.CsvItemExporter` for the ``csv`` feed format unless the
-project registers its own (``FEED_EXPORTERS["csv"]``): in mark mode the mark is then JSON text in its CSV cell.
-
-It leaves Scrapy's ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB of responses in processing) as the project sets it: pages
-that wait in the pipeline (for their host's template, or for an earlier host's copy) raise the scraper's bound by
-their own size while they wait (:mod:`scrapy_neardup.crawl.scraper_room`), so a crawl whose pages never wait
-costs no more memory than Scrapy's own bound.
+Design notes: docs/architecture.md#scrapy_neardupcrawladdon
 """
 
 from __future__ import annotations
@@ -35,13 +9,12 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
 from .canonical import CanonicalLinkMiddleware
+from .crawl_report import CrawlReport
 from .exporters import CSV_EXPORTER
 from .mirrors import MirrorHostsMiddleware
 from .pipeline import NearDuplicatePipeline
-from .report import CrawlReport
-from .search_index import SearchIndexPipeline
+from .search_writer import SearchIndexPipeline
 from .soft404 import Soft404Middleware
-from .templates import HOLD_ACTIVE_SIZE
 
 #: Where the pipeline runs among the project's item pipelines: after ones that fill the text field (lower
 #: numbers), before ones that store items (export, databases; usually higher).
@@ -86,4 +59,3 @@ def _add_component(settings: BaseSettings, name: str, cls: type, priority: int) 
     settings.set(name, components, settings.getpriority(name) or 0)
 
 
-__all__ = ["CANONICAL_PRIORITY", "HOLD_ACTIVE_SIZE", "PIPELINE_PRIORITY", "SEARCH_INDEX_PRIORITY", "NearDuplicateAddon"]

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from ..core.sketch import Sketch
     from ..store.backend import Backend, Decision
 
-__all__ = ["CheckBatcher"]
-
 
 class CheckBatcher:
     """Send pages to ``backend.check_and_add_many`` in batches (see the module doc).

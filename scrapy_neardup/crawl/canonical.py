@@ -1,33 +1,6 @@
 """Canonical links: a page that names another URL its canonical one is a copy of it.
 
-A page names its canonical URL in its HTML (``<link rel="canonical" href="...">`` in its ``<head>``) or in an HTTP
-header (``Link: <https://example.com/a>; rel="canonical"``, RFC 8288), resolved against the page's URL. URLs are
-compared normalized (:func:`normalize_url`). With ``NEARDUP_CANONICAL`` on (the default):
-
-* A page whose canonical URL is a page checked earlier in the crawl is a duplicate of the kept page holding that
-  page's content (the page itself when it was kept), *whatever its text*: dropped as :class:`CanonicalDropped`
-  naming it (or marked ``{"duplicate_of": kept, "canonical": url}``), counted in ``neardup/canonical``. A
-  page whose canonical URL is its own URL is an ordinary page.
-* A page whose canonical URL was not met yet is checked by its text, as every page.
-* A page that an earlier *kept* page named its canonical URL comes too late for the feed: the earlier page was
-  emitted and cannot be taken back. It is checked as every page (dropped naming the earlier copy when its text
-  near-duplicates it) and reported to the hook's observers with ``representative_of`` = the earlier page
-  (:meth:`~scrapy_neardup.crawl.hooks.CrawlHooks.page_checked`; counted in ``neardup/canonical_representatives``):
-  the feed holds the earlier copy, a search index fed by the hook shows this page for their content, and the
-  mirror table counts the content as held by this page's host.
-* A canonical link naming its host's home page from another page is ignored (``neardup/canonical_ignored``): a
-  site template that stamps the home page's URL on every page would otherwise make every page a copy of it.
-  So is a page naming several different canonical URLs, or one that is not http(s).
-
-The key of a page stays its URL (``NEARDUP_URL_FIELD``) whatever its canonical URL: keys identify pages across
-crawls (revisits), and a canonical link may change. The canonical URL a page named goes to the observers with
-each check (``canonical=``), for an index that keys its documents by it.
-
-:class:`CanonicalLinkMiddleware` (added by the add-on, downloader middleware at 75) reads both the header and the
-HTML of the final response, whatever text the spider puts in its items. Without it (the pipeline listed alone)
-the pipeline reads the ``<link>`` element in the item's text field when that field holds the page's HTML; the
-``Link`` header is then not seen. What the crawl remembers (:class:`CanonicalLinks`) lives in memory, about 150
-bytes per checked page: a crawl resumed from its ``JOBDIR`` knows only the links met after it resumed.
+Design notes: docs/architecture.md#scrapy_neardupcrawlcanonical
 """
 
 from __future__ import annotations
@@ -257,7 +230,3 @@ class CanonicalLinks:
         return self._claims.pop(hash(url), None) if url is not None and self._claims else None
 
 
-__all__ = [
-    "CanonicalDropped", "CanonicalLinkMiddleware", "CanonicalLinks", "canonical_from_header", "canonical_from_html",
-    "normalize_url", "resolve_canonical",
-]

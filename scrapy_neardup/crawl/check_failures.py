@@ -71,4 +71,3 @@ class CheckFailures:
         return item
 
 
-__all__ = ["CheckFailures"]

@@ -72,4 +72,3 @@ def describe(match: Match, num_perm: int | None = None, sketch: Sketch | None = 
     return f"resemblance {match.resemblance:.3f}, {describe_evidence(match_evidence(match, num_perm, sketch=sketch))}"
 
 
-__all__ = ["NearDuplicateDropped", "RepeatDropped", "RevisitDropped", "describe"]

@@ -47,4 +47,3 @@ def exit_failure(crawler: Crawler) -> str | None:
     return getattr(crawler, _FAILED_ATTR, None)
 
 
-__all__ = ["exit_failure", "fail_exit_status"]

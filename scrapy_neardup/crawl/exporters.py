@@ -1,21 +1,6 @@
 """Feed exports of mark mode: the mark as JSON text in a CSV cell.
 
-In mark mode (``NEARDUP_ACTION = "mark"``) every item carries the mark field (``NEARDUP_MARK_FIELD``,
-``"neardup"``): ``None`` for a kept page, else a small dict (``{"duplicate_of", "resemblance", "exact"}``,
-``{"revisit", "changed"}``, ``{"repeat"}``, ``{"soft404", "resemblance"}``, ``{"unchecked"}``). Scrapy's JSON,
-JSON lines and XML exporters write that dict as a nested object (elements), and marshal and pickle as a dict; but
-its CSV exporter writes ``str(value)``, a Python dict repr (``{'duplicate_of': ..., 'exact': False}``) that no
-CSV consumer should have to parse.
-
-:class:`CsvItemExporter` is Scrapy's CSV exporter that writes the mark field as JSON text instead (the same
-object the JSON lines feed holds, ``{"duplicate_of": "https://...", "resemblance": 0.96, "exact": false}``; an
-empty cell for a kept page), and every other field as Scrapy does. The add-on registers it for the ``csv`` feed
-format unless the project registers its own; by hand::
-
-    FEED_EXPORTERS = {"csv": "scrapy_neardup.CsvItemExporter"}
-
-A ``serializer`` in the mark field's metadata (a ``scrapy.Field(serializer=...)`` of the item class) still takes
-precedence, as in every Scrapy exporter.
+Design notes: docs/architecture.md#scrapy_neardupcrawlexporters
 """
 
 from __future__ import annotations
@@ -61,4 +46,3 @@ class CsvItemExporter(ScrapyCsvItemExporter):
         return super().serialize_field(field, name, value)
 
 
-__all__ = ["CSV_EXPORTER", "CsvItemExporter"]

@@ -1,21 +1,6 @@
 """The small hook through which the pipeline and the host middlewares of one crawl talk.
 
-* The pipeline asks whether a page was found to be a soft 404 (:mod:`scrapy_neardup.crawl.soft404` fills that in
-  before the response reaches the spider) and what canonical URL its response named in an HTTP ``Link`` header or
-  in its HTML (:mod:`scrapy_neardup.crawl.canonical`).
-* The pipeline reports each checked page to the *observers*: kept, or naming the kept page it duplicates, and
-  whether it is the canonical page of an earlier kept copy (:meth:`CrawlHooks.page_checked`).
-  :mod:`scrapy_neardup.crawl.mirrors` counts them per host pair; a search index can make such a page its
-  group's representative.
-* The pipeline hands each decided item, with its sketch and decision, to the search-index writer
-  (:mod:`scrapy_neardup.crawl.search_index`), so that the page is written with the sketch the pipeline made,
-  never sketched twice.
-* The order hosts were met in (the order their first requests were scheduled: start URLs in their order, then
-  hosts as links lead to them) and whether a host is known not to copy an earlier one
-  (:mod:`scrapy_neardup.crawl.order`, which decides which copy is kept).
-
-One :class:`CrawlHooks` per crawler; a middleware that is not enabled simply never registers, and the hook then
-answers "nothing to do".
+Design notes: docs/architecture.md#scrapy_neardupcrawlhooks
 """
 
 from __future__ import annotations
@@ -24,12 +9,12 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
 
-from ..core.mirrors import host_of
+from ..core.mirror_table import host_of
 
 if TYPE_CHECKING:
     from ..core.match import Decision
     from ..core.sketch import Sketch
-    from ..core.soft404 import Soft404Match
+    from ..core.soft404_templates import Soft404Match
 
 #: Canonical URLs remembered at most for responses whose items have not reached the pipeline yet.
 MAX_CANONICAL_LINKS = 10_000
@@ -62,7 +47,7 @@ class CrawlHooks:
         self.decided: list[DecidedObserver] = []
         #: who tells whether a host may still copy an earlier one (the mirror middleware, when enabled).
         self.copy_judges: list[CopyJudge] = []
-        #: the mirror hosts found (:class:`~scrapy_neardup.core.mirrors.MirrorDecision`), for the crawl report.
+        #: the mirror hosts found (:class:`~scrapy_neardup.core.mirror_table.MirrorDecision`), for the crawl report.
         self.mirror_decisions: list[Any] = []
         #: whether a middleware reads canonical links from responses (else the pipeline reads its text field).
         self.reads_canonical_links = False
@@ -150,4 +135,3 @@ def crawl_hooks(crawler: Any) -> CrawlHooks:
     return hooks
 
 
-__all__ = ["MAX_CANONICAL_LINKS", "CheckedObserver", "CopyJudge", "CrawlHooks", "DecidedObserver", "crawl_hooks"]

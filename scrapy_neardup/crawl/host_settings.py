@@ -88,4 +88,3 @@ def enabled_feature(crawler: Crawler, setting: str) -> tuple[NearDupSettings, Ho
     return config, hosts
 
 
-__all__ = ["MIN_COPY_WAIT", "HostSettings", "default_copy_wait", "enabled_feature"]

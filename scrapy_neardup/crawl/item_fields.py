@@ -153,4 +153,3 @@ class ItemFieldChecks:
         return self.probed > 0 and not self._text_field_seen
 
 
-__all__ = ["MARK_FIELD_MISSING", "TEXT_FIELD_PROBE", "ItemFieldChecks", "check_mark_field"]

@@ -1,43 +1,6 @@
 """Mirror hosts: stop downloading a host once its pages have proved to be copies of another host's.
 
-Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}``) or by hand::
-
-    DOWNLOADER_MIDDLEWARES = {"scrapy_neardup.crawl.mirrors.MirrorHostsMiddleware": 60}
-
-The pipeline reports every checked page, kept or naming the kept page it near-duplicates
-(:class:`~scrapy_neardup.crawl.hooks.CrawlHooks`); a :class:`~scrapy_neardup.core.mirrors.MirrorTable` counts,
-per pair of hosts, the checked pages of one with a twin on the other, and which of the two holds the kept copies.
-When host B has at least ``NEARDUP_MIRROR_MIN_PAGES`` checked pages, at least ``NEARDUP_MIRROR_SHARE`` of them
-have a twin on host A, and A holds more of their kept copies than B (on a tie: A was met first, i.e. its first
-request was scheduled first), B is a mirror of A: one INFO line is logged ("host B mirrors host A: 23 of 24 pages
-are copies; skipping its requests (mirror: 23 of 24 checked pages are copies, share in [0.798, 0.993])", the
-share of copies with its 95% interval, :attr:`~scrapy_neardup.core.mirrors.MirrorDecision.evidence`) and every
-later request to B is dropped before download (counted in ``neardup/mirror_requests_skipped``). Requests already
-in the downloader finish normally. The host named is the one holding the kept copies of B's pages, then the one
-with most twins, then the one met first.
-
-A skipped request is no download error. A request to a mirror that reaches ``process_request`` (past the
-scheduler's duplicate filter) is handed back to the engine (returned, as a redirect would be) with a mark in its
-meta; the engine schedules it again, and the middleware's ``request_scheduled`` handler refuses it with
-``IgnoreRequest``, which the engine takes as "do not enqueue", as for Scrapy's offsite filter. So
-``downloader/exception_count`` is left alone and monitors of download errors (Spidermon's
-``DownloaderExceptionMonitor``) do not count skipped requests, and the count is of downloads saved (a page linked
-many times is one request). The host
-whose pages the pipeline kept is thus never the one skipped; a soft-404 probe or a robots.txt download of B,
-started by a request that passed before the decision, finishes too; which copy the pipeline keeps when two hosts serve
-the same pages is :mod:`scrapy_neardup.crawl.order`'s business.
-
-With the embedded backend and a state directory (``NEARDUP_STATE_DIR``, default ``<JOBDIR>/neardup``) the table
-is saved there on close (``neardup-hosts.json``, written atomically) and loaded on open, so a resumed or
-recurring crawl keeps skipping a known mirror; ``NEARDUP_RESET`` discards it.
-
-With a backend shared by several crawler processes (one whose :meth:`~scrapy_neardup.store.backend.Backend.host_store`
-gives a store: Elasticsearch), the processes share their counts: every ``NEARDUP_MIRROR_SYNC_INTERVAL`` seconds
-(5; checked when a request passes or a page is checked) this process pushes its own counts and pulls the sums
-over the others, off the crawl's path (the crawl never waits for it), and decides on the totals; once more at
-close, a last push. A store that fails (unreachable, refused) is logged once at WARNING and counted
-(``neardup/mirror_sync_errors``); the process goes on with what it knows (its own counts and the last pull)
-and tries again at the next interval. ``neardup/mirror_syncs`` counts the exchanges that succeeded.
+Design notes: docs/architecture.md#scrapy_neardupcrawlmirrors
 """
 
 from __future__ import annotations
@@ -49,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest
 
-from ..core.mirrors import HostStore, MirrorDecision, MirrorTable, discard, host_of
+from ..core.mirror_table import HostStore, MirrorDecision, MirrorTable, discard, host_of
 from ..errors import NearDupSettingsError
 from ..store.embedded import EmbeddedBackend, state_settings
 from .hooks import crawl_hooks
@@ -272,4 +235,3 @@ def _host_store(crawler: Crawler, config: NearDupSettings) -> HostStore | None:
         return None
 
 
-__all__ = ["MirrorHostsMiddleware"]

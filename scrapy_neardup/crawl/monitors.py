@@ -1,28 +1,6 @@
 """Spidermon monitors of near-duplicate detection: backend errors, the unchecked share, the drop rate.
 
-Spidermon (``pip install scrapy-neardup[spidermon]``) runs monitor suites when the spider closes and hands their
-results to its actions (Slack, e-mail, Sentry, a job's tags...). This module is imported only by Spidermon, when
-a project names the suite::
-
-    SPIDERMON_ENABLED = True
-    EXTENSIONS = {"spidermon.contrib.scrapy.extensions.Spidermon": 500}
-    SPIDERMON_SPIDER_CLOSE_MONITORS = ["scrapy_neardup.crawl.monitors.NearDupMonitorSuite"]
-
-The monitors read the crawl's ``neardup/*`` stats (the pipeline writes them before Spidermon's close suites run)
-and their bounds from the settings (:class:`~scrapy_neardup.crawl.settings.MonitorThresholds`):
-
-* :class:`BackendMonitor`: the backend failed on at most ``NEARDUP_MONITOR_MAX_BACKEND_ERRORS`` pages
-  (``neardup/backend_errors``; default 0), and the crawl was not stopped by an outage (close reason
-  ``neardup_backend_down``).
-* :class:`UncheckedMonitor`: at most ``NEARDUP_MONITOR_MAX_UNCHECKED`` (default ``NEARDUP_MAX_UNCHECKED``, itself
-  0 by default) of the checked pages (``neardup/checked``) passed through unchecked (``neardup/unchecked``).
-* :class:`DropRateMonitor`: at most ``NEARDUP_MONITOR_MAX_DROP_RATE`` (default 0.9) of the pages decided
-  (checked, less the unchecked) were near-duplicates (``neardup/dropped``, or ``neardup/marked`` in mark mode): a
-  higher rate usually means that the text field holds what every page shares (a template, a cookie banner), not
-  the pages' own text. Skipped when no page was decided.
-
-:class:`NearDupMonitorSuite` runs all three; subclass it to add Spidermon actions
-(``monitors_failed_actions``) or combine the monitors with others in a suite of your own.
+Design notes: docs/architecture.md#scrapy_neardupcrawlmonitors
 """
 
 from __future__ import annotations
@@ -108,4 +86,3 @@ class NearDupMonitorSuite(MonitorSuite):
     monitors = [BackendMonitor, UncheckedMonitor, DropRateMonitor]
 
 
-__all__ = ["BackendMonitor", "DropRateMonitor", "NearDupMonitorSuite", "UncheckedMonitor"]

@@ -1,45 +1,6 @@
 """Which copy is kept when two hosts serve the same pages: the one on the host met first.
 
-The pipeline keeps the first copy it checks. Two hosts are downloaded side by side (Scrapy's download slots are
-per host), so left alone, which host's copy of a page is checked first is a race, decided anew in every run by
-download timing, by which host's soft-404 probe answered first, by which host's template was learned first.
-
-Hosts are ranked in the order their first requests were scheduled (:meth:`CrawlHooks.meet
-<scrapy_neardup.crawl.hooks.CrawlHooks.meet>`): the start URLs in the spider's order, then the hosts its links
-lead to. A page of a host that is not the first and *may copy an earlier one* is checked only once the earlier
-hosts had their chance to serve the same page first. Mirrors keep their paths, so "the same page" is a page with
-the same path and query:
-
-* a page whose path a host ranked before it has checked already: checked at once (the earlier copy, if it is
-  one, is kept already);
-* a page whose path is *pending* on a host ranked before it (its request scheduled and not answered yet, or its
-  item in the pipeline and not decided yet: waiting for the host's soft-404 probe or template, being sketched):
-  checked once that page is, :data:`MAX_EXTRA_WAIT` seconds at most;
-* else: once a host ranked before it checks its path, at most ``NEARDUP_COPY_WAIT`` seconds (default: the longer
-  of 2 s and four ``DOWNLOAD_DELAY``): time for the earlier host to find the page (its request scheduled
-  meanwhile makes the page wait as above).
-
-So the earlier host's copy is checked first and kept, and the later host's copy is dropped naming it, however far
-ahead the later host's downloads run; a copy under another path is given ``NEARDUP_COPY_WAIT``. A host *may copy
-an earlier one* until it is settled: with mirror detection on, until it has ``NEARDUP_MIRROR_MIN_PAGES`` checked
-pages of which less than ``NEARDUP_MIRROR_SHARE`` have twins on a host holding their kept copies, or
-:data:`FEW_PAGES` checked pages without a twin anywhere (a host found to be a mirror stays unsettled: its pages in
-flight still wait); with it off, until it has ``NEARDUP_MIRROR_MIN_PAGES`` checked pages. The host met first, and
-pages of hosts no request was scheduled for (the pipeline driven without a crawl), never wait.
-
-Waiting pages keep their responses in Scrapy's scraper, and a scraper holding ``SCRAPER_SLOT_MAX_ACTIVE_SIZE``
-stops the downloads, those of the pages waited for included: the scraper's bound is raised by each waiting page's
-size while it waits (:mod:`scrapy_neardup.crawl.scraper_room`), and pages wait only while the waiting ones take
-up less than ``room`` (:data:`~scrapy_neardup.crawl.templates.HOLD_ACTIVE_SIZE`, 50 MB, in a crawl); beyond, a page
-is checked at once (``neardup/copy_waits_full``, said once at INFO).
-
-What stays open: a copy under another path that reaches the pipeline more than ``NEARDUP_COPY_WAIT`` before the
-earlier host's copy is kept (raise the setting for such hosts); the earlier host's copy then names it, and the
-mirror rule calls the host holding most kept copies the original (:mod:`scrapy_neardup.core.mirrors`). A pending
-page whose download fails is waited for until :data:`MAX_EXTRA_WAIT`. The cost: a waiting page reaches the feed
-later, and waits in memory meanwhile (``neardup/copy_waits`` counts them); when the earlier host is ahead (the
-usual case of a mirror found through the original's links) its copies are checked already and nothing waits.
-Memory: about 100 bytes per checked path and per pending request.
+Design notes: docs/architecture.md#scrapy_neardupcrawlorder
 """
 
 from __future__ import annotations
@@ -53,7 +14,7 @@ from urllib.parse import urlsplit
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from ..core.mirrors import host_of
+from ..core.mirror_table import host_of
 from .outage import call_later
 
 if TYPE_CHECKING:
@@ -261,4 +222,3 @@ async def _first_of(done: Deferred[None], timeout: float) -> None:
         timer.cancel()
 
 
-__all__ = ["FEW_PAGES", "MAX_EXTRA_WAIT", "PARSE_GRACE", "KeepOrder"]

@@ -1,24 +1,7 @@
 """While the backend cannot answer: pass, pause or stop (``NEARDUP_ON_BACKEND_DOWN``); and whether the pages that
 went unchecked fail the crawl (``NEARDUP_MAX_UNCHECKED``).
 
-A check the backend cannot answer (it raised :class:`~scrapy_neardup.errors.BackendError`: Elasticsearch
-down or refusing after its retries, the embedded store's journal on a full disk) gives no kept page to name, so the
-item is never dropped for it. What happens next is the policy's:
-
-* ``"pass"`` (default): the item passes through unchecked (``{NEARDUP_MARK_FIELD: {"unchecked": True}}`` when
-  its class can hold the field; counted in ``neardup/unchecked``), and the crawl goes on.
-* ``"pause"``: the crawl pauses (``crawler.engine.pause()``: no new request is sent; the responses already on
-  their way are processed, and their items wait too) and the check is tried again every
-  ``NEARDUP_BACKEND_RETRY_INTERVAL`` seconds. The first check that succeeds ends the outage: the crawl resumes and
-  every waiting page is checked again, so nothing passes unchecked. An outage longer than
-  ``NEARDUP_BACKEND_DOWN_MAX_WAIT`` seconds stops the crawl as ``"stop"`` does.
-* ``"stop"``: the spider is closed with reason :data:`BACKEND_DOWN` (``neardup_backend_down``) and the crawl exits
-  with status 1; the items in flight pass through unchecked and are counted.
-
-Whatever the policy, the crawl fails when more than ``NEARDUP_MAX_UNCHECKED`` of the pages that went to the
-check (``neardup/checked``) passed through unchecked (:func:`too_many_unchecked`; the default 0 allows none): a
-crawl that would otherwise finish closes with reason :data:`UNCHECKED` (``neardup_unchecked``), and ``scrapy
-crawl`` exits with status 1 however it closed (:func:`~scrapy_neardup.crawl.exit_status.fail_exit_status`).
+Design notes: docs/architecture.md#scrapy_neardupcrawloutage
 """
 
 from __future__ import annotations
@@ -265,12 +248,3 @@ class BackendOutage:
             return None
 
 
-__all__ = [
-    "BACKEND_DOWN",
-    "UNCHECKED",
-    "BackendOutage",
-    "close_crawl",
-    "describe_unchecked",
-    "too_many_unchecked",
-    "unchecked_share",
-]

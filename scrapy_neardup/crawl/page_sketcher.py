@@ -1,5 +1,5 @@
 """How the pipeline sketches a page: in the sketch worker process when there is one, and in ``"auto"`` mode under
-its host's template, which the host's first pages wait for (:mod:`scrapy_neardup.crawl.templates`).
+its host's template, which the host's first pages wait for (:mod:`scrapy_neardup.crawl.template_wait`).
 
 The pipeline decides; this module only turns an item's content into a :class:`~scrapy_neardup.core.sketch.Sketch`.
 """
@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any, cast
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred, fail, maybeDeferred
 
-from ..core.mirrors import host_of
+from ..core.mirror_table import host_of
 from ..core.text import looks_binary
 from ..errors import BinaryContent, SketchWorkerError
 from .scraper_room import ScraperRoom
 from .sketch_worker import SketchWorker
-from .templates import HostTemplates
+from .template_wait import HostTemplates
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from twisted.internet.interfaces import IReactorCore
     from twisted.python.failure import Failure
 
+    from ..core.host_template import HostTemplate
     from ..core.sketch import Content, Sketch, Sketcher
-    from ..core.template import HostTemplate
     from ..store.backend import Backend
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class PageSketcher:
 
     async def sketch_page(self, content: Content, worker: SketchWorker | None, url: Any) -> Sketch:
         """The page's sketch; in ``"auto"`` mode under its host's template, which the host's first pages wait
-        for (:mod:`scrapy_neardup.crawl.templates`): such a page is sketched once to read its blocks, waits, and
+        for (:mod:`scrapy_neardup.crawl.template_wait`): such a page is sketched once to read its blocks, waits, and
         is sketched again under the template learned (unless it is empty, which changes nothing).
 
         Order: the pages of a host that take the same way here leave in the order they came, so that the
@@ -202,4 +202,3 @@ def running_reactor() -> IReactorCore | None:
     return reactor if getattr(reactor, "running", False) else None
 
 
-__all__ = ["PageSketcher", "running_reactor"]

@@ -31,24 +31,24 @@ from .drops import NearDuplicateDropped, RepeatDropped, RevisitDropped, describe
 from .exit_status import fail_exit_status
 from .hooks import CrawlHooks, crawl_hooks
 from .host_settings import HostSettings
-from .item_fields import MARK_FIELD_MISSING, TEXT_FIELD_PROBE, ItemFieldChecks, check_mark_field
+from .item_fields import ItemFieldChecks, check_mark_field
 from .order import KeepOrder
 from .outage import UNCHECKED, BackendOutage, describe_unchecked, too_many_unchecked
 from .page_sketcher import PageSketcher
 from .scraper_room import ScraperRoom
-from .search_index import require_search_writer
+from .search_writer import require_search_writer
 from .settings import NearDupSettings
 from .soft404 import Soft404Dropped
 from .startup import component_startup, report_startup_failure
 from .summary import SKIP_STATS, summarize
-from .templates import HOLD_ACTIVE_SIZE
+from .template_wait import HOLD_ACTIVE_SIZE
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
     from ..core.sketch import Content, Sketch, Sketcher
-    from ..core.soft404 import Soft404Match
+    from ..core.soft404_templates import Soft404Match
 
 logger = logging.getLogger(__name__)
 
@@ -462,13 +462,3 @@ class NearDuplicatePipeline:
             self.stats.inc_value(STATS_PREFIX + name, count)
 
 
-__all__ = [
-    "MARK_FIELD_MISSING",
-    "SKIP_STATS",
-    "TEXT_FIELD_PROBE",
-    "CanonicalDropped",
-    "NearDuplicateDropped",
-    "NearDuplicatePipeline",
-    "RepeatDropped",
-    "RevisitDropped",
-]

@@ -1,8 +1,9 @@
 """Room in Scrapy's scraper for the pages the pipeline makes wait, and for them only.
 
 Scrapy stops downloading while the responses in processing come to more than ``SCRAPER_SLOT_MAX_ACTIVE_SIZE``
-bytes (5 MB by default). A page waiting in the pipeline (for its host's template, :mod:`scrapy_neardup.crawl.templates`,
-or for an earlier host's copy, :mod:`scrapy_neardup.crawl.order`) keeps its response counted there. Rather than
+bytes (5 MB by default). A page waiting in the pipeline (for its host's template,
+:mod:`scrapy_neardup.crawl.template_wait`, or for an earlier host's copy, :mod:`scrapy_neardup.crawl.order`)
+keeps its response counted there. Rather than
 raising the setting for every crawl (which lets Scrapy keep that much more in memory whether pages wait or not),
 the pipeline raises the scraper's bound by the size of each waiting page while it waits, and lowers it again when
 the page goes on: a crawl whose pages never wait runs with Scrapy's own bound, and the memory that waiting costs is
@@ -45,4 +46,3 @@ class ScraperRoom:
         return getattr(scraper, "slot", None)
 
 
-__all__ = ["ScraperRoom"]

@@ -59,18 +59,18 @@ class NearDupSettings:
         url_field: item field with the page URL, the key a kept page is known by.
         params: the sketch parameters, ``k``, ``t`` (see :class:`~scrapy_neardup.core.params.SketchParams`);
             also readable as ``num_perm``, ``min_shared``, ``threshold``, ``shingle``, ``shingle_size``, ``seed``.
-        action: ``"drop"`` raises :class:`~scrapy_neardup.crawl.pipeline.NearDuplicateDropped`; ``"mark"`` keeps the
+        action: ``"drop"`` raises :class:`~scrapy_neardup.crawl.drops.NearDuplicateDropped`; ``"mark"`` keeps the
             item and fills ``mark_field``.
         mark_field: item field that receives ``{"duplicate_of": url, "resemblance": r, "exact": bool}``.
         revisit: a page seen again under its key with unchanged content is emitted (``"emit"``) or dropped
-            (``"drop_unchanged"``, :class:`~scrapy_neardup.crawl.pipeline.RevisitDropped`).
+            (``"drop_unchanged"``, :class:`~scrapy_neardup.crawl.drops.RevisitDropped`).
         backend: ``NEARDUP_BACKEND`` as given (an alias, lowercased, or a dotted path).
         backend_class: the :class:`~scrapy_neardup.store.backend.Backend` subclass it names.
         debug: log every drop at INFO instead of DEBUG.
         sketch_process: sketch in a child process (:mod:`scrapy_neardup.crawl.sketch_worker`) instead of on the
             crawl's reactor thread.
         template_sample: ``"auto"`` mode: pages of a host its template is learned from, the host's first pages
-            waiting until then (:mod:`scrapy_neardup.crawl.templates`).
+            waiting until then (:mod:`scrapy_neardup.crawl.template_wait`).
         outage: what happens while the backend cannot answer, and how many unchecked pages fail the crawl
             (:class:`OutageSettings`).
         monitors: the thresholds of the Spidermon suite (:class:`MonitorThresholds`), validated with the rest so
@@ -248,13 +248,3 @@ def load_backend(value: Any) -> tuple[str, type[Backend]]:
     return name, loaded
 
 
-__all__ = [
-    "ACTIONS",
-    "BACKENDS",
-    "BACKEND_ALIASES",
-    "ON_BACKEND_DOWN",
-    "MonitorThresholds",
-    "NearDupSettings",
-    "OutageSettings",
-    "load_backend",
-]

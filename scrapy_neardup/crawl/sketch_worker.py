@@ -1,36 +1,6 @@
 """Sketching in a child process, so that a crawl's reactor thread does not spend its time on it.
 
-Scrapy runs spiders, middlewares and item pipelines on one thread. Sketching a typical 7 KB page costs about
-0.4 ms of CPU (markup removal, normalization, shingle hashing, MinHash), which on that thread is time the
-crawl is not fetching or parsing. Python threads do not help: the work holds the GIL for most of its time
-(measured: two threads sketch *slower* than one). A child process does: the parent only writes the page to a
-pipe and reads 0.5 KB back, through the reactor, never blocking.
-
-The child is ``python -m scrapy_neardup.crawl.sketch_worker '<sketcher parameters as JSON>'``. It reads requests
-from stdin and answers each, in order, on stdout; requests that arrive together are sketched together
-(:meth:`~scrapy_neardup.core.sketch.Sketcher.sketch_many`, the vectorized path). Both sides use the same
-:class:`~scrapy_neardup.core.sketch.Sketcher` parameters, so a sketch made by the child is the one the parent would
-have made (a test compares them).
-
-Frames (little-endian):
-
-* request: ``id u32 | kind u8 (0: str as UTF-8 with surrogatepass, 1: bytes) | template u32 | template bytes
-  u32 | length u64 | the template's hashes (uint64[], when sent) | content`` (``length`` counts both)
-* answer: ``id u32 | status u8 (0: ok, 1: error, 2: binary content, not sketched) | fingerprint u64 |
-  shingles u64 | truncated u8 | blocks u32 | length u32 | signature (uint32[k]) and the page's block hashes
-  (uint64[blocks], ``"auto"`` mode), or the error message (UTF-8)``
-
-Templates (``"auto"`` mode: the host template a page is sketched under, :mod:`scrapy_neardup.core.template`) are
-sent once and then named by a number (0: none): both sides keep the last :data:`TEMPLATE_CACHE` templates in the
-same least-recently-used order, since the child applies the requests in the order the parent wrote them, so the
-parent always knows whether the child still has a template or must be sent it again.
-
-The child also tells binary content (:func:`~scrapy_neardup.core.text.looks_binary`) from text, so that the
-crawl's thread does not scan every page for it either.
-
-Failure: if the child dies or answers garbage, every waiting request fails with :class:`SketchWorkerError`;
-the pipeline then sketches in its own process from that item on (``neardup/sketch_worker_failed``). Nothing
-is lost either way.
+Design notes: docs/architecture.md#scrapy_neardupcrawlsketch_worker
 """
 
 from __future__ import annotations
@@ -51,8 +21,8 @@ from twisted.internet import process
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.protocol import ProcessProtocol
 
+from ..core.host_template import HostTemplate
 from ..core.sketch import SKETCHED, Content, Sketch, Sketcher
-from ..core.template import HostTemplate
 from ..core.text import looks_binary
 from ..errors import BinaryContent, SketchWorkerError
 

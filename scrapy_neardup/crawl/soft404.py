@@ -1,45 +1,6 @@
 """Soft-404 probing: learn what each host answers for a URL that cannot exist, and drop pages that look like it.
 
-Enable it with the add-on (``ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}``) or by hand::
-
-    DOWNLOADER_MIDDLEWARES = {"scrapy_neardup.crawl.soft404.Soft404Middleware": 70}
-
-How it works
-------------
-* **Probes.** When a host (scheme, host, port) is first met, the middleware downloads
-  ``/neardup-soft404-probe-<32 random hex digits>`` from it; when a page under a first path segment not probed yet
-  is requested (``/news/...``), it also probes ``/news/neardup-soft404-probe-...``: every section the crawl meets
-  gets its probe, whatever order it meets them in, up to ``NEARDUP_SOFT404_PROBES_PER_HOST`` probes per host
-  (beyond, counted in ``neardup/soft404_unprobed``, a page is compared with every template of its host). The fixed
-  marker ``neardup-soft404-probe-`` tells a site owner what these requests are (docs/addon.md); they carry the
-  crawl's own user agent (the ``User-Agent`` the page request that started them was given, else ``USER_AGENT`` or
-  the spider's ``user_agent``, as every request of the crawl). Probes are downloaded with
-  :meth:`ExecutionEngine.download_async` (as Scrapy's own ``RobotsTxtMiddleware`` fetches robots.txt): they pass
-  through every downloader middleware (robots.txt, user agent, retries, stats) and through the host's download slot
-  (``DOWNLOAD_DELAY``, concurrency), but not through the scheduler or the spider middlewares: the spider never sees
-  them, so they never become items and a 404 raises no ``HttpError``. They are not redirected (``dont_redirect``): a
-  host that redirects unknown URLs to a real page gets no template, since that page may be one to keep. Counted in
-  ``neardup/soft404_probes``.
-* **Templates.** A probe answered 200 with text gives the host a template: the probe page's sketch (the
-  pipeline's :class:`~scrapy_neardup.core.sketch.Sketcher`). 404 or 410 marks the host clean
-  (probes so answered: ``neardup/soft404_probes_404``); any other answer or a failure leaves it without template
-  (``neardup/soft404_probes_failed``).
-* **Waiting.** A page's response is held in this middleware's ``process_response`` until the two probes it is judged
-  by have answered, its host's root probe and its own segment's (started now if its request did not; at most
-  ``NEARDUP_SOFT404_TIMEOUT`` seconds), so the verdict is known before the spider turns the page into items. Probes
-  of other sections are not waited for: a host's pages are not held back because a section met later was probed, and
-  no host's pages overtake another's because its probes answered sooner. Holding the response, rather than making
-  the pipeline wait, keeps the pipeline's lookup synchronous; it costs about one round trip per section, since a
-  probe is sent just before the first page of its section, and it cannot deadlock: probes bypass the scheduler and
-  the engine's concurrency limit. The page's full response text is sketched and compared with the host's templates
-  (only on hosts that have one): both sides of the comparison are sketched the same way, whatever text the spider
-  puts in its items, each without the words of its own URL (a "not found" message often names it), and without a
-  host template (the verdict is needed before the pipeline's templates are learned).
-* **Verdict.** A page sharing at least ``t`` of ``k`` positions with its host's root template or its own segment's
-  is a soft 404 (the pipeline's ``t``): which other sections were probed, and when, does not change it. The pipeline
-  then drops its item (matched by the item's URL field) as :class:`Soft404Dropped` (``neardup/soft404``), or marks
-  it in mark mode; none of them is kept, and none enters the store of kept pages. A host's root page ``/`` is never
-  a soft 404 (it exists by definition).
+Design notes: docs/architecture.md#scrapy_neardupcrawlsoft404
 """
 
 from __future__ import annotations
@@ -57,8 +18,8 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from ..core.evidence import describe_evidence, evidence
-from ..core.mirrors import host_of
-from ..core.soft404 import Soft404Match, Soft404Templates, first_segment, probe_path, url_words
+from ..core.mirror_table import host_of
+from ..core.soft404_templates import Soft404Match, Soft404Templates, first_segment, probe_path, url_words
 from ..errors import NearDupError
 from .hooks import crawl_hooks
 from .host_settings import HostSettings, enabled_feature
@@ -312,4 +273,3 @@ def _call_later(delay: float, func: Any) -> Any:
     return call_later(delay, func)
 
 
-__all__ = ["PROBE_META", "Soft404Dropped", "Soft404Middleware"]

@@ -1,23 +1,6 @@
 """Start-up failures reported as one clear line, with a non-zero exit status.
 
-A wrong ``NEARDUP_*`` setting, or a backend that cannot be opened, must stop the crawl before any request,
-make ``scrapy crawl`` exit with status 1, and say what to fix in one line. Scrapy (2.13+) gets the exit status
-right when a component raises at start-up, but how the exception is reported depends on how the crawl runs:
-``scrapy crawl`` (asyncio) re-raises it from a task nobody awaits, so asyncio logs it as "Task exception was never
-retrieved", a traceback of ~35 lines whose last line is the message; a script's ``CrawlerProcess`` hands it to a
-Deferred that may never log it. And when the failure happens while the spider opens, Scrapy closes a spider whose
-``spider_opened`` signal never fired, so ``CoreStats`` adds an unrelated ``AssertionError`` traceback.
-
-:func:`report_startup_failure`, called just before the component raises, therefore logs the one line itself
-(``CRITICAL: StateError: <file> is damaged ...``), retrieves the exception from the crawl's task when it ends (no
-unretrieved task exception, at any log level), and installs (once) a logging filter that turns the other reports
-of *that* exception, and of the signal handlers that fail as a consequence, into DEBUG records. Every component
-of the plugin (the pipeline, the mirror-host and soft-404 middlewares) runs its ``from_crawler`` inside
-:func:`component_startup`, which does this for whatever it raises, since whichever Scrapy builds first
-(middlewares before pipelines) meets a wrong setting first.
-
-:func:`component_startup` also warns, once per crawl, about each ``NEARDUP_*`` setting that nothing reads
-(``NEARDUP_TRESHOLD``), naming the closest known one: a typo would otherwise be ignored silently.
+Design notes: docs/architecture.md#scrapy_neardupcrawlstartup
 """
 
 from __future__ import annotations

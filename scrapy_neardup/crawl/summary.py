@@ -66,4 +66,3 @@ def summarize(counts: Mapping[str, int], config: NearDupSettings, outage: Backen
     return line
 
 
-__all__ = ["SKIP_STATS", "summarize"]

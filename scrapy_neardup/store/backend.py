@@ -1,40 +1,6 @@
 """The contract between the Scrapy pipeline and a store of kept sketches: :class:`Backend`.
 
-A backend answers one question atomically: *is this sketch a near-duplicate of a page already kept? If not,
-keep it.* Two backends implement it: :class:`~scrapy_neardup.store.embedded.EmbeddedBackend` (an in-process
-:class:`~scrapy_neardup.core.index.SketchIndex`, optionally persisted to a state directory) and
-``es_integration.backend.ElasticsearchBackend`` (several crawler processes sharing one index). The pipeline
-picks one with ``NEARDUP_BACKEND`` (an alias or the dotted path of a subclass, as Scrapy's
-``HTTPCACHE_STORAGE``), builds it with :meth:`Backend.from_settings` when the crawler is built (so a wrong
-setting stops the crawl before any request), and then only calls the methods below.
-
-A new backend subclasses :class:`Backend`, implements the abstract methods, and raises :class:`BackendError`
-(or a subclass) when it cannot answer; the pipeline then passes the item through unchecked instead of
-dropping it without a kept page to name.
-
-Extension points, so that later features need no ``getattr`` past this class:
-
-* **Batches.** :meth:`Backend.check_and_add_many` decides a list of pages in order, as if each were checked
-  alone in turn; the pipeline always calls it. The default loops over :meth:`Backend.check_and_add`; a
-  network backend overrides it to decide a batch in a constant number of requests.
-* **Recrawls.** A :class:`Decision` is ``kept``, ``duplicate`` (naming the kept :class:`Match`) or
-  ``revisit`` (the key is stored already; ``changed`` tells whether its content changed, in which case the
-  backend replaced the stored sketch). A key whose new content near-duplicates another kept page better than
-  its own stored version is a ``duplicate`` naming that page, and the backend removes the key's stale entry.
-  The embedded backend answers revisits (the rule: :meth:`~scrapy_neardup.core.index.SketchIndex.check_key`);
-  a backend that never does inherits the default :meth:`Backend.check_and_add_many`.
-* **Repeats.** A ``repeat`` is an unchanged page whose key this very crawl already kept or revisited (the crawl's
-  identity: :func:`~scrapy_neardup.store.config.crawl_identity`, read in :meth:`Backend.from_settings`); the
-  pipeline never emits it twice. The embedded and Elasticsearch backends keep which keys the crawl met with their
-  data, so that a crawl resumed after a kill still knows; a backend that answers no repeat leaves them revisits.
-* **Mirror hosts.** :meth:`Backend.host_store` gives the store through which the crawler processes sharing
-  this backend's data also share their mirror-host counts (:mod:`scrapy_neardup.core.mirrors`); ``None`` (the
-  default): each process counts alone.
-* **Host templates.** ``"auto"`` sketches depend on the template of the page's host
-  (:mod:`scrapy_neardup.core.template`), so the templates live with the kept pages: :meth:`Backend.load_template`
-  and :meth:`Backend.save_template` (the first template saved for a host wins, for every process sharing the
-  store). The defaults keep them in the process; the embedded backend saves them with its state, the Elasticsearch
-  backend in an index every crawler process shares.
+Design notes: docs/architecture.md#scrapy_neardupstorebackend
 """
 
 from __future__ import annotations
@@ -48,10 +14,10 @@ from ..core.match import Decision, Match, Outcome
 if TYPE_CHECKING:
     from typing import Self
 
-    from ..core.mirrors import HostStore
+    from ..core.host_template import HostTemplate
+    from ..core.mirror_table import HostStore
     from ..core.params import SketchParams
     from ..core.sketch import Sketch
-    from ..core.template import HostTemplate
     from .config import SettingsLike
 
 class Backend(ABC):
@@ -111,7 +77,7 @@ class Backend(ABC):
         """Persist what must survive a graceful stop and release resources."""
 
     def host_store(self) -> HostStore | None:
-        """A new, unopened :class:`~scrapy_neardup.core.mirrors.HostStore` shared by every crawler process
+        """A new, unopened :class:`~scrapy_neardup.core.mirror_table.HostStore` shared by every crawler process
         using this backend's store, so that a fleet agrees on mirror hosts; ``None`` (the default): the mirror
         table is local to the process (the embedded backend saves it in its state directory instead).
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..core.atomic_files import write_atomically
 from ..core.params import FIELDS, SketchParams
-from ..core.storage import write_atomically
 from ..errors import NearDupSettingsError, ParameterError, StateError
 from .settings_registry import KNOWN_SETTINGS, SETTING
 
@@ -262,24 +262,3 @@ def job_state_dir(settings: SettingsLike, subdir: str) -> str | None:
     return str(Path(jobdir) / subdir)
 
 
-__all__ = [
-    "CRAWL_ID_FILE",
-    "PARAM_SETTINGS",
-    "SettingsLike",
-    "crawl_identity",
-    "job_state_dir",
-    "read_bool",
-    "read_choice",
-    "read_field_name",
-    "read_float",
-    "read_int",
-    "read_setting",
-    "read_sketch_params",
-    "read_str",
-    "setting_bool",
-    "setting_float",
-    "setting_int",
-    "setting_str",
-    "settings_error",
-    "unknown_settings",
-]

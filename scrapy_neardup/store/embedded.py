@@ -1,64 +1,6 @@
 """The embedded backend: an in-process :class:`~scrapy_neardup.core.index.SketchIndex`, optionally persisted.
 
-Crash safety of the embedded store
-----------------------------------
-With a state directory, the embedded store is two files:
-
-* ``neardup-index.bin``, the *snapshot*: the whole index, written atomically (temporary file, fsync, rename)
-  by :meth:`SketchIndex.save` when the spider closes gracefully.
-* ``neardup-journal.bin``, the *journal* (:mod:`scrapy_neardup.store.journal`, which gives the format): every
-  change since that snapshot (a page kept, a kept page's content replaced on a recrawl, a stale page removed),
-  appended the moment a check makes it, so that a crawl killed with ``kill -9`` (or an out-of-memory kill, or
-  a crash) still knows, when resumed, every change it made and passed on.
-
-Recurring crawls: a page's key identifies it across crawls; :meth:`EmbeddedBackend.check_and_add_many`
-answers :meth:`~scrapy_neardup.store.backend.Decision.revisit` for a key whose best match is its own stored
-version (see :meth:`~scrapy_neardup.core.index.SketchIndex.check_key` for the rule). The snapshot holds the
-latest content of each kept key only (removed and replaced versions are compacted away when it is written),
-so its size is bounded by the number of distinct kept keys, however many crawls refreshed them.
-
-Repeats: within one crawl (:func:`~scrapy_neardup.store.config.crawl_identity`: the same ``JOBDIR``, paused or
-killed and resumed, is one crawl) an unchanged page met again under a key the crawl already kept or revisited is
-a :meth:`~scrapy_neardup.store.backend.Decision.repeat`, never emitted twice. Which keys the crawl met is a flag
-per page of the index; the snapshot saves the flags with the crawl's identity (``meta["crawl"]``), the journal
-names its crawl in its header and records each unchanged revisit (a *seen* record; kept pages and changed
-revisits are its *puts*). Opened by another crawl, the flags are cleared and a journal of another crawl flags
-nothing.
-
-Guarantees:
-
-* *kill -9.* A record is handed to the kernel (an unbuffered ``write(2)``) before ``check_and_add`` returns,
-  so before the pipeline passes the item on: every page that reached the pipeline's output is in the journal,
-  and after ``kill -9`` at most the items that were inside the pipeline at that instant are unrecorded. The
-  journal is not fsynced per record: data handed to the kernel survives the death of the process, and an fsync
-  per kept page (0.1-10 ms each) would bound a crawl to a few hundred pages a second. The snapshot and a
-  new journal's header are fsynced. An OS crash or power loss can therefore lose the records of the last
-  seconds (whatever the kernel had not written back); what it leaves is detected as below.
-* *Open.* The snapshot is loaded (if any), then the journal is replayed. Each snapshot has a random identity
-  and names its predecessor; a journal names the snapshot it continues: a journal continuing the snapshot
-  present is replayed, one continuing its predecessor is already in it (a crash between writing the snapshot
-  and starting a new journal) and is skipped. Records are idempotent (see the journal format). A store
-  written by an older version (a format-1 journal, a snapshot without identity) is read and rewritten. A
-  torn last record (the one in flight when the process died: incomplete, or failing a checksum with nothing
-  but zero bytes after it, i.e. blocks allocated but never written after a power loss) is ignored, logged at
-  WARNING, and counted (:attr:`EmbeddedBackend.open_stats`, which the pipeline adds to its ``neardup/*``
-  stats). After a replay the store is compacted: a new snapshot, then an empty journal.
-* *Never silently wrong.* A damaged record *before* the end, a damaged header, a journal made with another
-  tag, ``k`` or ``t``, a journal that continues a snapshot other than the one present (missing, or another)
-  raise :class:`~scrapy_neardup.errors.StateError` naming the
-  file, before any page is checked, and leave both files untouched. ``NEARDUP_RESET`` (``reset=True``)
-  discards both files.
-* *Host templates* (``"auto"`` mode) go to ``neardup-templates.bin`` (:mod:`scrapy_neardup.store.template_log`),
-  written before any page sketched under them reaches the journal; reset with the rest.
-* *Close.* The snapshot is written atomically (compacted), then the journal is replaced (atomically) by an
-  empty one continuing it. A crash between the two is the case handled above.
-* *One writer.* The state directory is locked (``flock``, :func:`~scrapy_neardup.core.storage.lock_directory`)
-  while open; a second process opening it gets a :class:`~scrapy_neardup.errors.StateError`. The lock goes
-  away with the process, ``kill -9`` included.
-
-Settings (read by :meth:`EmbeddedBackend.from_settings`): ``NEARDUP_STATE_DIR`` (default ``<JOBDIR>/neardup``;
-none without ``JOBDIR``), ``NEARDUP_RESET``, and the crawl's identity (``NEARDUP_CRAWL_ID``, else saved in
-``JOBDIR``: :func:`~scrapy_neardup.store.config.crawl_identity`).
+Design notes: docs/architecture.md#scrapy_neardupstoreembedded
 """
 
 from __future__ import annotations
@@ -70,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core.atomic_files import lock_directory
 from ..core.index import SketchIndex
 from ..core.match import Match
-from ..core.storage import lock_directory
 from ..errors import DirectoryLocked, StateError
 from .backend import Backend, Decision
 from .config import crawl_identity, job_state_dir, read_str, setting_bool
@@ -80,9 +22,9 @@ from .journal import Journal
 from .template_log import TemplateLog
 
 if TYPE_CHECKING:
+    from ..core.host_template import HostTemplate
     from ..core.params import SketchParams
     from ..core.sketch import Sketch
-    from ..core.template import HostTemplate
     from .config import SettingsLike
 
 logger = logging.getLogger(__name__)
@@ -391,4 +333,3 @@ class EmbeddedBackend(Backend):
             self.open_stats[name] = self.open_stats.get(name, 0) + value
 
 
-__all__ = ["JOBDIR_SUBDIR", "JOURNAL_FILE", "STATE_FILE", "TEMPLATES_FILE", "EmbeddedBackend"]

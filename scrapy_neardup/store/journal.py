@@ -1,41 +1,6 @@
 """The journal of the embedded store: every change since the last snapshot, one record per change.
 
-The embedded store (:mod:`scrapy_neardup.store.embedded`) appends a record the moment a check changes the store
-(a page kept, a kept page's content replaced on a recrawl, a stale page removed), so that a crawl killed with
-``kill -9`` (or an out-of-memory kill, or a crash) still knows, when resumed, every change it made.
-
-Journal format 3 (all integers little-endian)::
-
-    header   b"NDUPJRNL" | u32 format (3) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON
-             {"tag": ..., "num_perm": k, "min_shared": t, "base": B, "snapshot": S, "crawl": C}
-    record   u32 size | u32 crc32(size) | u32 crc32(payload) | payload: size bytes (scrapy_neardup.store.records)
-             payload = u8 1 (put) | u64 fingerprint | k x u32 signature | key (UTF-8, lone surrogates kept)
-                     | u8 2 (delete) | key
-                     | u8 3 (seen) | key
-
-``snapshot`` is the identity of the snapshot the journal continues (``None``: no snapshot yet) and ``base`` its
-number of pages (for messages). ``crawl`` is the identity of the crawl whose records follow (see
-:func:`scrapy_neardup.store.config.crawl_identity`). Records are idempotent: *put* makes a sketch the stored
-content of its key (adding the key, or replacing its stored version), *delete* removes a key, *seen* says that
-the crawl met the key's page unchanged (an unchanged revisit). Replaying them in order onto the snapshot they
-continue gives the store as it was; replaying them onto a snapshot that already holds them (a crash between
-writing the snapshot and starting a new journal) changes nothing, which is why such a journal is recognized (the
-snapshot names its predecessor, ``previous``) and skipped. Replayed by the crawl that wrote them (a resume), puts
-and seens also flag their keys as met in this crawl (:meth:`~scrapy_neardup.core.index.SketchIndex.see`), so that
-the page met once more is a repeat, not a second revisit; replayed by another crawl, seens are skipped. A put
-costs one ``write(2)`` of ``12 + 1 + 8 + 4k + len(key)`` bytes (about 600 bytes for k = 128), a delete or a seen
-``13 + len(key)``.
-
-Format 2 (read, never written) is format 3 without ``crawl`` and without seen records. Format 1 (read, never
-written: a store written by an older version) has only puts, without the kind byte, and no snapshot identity:
-record ``i`` is the snapshot's page ``base + i``.
-
-A record is handed to the kernel (an unbuffered ``write(2)``) before :meth:`Journal.append` returns; it is not
-fsynced (see :mod:`scrapy_neardup.store.embedded` for why). A new journal's header is written atomically and
-fsynced. A torn last record (the one in flight when the process died: incomplete, or failing a checksum with
-nothing but zero bytes after it, i.e. blocks allocated but never written after a power loss) is reported by
-:meth:`Journal.replay` and ignored; a damaged record *before* the end, a damaged header, a journal made with
-other parameters, or one continuing another snapshot raise :class:`~scrapy_neardup.errors.StateError`.
+Design notes: docs/architecture.md#scrapy_neardupstorejournal
 """
 
 from __future__ import annotations
@@ -52,10 +17,11 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..core.index import SketchIndex, parameters_differ
+from ..core.atomic_files import write_atomically
+from ..core.index import SketchIndex
+from ..core.index_file import parameters_differ
 from ..core.sketch import Sketch
-from ..core.storage import write_atomically
-from ..core.stored import StoredSignature, StoredSketch, stored_values
+from ..core.stored_signature import StoredSignature, StoredSketch, stored_values
 from ..errors import DamagedRecord, JournalWriteError, StateError
 from . import records
 
@@ -345,4 +311,3 @@ class Journal:
             self._file = None
 
 
-__all__ = ["DELETE", "JOURNAL_FORMAT", "JOURNAL_MAGIC", "PUT", "SEEN", "Journal", "Replay"]

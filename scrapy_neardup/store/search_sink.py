@@ -3,7 +3,7 @@
 A crawl with ``NEARDUP_SEARCH_INDEX`` set hands every item that leaves its pipelines (and, with
 ``NEARDUP_SEARCH_DUPLICATES = "index"``, every near-duplicate it dropped) to a sink, as a :class:`SearchPage`:
 the item's fields, the sketch the near-duplicate pipeline computed for it (never a second one), and the
-pipeline's decision. The Scrapy component (:mod:`scrapy_neardup.crawl.search_index`) builds the sink by dotted
+pipeline's decision. The Scrapy component (:mod:`scrapy_neardup.crawl.search_writer`) builds the sink by dotted
 path, as it builds a :class:`~scrapy_neardup.store.backend.Backend`, and never imports its module: the one sink
 of this distribution writes to Elasticsearch or OpenSearch (``es_integration.search_index``).
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..core.mirrors import DEFAULT_MIN_PAGES, DEFAULT_SHARE, DEFAULT_SYNC_INTERVAL
+from ..core.host_template import SAMPLE_PAGES
+from ..core.mirror_table import DEFAULT_MIN_PAGES, DEFAULT_SHARE, DEFAULT_SYNC_INTERVAL
 from ..core.params import DEFAULT_NUM_PERM, DEFAULT_SEED, MAX_NUM_PERM, SEED_LIMIT
 from ..core.shingles import SHINGLE_KINDS
-from ..core.template import SAMPLE_PAGES
 from ..core.text import CONTENT_MODES, DEFAULT_CONTENT
 from ..core.theory import DEFAULT_THRESHOLD
 
@@ -295,4 +295,3 @@ def write_reference(path: str | Path) -> bool:
     return True
 
 
-__all__ = ["KNOWN_SETTINGS", "SETTING", "SETTINGS", "Setting", "default_of", "reference_page", "write_reference"]

@@ -1,19 +1,6 @@
 """The host templates of the embedded store: an append-only file next to its snapshot and journal.
 
-Every page of a host is sketched under the host's template (:mod:`scrapy_neardup.core.template`), so the template
-must be on disk before any page sketched under it is: :meth:`TemplateLog.append` hands its record to the kernel
-before the pipeline releases the host's pages, whose journal records come after it. A crawl resumed after
-``kill -9``, or the next crawl on the same store, thus sketches each known host's pages as before.
-
-Format (little-endian)::
-
-    header   b"NDUPTMPL" | u32 format (1) | u32 n | u32 crc32(params) | params: n bytes of UTF-8 JSON {"tag": ...}
-    record   framed as in scrapy_neardup.store.records; payload = u16 host length | host (UTF-8) | template
-             (scrapy_neardup.core.template.HostTemplate.to_bytes)
-
-A host has one template: a second record for it (there is none unless the file was edited) is ignored. A torn last
-record is ignored (the host is learned again); damage before the end, or a file made for another tag, raises
-:class:`~scrapy_neardup.errors.StateError`.
+Design notes: docs/architecture.md#scrapy_neardupstoretemplate_log
 """
 
 from __future__ import annotations
@@ -27,8 +14,8 @@ import zlib
 from pathlib import Path
 from typing import IO
 
-from ..core.storage import write_atomically
-from ..core.template import HostTemplate
+from ..core.atomic_files import write_atomically
+from ..core.host_template import HostTemplate
 from ..errors import DamagedRecord, StateError, TemplateFormatError, TemplateWriteError
 from . import records
 
@@ -143,4 +130,3 @@ class TemplateLog:
             self._file = None
 
 
-__all__ = ["TemplateLog"]

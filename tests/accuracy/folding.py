@@ -33,8 +33,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
+from scrapy_neardup.core.host_template import learn_template  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
-from scrapy_neardup.core.template import learn_template  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from corpora import VARIANTS, Corpus, Variant, parse, serialize, strip_semantics
 from labels import main_elements
 
 from scrapy_neardup.core.sketch import Sketcher
-from scrapy_neardup.core.soft404 import url_words
+from scrapy_neardup.core.soft404_templates import url_words
 from scrapy_neardup.core.theory import min_shared_for
 
 MESSAGE = ("Page not found. Sorry, the page {url} does not exist on this site: it may have moved, or the address "

@@ -10,8 +10,7 @@ import pytest
 
 from scrapy_neardup import Sketch, Sketcher, SketchIndex
 from scrapy_neardup.core.clustering import GroupBuilder, broder_clusters, leader_clusters
-from scrapy_neardup.core.index import band_bounds
-from scrapy_neardup.core.stored import StoredSignature, StoredSketch
+from scrapy_neardup.core.stored_signature import StoredSignature, StoredSketch, band_bounds
 from scrapy_neardup.errors import IncompatibleSketches, StateError
 
 K, T, TAG = 64, 52, "test-tag"

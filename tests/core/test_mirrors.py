@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_neardup.core.mirrors import MIRRORS_FILE, HostCounts, MirrorTable, host_of
+from scrapy_neardup.core.mirror_table import MIRRORS_FILE, HostCounts, MirrorTable, host_of
 from scrapy_neardup.errors import StateError
 
 A, B, C = "http://a.test", "http://b.test:8080", "https://c.test"
@@ -69,7 +69,7 @@ def test_on_a_tie_the_host_met_first_is_the_original() -> None:
 
 
 SCRIPT_THREE_HOSTS = """
-from scrapy_neardup.core.mirrors import MirrorTable
+from scrapy_neardup.core.mirror_table import MirrorTable
 a, b, c = "http://127.0.0.1:8701", "http://127.0.0.1:8702", "http://127.0.0.1:8703"
 table = MirrorTable(min_pages=4, share=0.9)
 for host in (a, b, c):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from scrapy_neardup.core.clustering import broder_clusters, cluster_labels, components, union_find
-from scrapy_neardup.core.index import best_first
+from scrapy_neardup.core.match import best_first
 from scrapy_neardup.core.sketch import Sketcher, parse_tag
-from scrapy_neardup.core.stored import (
+from scrapy_neardup.core.stored_signature import (
     StoredSignature,
     band_keys,
     band_layout,

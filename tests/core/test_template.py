@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scrapy_neardup.core.sketch import Sketcher
-from scrapy_neardup.core.template import (
+from scrapy_neardup.core.host_template import (
     MIN_BLOCK_PAGES,
     MIN_SAMPLE,
     TEMPLATE_SHARE,
@@ -20,6 +19,7 @@ from scrapy_neardup.core.template import (
     TemplateLearner,
     learn_template,
 )
+from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.errors import StateError, TemplateFormatError
 from scrapy_neardup.store.embedded import TEMPLATES_FILE, EmbeddedBackend
 from scrapy_neardup.store.template_log import TemplateLog

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from es_integration.band_filter import PROBES, BandFilter, BandFilterStore
-from scrapy_neardup.core.stored import band_pairs, band_tokens, distinct_band_pairs, pair_tokens
+from scrapy_neardup.core.stored_signature import band_pairs, band_tokens, distinct_band_pairs, pair_tokens
 
 
 def test_every_added_pair_may_be_held_and_others_rarely_are() -> None:

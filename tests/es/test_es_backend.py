@@ -22,10 +22,11 @@ from elasticsearch import Elasticsearch
 
 from es_integration.backend import ElasticsearchBackend
 from es_integration.mapping import fingerprint_hex, position_tokens, stored_fields
-from scrapy_neardup.core.index import Match, SketchIndex
+from scrapy_neardup.core.index import SketchIndex
+from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketch, Sketcher
-from scrapy_neardup.core.stored import StoredSignature
+from scrapy_neardup.core.stored_signature import StoredSignature
 from scrapy_neardup.core.theory import min_shared_for
 from scrapy_neardup.errors import EsError, IncompatibleSketches
 from scrapy_neardup.store.backend import Backend, Decision

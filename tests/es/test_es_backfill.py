@@ -11,10 +11,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from es_integration.candidates import find_candidates
-from es_integration.engine import bulk_helpers
 from es_integration.groups import find_groups
 from es_integration.indexing import backfill
 from es_integration.mapping import position_tokens
+from es_integration.opensearch_adapter import bulk_helpers
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher

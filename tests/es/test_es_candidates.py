@@ -14,8 +14,9 @@ from elasticsearch import Elasticsearch
 
 from es_integration.candidates import candidate_search, find_candidates, find_exact_duplicates, parse_candidates
 from es_integration.indexing import index_records
-from es_integration.mapping import signature_from_tokens, stored_values
+from es_integration.mapping import signature_from_tokens
 from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.stored_signature import stored_values
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es

@@ -16,11 +16,11 @@ from elasticsearch import Elasticsearch
 from es_integration.collapse import collapse_hits, hit_signature, search_collapsed, search_with_collapse
 from es_integration.groups import assign_groups, find_groups
 from es_integration.indexing import index_records
-from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.evidence import evidence
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.stored_signature import stored_values
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es

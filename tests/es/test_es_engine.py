@@ -1,5 +1,6 @@
-"""Engine detection and the OpenSearch adapter's translations (no server: the pure parts of es_integration.engine);
-the same commands against a real OpenSearch node run in CI with NEARDUP_ENGINE=opensearch."""
+"""Engine detection and the OpenSearch adapter's translations (no server: the pure parts of
+es_integration.opensearch_adapter); the same commands against a real OpenSearch node run in CI with
+NEARDUP_ENGINE=opensearch."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from es_integration.engine import (
+from es_integration.opensearch_adapter import (
     OPENSEARCH,
     _opensearch_sort,
     _translate_args,

@@ -19,12 +19,12 @@ from elasticsearch import Elasticsearch
 from es_integration.candidates import find_candidates
 from es_integration.groups import KeepRule, Linkage, RowStates, assign_groups, find_groups
 from es_integration.indexing import index_records
-from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.clustering import broder_clusters, leader_clusters
 from scrapy_neardup.core.evidence import evidence
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.stored_signature import stored_values
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
@@ -369,7 +369,7 @@ def test_groups_equal_the_position_token_method(es_client: Elasticsearch, groupe
     from es_integration.mapping import F_POSITIONS, F_TAG, signatures_from_token_lists
     from es_integration.sweep import point_in_time, sweep
     from scrapy_neardup.core.clustering import GroupBuilder
-    from scrapy_neardup.core.stored import StoredSignature
+    from scrapy_neardup.core.stored_signature import StoredSignature
 
     index, tag = grouped["index"], grouped["sketcher"].tag
     builder = GroupBuilder(K, T, tag, linkage="transitive")
@@ -513,7 +513,7 @@ def test_new_leaves_the_older_pages_it_only_compared_with_as_they_were(
     not regrouped: its fields stay. (Its --assign used to write "kept, own group" over such a duplicate.)"""
     from es_integration.groups import find_new_groups
     from es_integration.mapping import DUPLICATE, KEPT, ensure_index, stored_fields
-    from scrapy_neardup.core.stored import StoredSignature, band_bounds
+    from scrapy_neardup.core.stored_signature import StoredSignature, band_bounds
 
     tag = Sketcher(num_perm=K).tag
     rng = np.random.default_rng(9)
@@ -618,7 +618,7 @@ def test_swept_docs_give_the_seq_of_some_rows_before_and_after_joining_their_pag
     the pair finding) and gives what the joined array gives afterwards; documents without seq sort last."""
     from es_integration.groups import SweptDocs
     from es_integration.mapping import F_SEQ, F_SIG
-    from scrapy_neardup.core.stored import encode_many
+    from scrapy_neardup.core.stored_signature import encode_many
 
     rng = np.random.default_rng(3)
     docs = SweptDocs(K, KeepRule())

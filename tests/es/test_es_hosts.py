@@ -13,7 +13,7 @@ import es_integration.hosts as hosts_module
 from es_integration.backend import ElasticsearchBackend
 from es_integration.client import ConnectionSettings
 from es_integration.hosts import ElasticsearchHostStore, hosts_index
-from scrapy_neardup.core.mirrors import HostCounts, MirrorTable
+from scrapy_neardup.core.mirror_table import HostCounts, MirrorTable
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.errors import EsError
 

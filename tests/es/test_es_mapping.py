@@ -12,7 +12,7 @@ from elasticsearch import BadRequestError, Elasticsearch
 from es_integration.mapping import (
     COMPONENT_TEMPLATE,
     ensure_index,
-    put_template,
+    put_index_template,
     sketch_fields,
 )
 from scrapy_neardup.core.sketch import Sketcher
@@ -63,7 +63,7 @@ def _check_neardup_mapping(mapping: dict[str, Any]) -> None:
 def test_index_template_applies_to_new_indices(es_client: Elasticsearch) -> None:
     prefix = f"nd-tpl-{uuid.uuid4().hex[:8]}"
     template = f"neardup-test-{prefix}"
-    put_template(es_client, [f"{prefix}-*"], name=template)
+    put_index_template(es_client, [f"{prefix}-*"], name=template)
     try:
         es_client.indices.create(index=f"{prefix}-pages")  # no mapping given: the template provides it
         _check_neardup_mapping(_neardup_mapping(es_client, f"{prefix}-pages"))

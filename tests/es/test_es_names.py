@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from es_integration.client import ConnectionSettings, describe_error
-from es_integration.mapping import position_tokens, signature_from_tokens, signatures_from_token_lists, stored_values
+from es_integration.mapping import position_tokens, signature_from_tokens, signatures_from_token_lists
 from es_integration.names import validate_field_name, validate_index_name
+from scrapy_neardup.core.stored_signature import stored_values
 from scrapy_neardup.errors import EsError, InvalidNameError
 
 

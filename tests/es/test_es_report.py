@@ -16,10 +16,10 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from es_integration.indexing import index_records
-from es_integration.mapping import stored_values
 from scrapy_neardup.cli.main import main
 from scrapy_neardup.core.evidence import describe_evidence, evidence
 from scrapy_neardup.core.sketch import Sketcher
+from scrapy_neardup.core.stored_signature import stored_values
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es

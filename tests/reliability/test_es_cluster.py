@@ -173,9 +173,9 @@ def test_crawlers_and_groups_on_a_cluster(es_cluster: Any, cluster_client: Any, 
                                           ledger: Ledger) -> None:
     import json
 
-    from es_integration.mapping import stored_values
     from scrapy_neardup.cli.main import main
     from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.core.stored_signature import stored_values
     from scrapy_neardup.core.theory import min_shared_for
 
     pages, group_of = shared_site()
@@ -331,8 +331,8 @@ def crawl_with_a_kill(es_cluster: Any, cluster_client: Any, cluster_index: str, 
 def group_pairs_near_duplicate(pages: dict[str, Page], group_of: dict[str, int]) -> None:
     """Every two pages of a group share ``>= t`` positions: then exactly one page per group is the outcome to
     expect (a pair below ``t`` would rightly be kept twice)."""
-    from es_integration.mapping import stored_values
     from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.core.stored_signature import stored_values
     from scrapy_neardup.core.theory import min_shared_for
 
     sketcher, t = Sketcher(), min_shared_for(0.9, 128)

@@ -704,8 +704,8 @@ def check_unchecked_grouped(client: Any, index: str, site: HookSite, outcome: di
 
     Returns how many groups were found and how many unchecked pages were grouped."""
     from es_integration.groups import assign_groups, find_groups
-    from es_integration.mapping import stored_values
     from scrapy_neardup.core.sketch import Sketcher
+    from scrapy_neardup.core.stored_signature import stored_values
     from scrapy_neardup.core.theory import min_shared_for
 
     sketcher, min_shared = Sketcher(), min_shared_for(0.9, 128)

@@ -29,7 +29,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_neardup import NearDuplicatePipeline
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.core.text import looks_binary
-from scrapy_neardup.crawl.pipeline import NearDuplicateDropped, RepeatDropped
+from scrapy_neardup.crawl.drops import NearDuplicateDropped, RepeatDropped
 from scrapy_neardup.crawl.settings import NearDupSettings
 from scrapy_neardup.store.backend import Backend, Decision
 from scrapy_neardup.store.embedded import EmbeddedBackend

@@ -29,7 +29,8 @@ from urllib.parse import urlsplit
 import scrapy
 from scrapy.http import Response
 
-from scrapy_neardup.core.index import Match, SketchIndex
+from scrapy_neardup.core.index import SketchIndex
+from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline

@@ -77,7 +77,7 @@ class _Judge:
 
 
 def test_which_pages_wait() -> None:
-    from scrapy_neardup.core.mirrors import host_of
+    from scrapy_neardup.core.mirror_table import host_of
     from scrapy_neardup.crawl.hooks import CrawlHooks
     from scrapy_neardup.crawl.order import KeepOrder
 
@@ -103,7 +103,7 @@ def test_which_pages_wait() -> None:
 def test_a_page_whose_path_an_earlier_host_checked_goes_on_at_once() -> None:
     import asyncio
 
-    from scrapy_neardup.core.mirrors import host_of
+    from scrapy_neardup.core.mirror_table import host_of
     from scrapy_neardup.crawl.hooks import CrawlHooks
     from scrapy_neardup.crawl.order import KeepOrder
 

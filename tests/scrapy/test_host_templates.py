@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from scrapy_neardup.core.template import HostTemplate
-from scrapy_neardup.crawl.templates import HostTemplates
+from scrapy_neardup.core.host_template import HostTemplate
+from scrapy_neardup.crawl.template_wait import HostTemplates
 from scrapy_neardup.errors import BackendError
 
 

@@ -21,7 +21,7 @@ import pytest
 from neardup_testkit import CrawlResult, Page, SiteServer, article_words, html_page, run_crawl_process
 
 from es_integration.hosts import hosts_index
-from scrapy_neardup.core.mirrors import host_of
+from scrapy_neardup.core.mirror_table import host_of
 
 pytestmark = pytest.mark.es
 

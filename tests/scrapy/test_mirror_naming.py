@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from neardup_testkit import NAV, CrawlResult, Page, SiteServer, article_words, html_page
 
-from scrapy_neardup.core.mirrors import host_of
+from scrapy_neardup.core.mirror_table import host_of
 
 pytest.importorskip("spidermon")
 

@@ -13,10 +13,10 @@ from neardup_testkit import article_words
 from scrapy.utils.test import get_crawler
 
 from scrapy_neardup import NearDuplicatePipeline, Sketcher
-from scrapy_neardup.core.index import Match
+from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.theory import resemblance_interval
-from scrapy_neardup.crawl.pipeline import NearDuplicateDropped
+from scrapy_neardup.crawl.drops import NearDuplicateDropped
 from scrapy_neardup.errors import BackendError, MarkFieldError, StateError
 from scrapy_neardup.store.backend import Backend
 from scrapy_neardup.store.embedded import STATE_FILE

@@ -13,7 +13,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from es_integration.settings import ElasticsearchSettings
+from es_integration.es_settings import ElasticsearchSettings
 from scrapy_neardup import NearDuplicatePipeline
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.theory import min_shared_for

@@ -30,7 +30,7 @@ from neardup_testkit import (
 )
 
 from scrapy_neardup.core.evidence import describe_evidence, mirror_evidence
-from scrapy_neardup.core.mirrors import MIRRORS_FILE, MirrorTable, host_of
+from scrapy_neardup.core.mirror_table import MIRRORS_FILE, MirrorTable, host_of
 
 RunCrawl = Callable[..., CrawlResult]
 ADDON = {"scrapy_neardup.NearDuplicateAddon": 300}

@@ -9,10 +9,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..stored import shared_counts
+from ..stored_signature import shared_counts
 from .components import ClusterStats, run_positions
-
-__all__ = ["BATCH_ROWS", "EXPAND", "cluster_batches", "earlier_hits", "earlier_pairs", "ordered_buckets"]
 
 #: Candidate pairs expanded at once by :func:`earlier_pairs` (memory: a few int64 arrays of this length).
 EXPAND = 1 << 16

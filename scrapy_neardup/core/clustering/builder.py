@@ -7,10 +7,8 @@ import hashlib
 
 from ..index import SketchIndex
 from ..sketch import Sketch
-from ..stored import StoredSignature, StoredSketch
+from ..stored_signature import StoredSignature, StoredSketch
 from .union_find import UnionFind
-
-__all__ = ["DEFAULT_MAX_LINKS", "GroupBuilder"]
 
 #: Links a page makes to earlier pages at most (the ones sharing most positions) in :class:`GroupBuilder`.
 DEFAULT_MAX_LINKS = 10_000

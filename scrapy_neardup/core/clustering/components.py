@@ -9,10 +9,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..stored import band_bounds, band_sums, shared_counts
+from ..stored_signature import band_bounds, band_sums, shared_counts
 from .union_find import compress, find_roots, union_pairs
-
-__all__ = ["ClusterStats", "cluster_labels", "run_positions", "spilled_band_keys"]
 
 
 class ClusterStats:
@@ -37,7 +35,7 @@ def cluster_labels(
 
     1. Identical rows (a 64-bit multiply-shift hash of the row, then verified) are joined; only the first of
        each is kept for the bands.
-    2. The band keys of the distinct rows (32 bits each, :func:`scrapy_neardup.core.stored.band_keys`) are
+    2. The band keys of the distinct rows (32 bits each, :func:`scrapy_neardup.core.stored_signature.band_keys`) are
        computed in one pass, in chunks of ``chunk`` rows, and spilled to a temporary file, band-major.
     3. Per band: sort its keys, take every pair of rows sharing the key whose clusters differ so far, count
        their shared positions (rows gathered from ``values``, which may be a ``numpy.memmap``) and join the
@@ -49,7 +47,7 @@ def cluster_labels(
     (the quadratic worst case of templated pages that differ slightly; identical ones are joined in step 1).
 
     Args:
-        values: ``uint16[n, k]`` stored signatures (:func:`scrapy_neardup.core.stored.stored_values`).
+        values: ``uint16[n, k]`` stored signatures (:func:`scrapy_neardup.core.stored_signature.stored_values`).
         min_shared: ``t``.
         chunk: rows per numpy pass.
         spill_dir: directory of the temporary band-key file (default: the system's).

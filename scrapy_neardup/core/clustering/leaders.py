@@ -12,8 +12,6 @@ import numpy as np
 from .band_pairs import cluster_batches, earlier_hits, earlier_pairs, ordered_buckets
 from .components import ClusterStats, cluster_labels, spilled_band_keys
 
-__all__ = ["FIXED_MEMBER", "FIXED_REPRESENTATIVE", "FREE", "leader_labels"]
-
 #: ``fixed`` codes of :func:`leader_labels`: a row to decide, a representative chosen before (it stays one and
 #: ranks before every row to decide), a row that stays out (a member of an earlier group).
 FREE, FIXED_REPRESENTATIVE, FIXED_MEMBER = 0, 1, 2

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..stored import shared_counts
+from ..stored_signature import shared_counts
 from .leaders import FIXED_MEMBER, FIXED_REPRESENTATIVE
 from .union_find import UnionFind
-
-__all__ = ["broder_clusters", "leader_clusters", "shared_position_counts"]
 
 
 def shared_position_counts(signatures: np.ndarray) -> dict[tuple[int, int], int]:

@@ -9,8 +9,6 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-__all__ = ["UnionFind", "compress", "find_roots", "union_pairs"]
-
 T = TypeVar("T", bound=Hashable)
 
 

@@ -1,42 +1,6 @@
 """The crawl's items written to a search index as they leave the pipelines: :class:`SearchIndexPipeline`.
 
-Enabled by one setting (with the add-on; by hand: ``ITEM_PIPELINES = {"scrapy_neardup.SearchIndexPipeline":
-900}``)::
-
-    ADDONS = {"scrapy_neardup.NearDuplicateAddon": 0}
-    NEARDUP_SEARCH_INDEX = "pages"          # the index your search serves
-    NEARDUP_ES_URL = "http://127.0.0.1:9200"
-
-Each item that leaves the item pipelines is written to the index with the sketch the near-duplicate pipeline made
-of it (the pipeline hands it over through :mod:`scrapy_neardup.crawl.hooks`: pages are sketched once), as
-``kept`` or, with ``NEARDUP_SEARCH_DUPLICATES = "index"``, each near-duplicate the pipeline dropped (or marked)
-as ``duplicate`` of the kept page, so that a search collapsed on the near-duplicate groups shows the kept page
-with "N similar omitted" from the first query on. ``"skip"`` (the default) leaves duplicates out of the index,
-and removes the document a page had from an earlier crawl when it has become a duplicate since. An item the
-pipeline could not check is written ``unchecked`` (its own group); an item it did not sketch (no text) is
-written without a sketch. A later crawl of a page replaces its document (one id per URL).
-
-The item's text field (``NEARDUP_TEXT_FIELD``) is stored as searchable plain text: when it holds HTML (say
-``response.text``), the document gets the page's visible text instead (:func:`scrapy_neardup.core.html.html_to_text`:
-markup, scripts and styles out, the title and body text in), so that snippets show no tags and no word inside a tag
-matches a search. The item itself, and what feed exports write, keep the HTML.
-
-The writer itself is a :class:`~scrapy_neardup.store.search_sink.SearchSink`, loaded by dotted path
-(:data:`SINK`: Elasticsearch or OpenSearch, ``es_integration.search_index``, which documents its batching,
-retries and index settings). Nothing is lost silently: an item that could not be written after the retries is
-appended to ``NEARDUP_SEARCH_FAILED_FILE`` (JSON lines: ``{"key", "error", "reason", "status", "item"}``; default
-``<JOBDIR>/neardup-search-failed.jl``, else ``neardup-search-failed.jl`` in the working directory), counted in
-``neardup/search_failed`` (and ``neardup/search_failed/<kind>``), and the crawl ends with exit status 1 (close
-reason :data:`SEARCH_FAILED` when the failure is known before the crawl goes idle). Writes still waiting when
-the process is killed (``kill -9``) are lost with it: at most :attr:`ElasticsearchSearchSink.flush_interval`
-(one second) of items; a graceful stop writes everything.
-
-The ``NEARDUP_SEARCH_*`` settings, their types, defaults and bounds: :mod:`scrapy_neardup.store.settings_registry`
-(the reference page: docs/settings.md).
-
-``NEARDUP_ACTION = "mark"`` with ``NEARDUP_MARK_FIELD = "neardup"`` (the default name) is refused at start: the
-search index keeps its near-duplicate fields in the object of that name. Set ``NEARDUP_MARK_FIELD`` to another
-field.
+Design notes: docs/architecture.md#scrapy_neardupcrawlsearch_writer
 """
 
 from __future__ import annotations
@@ -345,4 +309,3 @@ def _sink_class() -> type[SearchSink]:
     return cast("type[SearchSink]", sink)
 
 
-__all__ = ["SEARCH_FAILED", "SearchIndexPipeline", "SearchIndexSettings"]

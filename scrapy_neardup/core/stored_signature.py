@@ -1,30 +1,6 @@
 """The stored signature: what every index keeps of a sketch and compares, with its parameter tag.
 
-A :class:`StoredSignature` is the low :data:`VALUE_BITS` = 16 bits of each of the ``k`` MinHash positions
-(b-bit minwise hashing, Li & König 2010). Two stored positions agree with probability
-``p = r + (1 - r) / 65536`` at resemblance ``r`` instead of ``r``, a difference of at most 1.5e-5, far below the
-estimate's own noise ``sqrt(r (1 - r) / k)``; the t-of-k rule counts ``~ Binomial(k, p)`` agreeing positions.
-The embedded index, group discovery, the Elasticsearch mapping and the crawler backend all count on these
-values, so they give the same answers.
-
-Forms of the same values (one home for each conversion):
-
-* ``uint16[k]`` in memory (:attr:`StoredSignature.values`; many at once: an ``(n, k)`` array);
-* Broder's position tokens ``"i_v"`` (position ``i`` in decimal, value ``v`` in lowercase hex), one keyword per
-  position: :meth:`~StoredSignature.tokens`, :meth:`~StoredSignature.from_tokens`, :func:`values_from_token_lists`;
-* a compact encoding: base64 of the ``k`` little-endian 16-bit values padded with zero bytes to a multiple of 3
-  bytes (258 bytes, 344 characters for ``k = 128``), so that the encodings of many documents joined end to end
-  decode in one call: :meth:`~StoredSignature.encode`, :meth:`~StoredSignature.decode`, :func:`decode_many`;
-* band tokens for exact candidate retrieval (pigeonhole): :func:`band_layout`, :func:`band_tokens`.
-
-**Band tokens.** The ``k`` positions are cut into ``b`` contiguous bands (sizes differ by at most one). Two
-signatures that agree in at least ``t`` positions disagree in at most ``k - t``, so when ``b >= k - t + 1`` at
-least one band agrees entirely: a query on the ``b`` band keys finds every stored signature sharing ``>= t``
-positions (then verified by counting). Stored band tokens use one fixed layout per ``k``,
-``b = k - t0 + 1`` with ``t0`` the default threshold's ``t`` (22 bands for ``k = 128``, ``t0 = 107``); they serve
-every ``t >= t0``. A band's key is the top 32 bits of ``sum_i v_i * a_i mod 2**64`` over its positions with
-fixed odd 64-bit multipliers (multiply-shift hashing): unrelated bands collide with probability ``2**-32``,
-which only adds a candidate that the count rejects. Token: ``"b<b>_<j>_<key hex>"`` (the layout is part of it).
+Design notes: docs/architecture.md#scrapy_neardupcorestored_signature
 """
 
 from __future__ import annotations
@@ -46,21 +22,6 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 if TYPE_CHECKING:
     from .sketch import Sketch
 
-__all__ = [
-    "VALUE_BITS",
-    "StoredSignature",
-    "StoredSketch",
-    "band_bounds",
-    "band_layout",
-    "band_tokens",
-    "distinct_band_tokens",
-    "decode_many",
-    "encode_many",
-    "shared_counts",
-    "stored_values",
-    "values_from_token_lists",
-    "verified",
-]
 
 #: Bits of each signature position that indexes keep and compare.
 VALUE_BITS = 16

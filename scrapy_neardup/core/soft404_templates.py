@@ -111,4 +111,3 @@ class Soft404Templates:
         return best
 
 
-__all__ = ["PROBE_MARKER", "Soft404Match", "Soft404Templates", "first_segment", "probe_path", "url_words"]

@@ -21,7 +21,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from ..core.evidence import describe_evidence, evidence
-from ..core.mirrors import host_of
+from ..core.mirror_table import host_of
 from ..core.report_html import cards, page, plot, rate_bar, table
 from .hooks import crawl_hooks
 from .settings import NearDupSettings
@@ -152,4 +152,3 @@ class CrawlReport:
         return page("Near-duplicate report", "".join(parts))
 
 
-__all__ = ["CrawlReport"]

@@ -21,8 +21,6 @@ from scrapy_neardup.store.settings_registry import default_of
 from .connection import ConnectionSettings, safe_url
 from .names import validate_index_name
 
-__all__ = ["ElasticsearchSettings"]
-
 
 @dataclass(frozen=True, slots=True)
 class ElasticsearchSettings:

@@ -1,37 +1,7 @@
 """The other engine: OpenSearch 2.x and 3.x behind the elasticsearch-py 8 API that the rest of ``es_integration``
 speaks.
 
-Which engine a URL serves is read from the server's answer to ``GET /`` (``version.distribution ==
-"opensearch"``), sent through elastic-transport so that elasticsearch-py's product check does not refuse it. Any
-other answer, 405 from an integ-test Elasticsearch without the root module included, means Elasticsearch.
-
-elasticsearch-py refuses OpenSearch, so an OpenSearch server gets an ``opensearch-py`` client (the optional extra
-``scrapy-neardup[opensearch]``) wrapped in :class:`OpenSearchClient` / :class:`AsyncOpenSearchClient`, which take
-the same keyword arguments, answer in the same shapes and raise the same exceptions as elasticsearch-py 8. Every
-difference that matters here lives in this module:
-
-==================  ==========================================  ==============================================
-                    Elasticsearch (elasticsearch-py)            OpenSearch 2.x, 3.x (opensearch-py)
-==================  ==========================================  ==============================================
-request arguments   keyword fields (``query=``, ``size=``)      one ``body`` dict plus query ``params``
-point in time       ``open_point_in_time`` -> ``{"id"}``;       ``create_pit`` -> ``{"pit_id"}``;
-                    ``close_point_in_time(id=)``                ``delete_pit(body={"pit_id": [id]})``
-errors              ``ApiError`` (``.meta.status``, ``.body``)  ``TransportError`` (``.status_code``, ``.info``),
-                                                                translated to elasticsearch-py's classes
-bulk helpers        ``elasticsearch.helpers``                   ``opensearchpy.helpers`` (``BulkIndexError``
-                                                                translated)
-API names           ``cat.master``                              ``cat.cluster_manager`` (2.x renamed it)
-sweep tiebreaker    ``sort: ["_shard_doc"]``                    ``[{"_doc": "asc"}, {"_id": "asc"}]``
-transport retries   429, 502, 503, 504                          502, 503, 504 by default: 429 added here
-``timeout`` param   the server's wait (``"30s"``)               taken for the request timeout unless one is
-                                                                given: the client's is given here
-==================  ==========================================  ==============================================
-
-What both engines share as is: the rest of the search body (``pit: {id, keep_alive}``, ``search_after``,
-``slice`` under a point in time, ``docvalue_fields`` of a ``binary`` field with doc values, ``collapse`` with
-``inner_hits``), the mapping and index settings used here (``auto_expand_replicas``, ``_meta`` set by
-``put_mapping``), error bodies (``error.type``, ``error.reason``, ``root_cause``), shard-level stats with
-``seq_no.local_checkpoint``.
+Design notes: docs/architecture.md#es_integrationopensearch_adapter
 """
 
 from __future__ import annotations
@@ -48,18 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from .connection import ConnectionSettings
 
-__all__ = [
-    "ELASTICSEARCH",
-    "OPENSEARCH",
-    "AsyncOpenSearchClient",
-    "EngineName",
-    "OpenSearchClient",
-    "bulk_helpers",
-    "engine_from_root",
-    "engine_of",
-    "missing_opensearch_py",
-    "translated_error",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """Host templates shared through Elasticsearch: the sibling index ``<index>-templates``.
 
-``"auto"`` sketches depend on the template of the page's host (:mod:`scrapy_neardup.core.template`). Every process
+``"auto"`` sketches depend on the template of the page's host (:mod:`scrapy_neardup.core.host_template`). Every process
 writing sketches to index ``I`` (the crawlers of :class:`~es_integration.backend.ElasticsearchBackend`,
 ``neardup es index`` and ``backfill``) reads and writes the hosts' templates in ``I-templates``, so that one host
 has one template wherever and whenever its pages are sketched.
 
 One document per (tag, host), ``_id`` ``"<tag>|<host>"``: ``host``, ``tag``, ``pages`` (pages it was learned from)
-and ``template`` (:meth:`~scrapy_neardup.core.template.HostTemplate.to_bytes`, base64; not indexed). A template is
+and ``template`` (:meth:`~scrapy_neardup.core.host_template.HostTemplate.to_bytes`, base64; not indexed). A template is
 saved with ``create``: the first one saved for a host wins, and a process whose save meets a conflict reads and
 uses the saved one. Reads are real-time ``GET``/``mget`` (no refresh needed to see a template just saved). The
 index has one primary shard (a few KB a host) and is created before the first template is saved.
@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from scrapy_neardup.core.template import HostTemplate, TemplateLearner
+from scrapy_neardup.core.host_template import HostTemplate, TemplateLearner
 from scrapy_neardup.errors import EsError, TemplateFormatError
 
 from .mapping import ALREADY_EXISTS, REPLICA_SETTINGS, error_type
@@ -28,10 +28,6 @@ from .names import validate_index_name
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch, Elasticsearch
 
-__all__ = [
-    "TEMPLATES_SUFFIX", "ensure_templates_index", "ensure_templates_index_async", "load_template_async",
-    "load_templates", "resolve_templates", "save_template", "save_template_async", "templates_index",
-]
 
 logger = logging.getLogger(__name__)
 

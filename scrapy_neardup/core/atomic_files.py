@@ -90,4 +90,3 @@ def lock_directory(directory: str | os.PathLike[str]) -> int | None:
     return fd
 
 
-__all__ = ["atomic_writer", "fsync_directory", "lock_directory", "write_atomically"]

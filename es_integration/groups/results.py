@@ -14,10 +14,6 @@ from scrapy_neardup.core.evidence import Rule, evidence
 from ..band_filter import BandFilter
 from .model import SweptDocs
 
-__all__ = [
-    "LINKAGES", "Group", "GroupReport", "Linkage", "check_linkage", "log_report", "make_groups", "member_evidence",
-]
-
 logger = logging.getLogger(__name__)
 
 #: What joins pages into one group: ``"representative"`` (every member shares >= t positions with the group's

@@ -1,21 +1,6 @@
 """A host's template: the blocks it repeats on many of its pages, learned from a sample of them.
 
-On a real site most of a short page's text is its template: navigation, sidebars, headers, footers. Two
-different pages of one site then share most of their shingles and look like near-duplicates, while two copies
-of one page under different templates look different. Pages that mark their main content are the easy case;
-many sites mark nothing. What a site repeats is learned from the site itself (as MaybeDont and trafilatura do):
-a block (paragraph, list item, cell...; :mod:`scrapy_neardup.core.blocks`) found on at least a share
-:data:`TEMPLATE_SHARE` of a sample of the host's pages, and on at least :data:`MIN_BLOCK_PAGES` of them, is
-template; a sample of fewer than :data:`MIN_SAMPLE` pages gives an empty template (too few pages to tell a
-template from a page copied twice).
-
-**Consistency.** A page's sketch depends on its host's template, so one host must have one template: a page
-sketched before its host's template is known would be judged by another rule than later pages, and a page
-recrawled under another template would not be recognized as itself. So a host's template is learned once, from
-the first :data:`SAMPLE_PAGES` pages of the host (in a crawl: the pipeline holds those pages until then), frozen,
-and kept with the store of kept pages: later pages, later crawls and every process of a fleet use the same one
-(the first one stored wins). Batch jobs learn from all of a host's pages in their input, unless the store has the
-host's template already.
+Design notes: docs/architecture.md#scrapy_neardupcorehost_template
 """
 
 from __future__ import annotations

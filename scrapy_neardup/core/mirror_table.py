@@ -2,38 +2,7 @@
 downloading it. No Scrapy, Twisted or Elasticsearch here; the Scrapy layer feeds the table
 (:mod:`scrapy_neardup.crawl.mirrors`).
 
-A host is ``scheme://hostname:port`` (:func:`host_of`). Every checked page is kept or dropped naming the kept page
-it near-duplicates; a kept page and the pages dropped naming it are one *content*, and the host of the kept page
-*holds* it (or the host of the content's canonical page, when one came later: :meth:`MirrorTable.record`). For
-a pair of hosts (B, A), ``twins(B, A)`` is the set of *checked* pages of B whose content has a page on A, however
-the two met: B's page dropped naming A's, A's page dropped naming B's, or both dropped naming a third host's (a
-site reprinting part of both). ``holds(A, B)`` counts the contents of both held by A. With ``n_B`` the checked
-pages of B, B is a *mirror* of A when
-
-    n_B >= min_pages,   |twins(B, A)| / n_B >= share,   and A holds their contents: holds(A, B) > holds(B, A)
-
-(on a tie, A was met first). So the mirror is always the host whose pages were dropped as copies, and the host
-whose pages were kept is never skipped: the table agrees with the pipeline on which host is the original. A
-host that is a mirror of nothing is never skipped, whatever share of its pages the other hosts copy; a host that
-copies only part of another (below ``share``) is never skipped either. The price of a skip: pages of B not
-fetched yet that exist nowhere else are not crawled; at most ``1 - share`` of B's checked pages had no twin, and
-the same share is expected among the unfetched ones. ``share = 1.0`` skips only perfect mirrors.
-
-State (:meth:`MirrorTable.save`, :meth:`MirrorTable.load`): a small JSON file written atomically; decisions are
-not stored but recomputed from the counts with the current ``min_pages`` and ``share``.
-
-A fleet (several crawler processes on one shared store, :class:`HostStore`): each process pushes its own counts
-(:meth:`MirrorTable.local_counts`, a :class:`HostCounts`) and pulls the sum over the *other* processes
-(:meth:`MirrorTable.set_fleet`); the rule above then runs on the totals
-
-    n_B = own n_B + others' n_B,   |twins(B, A)| = own + others',   holds(A, B) = own + others',
-    first_seen(H) = min over the fleet,
-
-so every process reaches the same decision from the same totals, at its next pull at the latest (a store that
-does not keep ``holds`` leaves each process its own). "Met first" compares first-seen wall-clock times
-(``time.time()``; the crawl layer calls :meth:`MirrorTable.see` in the order requests are scheduled, start URLs
-in their order first). A page checked by two processes counts twice on both sides of the share, which leaves it
-about unchanged.
+Design notes: docs/architecture.md#scrapy_neardupcoremirror_table
 """
 
 from __future__ import annotations
@@ -48,8 +17,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import StateError
+from .atomic_files import write_atomically
 from .evidence import describe_evidence, mirror_evidence
-from .storage import write_atomically
 
 #: File of the mirror table in the state directory, next to the index.
 MIRRORS_FILE = "neardup-hosts.json"
@@ -388,4 +357,3 @@ def discard(state_dir: str | os.PathLike[str]) -> None:
     (Path(state_dir) / MIRRORS_FILE).unlink(missing_ok=True)
 
 
-__all__ = ["MIRRORS_FILE", "HostCounts", "HostStore", "MirrorDecision", "MirrorTable", "discard", "host_of"]

@@ -1,32 +1,6 @@
 """Host templates in a crawl: the first pages of each host wait until the host's template is learned.
 
-In ``"auto"`` mode a page is sketched without the blocks its host repeats on many pages
-(:mod:`scrapy_neardup.core.template`). So that every page of a host is judged by one rule, none of a host's pages
-is decided before its template is known:
-
-* A host whose template the backend has (an earlier crawl, another crawler process of a fleet) uses it at once.
-* Otherwise the host's pages are *held*: each is sketched once to read its blocks, then waits. When the host has
-  ``NEARDUP_TEMPLATE_SAMPLE`` pages (100), its template is learned from them, saved with the backend (the first
-  saved wins, and what the backend returns is used), and the held pages are sketched again under it and decided
-  in the order they arrived; later pages use it directly. A page of a single block (a spider that extracts the
-  text itself, on one line) is sketched alike under any template: it joins the sample but never waits.
-* A host that brings fewer pages is not waited for forever: when the crawl brings no page at all (no download in
-  flight for :data:`IDLE_TICKS` checks :data:`CHECK_INTERVAL` apart: the crawl is ending, or held pages fill
-  Scrapy's scraper memory), or when more than ``MAX_HELD`` pages are held, the hosts still learning are learned
-  from what they have (a sample of fewer than 4 pages gives an empty template: link lists are still removed).
-  Likewise when the pages held come to more than ``MAX_HELD_SIZE`` characters of content: a few very large pages
-  must not keep each other in memory.
-
-Order: the backend is asked for a host's template once; the pages arriving meanwhile wait for that one answer and
-get it in the order they asked, and held pages are released in the order they began to wait. Answers are handed
-on through Deferred callbacks, which run at once, so a slow answer never lets a later page of the host overtake
-an earlier one (see :meth:`PageSketcher.sketch_page <scrapy_neardup.crawl.page_sketcher.PageSketcher.sketch_page>`).
-
-Holding a page holds its response in Scrapy's scraper too: ``SCRAPER_SLOT_MAX_ACTIVE_SIZE`` (5 MB by default)
-bounds what Scrapy processes at once, so the scraper's bound is raised by the size of each held page while it is
-held (:mod:`scrapy_neardup.crawl.scraper_room`): holding costs the memory of the pages held, at most
-``MAX_HELD_SIZE``, and a crawl whose pages never wait keeps Scrapy's bound.
-Outside a running crawl (the pipeline driven directly), pages are never held and no template is learned.
+Design notes: docs/architecture.md#scrapy_neardupcrawltemplate_wait
 """
 
 from __future__ import annotations
@@ -40,13 +14,13 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import LoopingCall
 
-from ..core.template import learn_template
+from ..core.host_template import learn_template
 from ..errors import BackendError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..core.template import HostTemplate
+    from ..core.host_template import HostTemplate
     from ..store.backend import Backend
 
 logger = logging.getLogger(__name__)
@@ -269,4 +243,3 @@ class HostTemplates:
             self.learn_all()
 
 
-__all__ = ["CHECK_INTERVAL", "HOLD_ACTIVE_SIZE", "IDLE_TICKS", "MAX_HELD", "MAX_HELD_SIZE", "HostTemplates"]
