@@ -40,7 +40,7 @@ Cost (see :mod:`.protocol`): about seven requests per batch, two for a batch ans
 repeats; three with unchanged revisits), whatever its size; one refresh per batch that writes.
 """
 
-from .facade import ElasticsearchBackend
+from .crawler_backend import ElasticsearchBackend
 from .pages import doc_id_of as doc_id_of
 
 __all__ = ["ElasticsearchBackend"]
