@@ -14,29 +14,34 @@ object: ``key`` (the page key, returned as ``Match.key``), ``positions``, ``sig`
 ``tag``, ``status`` (``pending`` -> ``kept`` | ``duplicate``; or ``unchecked``: :mod:`.unchecked`), ``seq`` (the write
 order), ``group`` and ``duplicate_of``/``shared`` for duplicates, ``writer`` (which process, and which of its
 batches, wrote a pending page), ``crawl`` (the crawls that kept or revisited its current content: a page met
-again unchanged by one of them is a repeat, see :mod:`.protocol`). The index has **one primary shard** (created
-so when missing; refused otherwise), so ``_seq_no`` totally orders the writes.
+again unchanged by one of them is a repeat, see :mod:`.rounds`). The index has ``shards`` primary shards when
+this backend creates it (an existing index is used as it is): the order of the fleet's writes comes from the
+sequencer (:mod:`.sequencer`), not from a shard.
 
-Modules
--------
-The package is one class, :class:`ElasticsearchBackend`, assembled from bases that each hold one concern
-(imports point down this list, never up). Bases rather than objects of their own because they share the
-backend's state (the client, counters, writer token, unchecked queue): each base declares the attributes it
-uses, and :class:`ElasticsearchBackend` sets them.
+Parts
+-----
+:class:`ElasticsearchBackend` is a thin facade over objects that each hold one concern and are built with what
+they use (imports point down this list, never up); each can be built and run alone against a node:
 
-* :mod:`.facade`: :class:`ElasticsearchBackend` itself: settings, lifecycle (the index checks of ``open``),
-  host templates, and :meth:`~ElasticsearchBackend.check_and_add_many`, which runs the rounds under a lock and
-  hands the pages of a failed call to the unchecked queue;
-* :mod:`.protocol`: the rounds of check-and-insert (a batch's pending writes, the checkpoint wait, the settling
-  of other crawlers' pending pages) and the argument that they are correct and that waiting ends;
-* :mod:`.unchecked`: the queue of pages whose check failed, written later with status ``unchecked``;
-* :mod:`.writes`: the writes of a round (pending pages, decisions) and the wait for every copy's checkpoint;
-* :mod:`.hits`: the candidate searches and what their hits say (shared positions, pending or kept);
+* :mod:`.crawler_backend`: :class:`ElasticsearchBackend`: settings, lifecycle, host templates, and
+  :meth:`~ElasticsearchBackend.check_and_add_many`, which runs the rounds under a lock and hands the pages of a
+  failed call to the unchecked queue;
+* :mod:`.opening`: the index checks of ``open`` (create or check the index, the band query usable or not);
+* :mod:`.rounds`: :class:`~.rounds.Rounds`, the rounds of check-and-insert (a batch's pending writes, the
+  checkpoint wait, the settling of other crawlers' pending pages) and the argument that they are correct and
+  that waiting ends;
+* :mod:`.unchecked`: :class:`~.unchecked.UncheckedQueue`, the pages whose check failed, written later with status
+  ``unchecked``;
+* :mod:`.writes`: :class:`~.writes.Writes`, the writes of a round (pending pages, revisit notes, decisions);
+* :mod:`.searches`: :class:`~.searches.Searches`, the candidate searches, what their hits say (shared positions,
+  pending or kept), and the wait for pending pages of other crawlers;
+* :mod:`.sequencer`: :class:`~.sequencer.Sequencer`, the fleet's order of batches;
 * :mod:`.pages`: the records a batch is decided with (pages, their stored versions, candidates), and
   :func:`doc_id_of`;
-* :mod:`.requests`: the client, bounded retries (:meth:`~ElasticsearchBackend._call`), bulk and multi-get.
+* :mod:`.transport`: :class:`~.transport.Transport`, the client, bounded retries (:meth:`~.transport.Transport.call`),
+  bulk and multi-get.
 
-Cost (see :mod:`.protocol`): about seven requests per batch, two for a batch answered in (a) alone (duplicates,
+Cost (see :mod:`.rounds`): about eight requests per batch, two for a batch answered in (a) alone (duplicates,
 repeats; three with unchanged revisits), whatever its size; one refresh per batch that writes.
 """
 

@@ -86,7 +86,7 @@ class ElasticsearchBackend(Backend):
         password: basic-auth password.
         ca_certs: CA certificate of the cluster's TLS.
         request_timeout: seconds per request.
-        crawl_id: the identity of this crawl (repeats: see :mod:`.protocol`); ``None``: a new random one.
+        crawl_id: the identity of this crawl (repeats: see :mod:`.rounds`); ``None``: a new random one.
         shards: primary shards of the index when it is created (an existing index, of any shard count, is used
             as it is): the order of the fleet's writes comes from the sequencer (:mod:`.sequencer`), so the
             count is a matter of capacity (about 1.1 KB per page), not of correctness.
@@ -221,7 +221,7 @@ class ElasticsearchBackend(Backend):
         """
         self._lock = asyncio.Lock()
         try:
-            # Each failed attempt is retried by _call and a final failure is one EsError: the transport's
+            # Each failed attempt is retried by Transport.call and a final failure is one EsError: the transport's
             # per-attempt warnings would only bury that line (they are still there at DEBUG).
             with transport_logs_at_debug():
                 self._transport.client = await self._transport.call(
@@ -264,7 +264,7 @@ class ElasticsearchBackend(Backend):
     # -- check and add ---------------------------------------------------------------------------------------
 
     async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
-        """Return the best kept match of ``sketch``, or keep it under ``key`` and return None (see :mod:`.protocol`).
+        """Return the best kept match of ``sketch``, or keep it under ``key`` and return None (see :mod:`.rounds`).
 
         A revisit of a kept key (its own stored version is its best match) also returns None: it is no
         duplicate; :meth:`check_and_add_many` tells revisits apart.
@@ -278,7 +278,7 @@ class ElasticsearchBackend(Backend):
         return decision.match
 
     async def check_and_add_many(self, pages: Sequence[tuple[str, Sketch]]) -> list[Decision]:
-        """Decide ``pages`` in order, in a constant number of requests per batch (:mod:`.protocol`).
+        """Decide ``pages`` in order, in a constant number of requests per batch (:mod:`.rounds`).
 
         Raises:
             IncompatibleSketches, ValueError: as :meth:`check_and_add` (nothing is decided then).

@@ -2,11 +2,11 @@
 
 The pages of the backend's index may be spread over any number of primary shards, whose ``_seq_no`` orders
 only the writes of one shard. The fleet's one order comes from a small single-shard index instead: after a
-batch has written its pages ``pending`` (step b of :mod:`.protocol`), its crawler writes one *marker*
+batch has written its pages ``pending`` (step b of :mod:`.rounds`), its crawler writes one *marker*
 document there, under the batch's writer token, and the marker's ``_seq_no`` is the batch's place in the
 order. A page's order is then ``base + (marker seq) * SPAN + (its place among the batch's written pages)``.
 
-Why this orders the fleet as one shard did (the argument :mod:`.protocol` relies on):
+Why this orders the fleet as one shard did (the argument :mod:`.rounds` relies on):
 
 * A batch's marker is written only after its ``pending`` writes were acknowledged, i.e. applied on every
   in-sync copy of their shards. So when batch ``B`` holds marker ``S``, every batch with a smaller marker

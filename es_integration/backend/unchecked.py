@@ -7,7 +7,7 @@ A page whose check raised is passed through by the pipeline without a decision (
 with a 50-character URL; at most ``max_unchecked`` pages, 100,000 by default, beyond which pages are only
 counted in ``unchecked_overflow``) and writes it with status ``unchecked`` once Elasticsearch answers again:
 one bulk batch after each later successful check (one attempt; after a failure, none for ``_UNCHECKED_PAUSE``
-= 5 s, so a flapping node does not slow every check), and all that remain in :meth:`close` (with the usual
+= 5 s, so a flapping node does not slow every check), and all that remain when the backend closes (with the usual
 retries). A page is written under its key's ``_id``: a document this process left ``pending`` (its ``writer`` token) or
 abandoned is overwritten (conditionally on its ``_seq_no``), so other crawlers stop waiting for it; one that
 is settled (``kept``/``duplicate``: the check's lost answer, or an earlier crawl) stays as it is, and one
