@@ -147,11 +147,10 @@ class ElasticsearchBackend(Backend):
         self._lock: asyncio.Lock | None = None
         #: primary shards of the index when this backend creates it (an existing index keeps its own)
         self.shards = shards
-        # The parts, each given what it uses (module doc of the package).
+        # The parts, each given what it uses (module doc of the package), with the class's defaults. The writer
+        # token marks this process's pending writes (with the round: ``writer``), never waited for by itself.
         cls = type(self)
         self._transport = Transport(self.settings, self.index, retries=cls.retries, backoff=cls.backoff)
-        #: marks this process's pending writes (``writer``: this token and the round), see
-        #: :meth:`.Searches.is_pending`
         self._searches = Searches(self._transport, params, writer=uuid.uuid4().hex,
                                   pending_timeout=cls.pending_timeout)
         self._rounds = Rounds(self._transport, self._searches, Writes(self._transport, crawl_id=self.crawl_id),
