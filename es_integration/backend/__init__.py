@@ -3,7 +3,7 @@
 Design notes: docs/architecture.md#es_integrationbackend
 """
 
-from .facade import ElasticsearchBackend
+from .crawler_backend import ElasticsearchBackend
 from .pages import doc_id_of as doc_id_of
 
 __all__ = ["ElasticsearchBackend"]

@@ -38,12 +38,12 @@ class _Version:
     values: np.ndarray  # uint16[k]
     fingerprint: str
     order: int
-    crawls: tuple[str, ...] = ()  # the crawls that kept or revisited this content (repeats: see .protocol)
+    crawls: tuple[str, ...] = ()  # the crawls that kept or revisited this content (repeats: see .rounds)
 
 
 @dataclass(eq=False, slots=True)
 class _Page:
-    """One page of a batch while it is decided (see :meth:`ElasticsearchBackend._round`)."""
+    """One page of a batch while it is decided (see :meth:`.rounds.Rounds._round`)."""
 
     pos: int
     key: str

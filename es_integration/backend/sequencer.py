@@ -14,7 +14,7 @@ from elasticsearch import ApiError, AuthorizationException, BadRequestError, Con
 
 from ..mapping import ALREADY_EXISTS, F_SEQ, REPLICA_SETTINGS, error_type
 from ..retry import ShardsUnavailable
-from .requests import _POLL_FIRST, _POLL_MAX
+from .transport import _POLL_FIRST, _POLL_MAX
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch

@@ -1,5 +1,5 @@
-"""The writes of a round (module doc of :mod:`.protocol`): the pages written ``pending`` in step (b), the wait
-of step (c) for every earlier batch's writes to be visible, and the decisions of step (d).
+"""The writes of a round (module doc of :mod:`.rounds`): :class:`Writes` writes the pages ``pending`` in step (b),
+refreshes the index for step (c), and writes the decisions of step (d).
 
 Replicas and failover
 ---------------------
@@ -15,34 +15,40 @@ or as "still pending", never as "no such page".
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elasticsearch import ConflictError
 
 from ..mapping import F_WRITER, ROOT
 from ..retry import ShardsUnavailable
 from .pages import _Page
-from .requests import _Requests
-from .sequencer import Sequencer
+
+if TYPE_CHECKING:
+    from .transport import Transport
 
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")
 
-#: Crawls named on a document at most (see "Repeats within one crawl" in :mod:`.protocol`): concurrent crawls on
+#: Crawls named on a document at most (see "Repeats within one crawl" in :mod:`.rounds`): concurrent crawls on
 #: one index beyond this many may meet a page again as a revisit instead of a repeat.
 _CRAWLS_KEPT = 8
 
 
-class _Writes(_Requests):
-    """The writes of a round (a base of :class:`~es_integration.backend.ElasticsearchBackend`)."""
+class Writes:
+    """The writes of a round into one index.
 
-    pending_timeout: float
-    crawl_id: str
-    _sequencer: Sequencer
+    Args:
+        transport: the index's requests.
+        crawl_id: this crawl's identity, noted on the documents of the pages it revisits.
+    """
 
-    async def _write_pending(self, pages: list[_Page], token: str) -> list[_Page]:
+    def __init__(self, transport: Transport, *, crawl_id: str) -> None:
+        self.transport = transport
+        self.index = transport.index
+        self.crawl_id = crawl_id
+
+    async def write_pending(self, pages: list[_Page], token: str) -> list[_Page]:
         """Write the pages as ``pending`` (created, or replacing the document read in (a) if unchanged since:
         ``if_seq_no``); each page's ``_seq_no`` is its place in the write order. One page: a create (or an
         index) request; several: one bulk request, whose items keep their order on the one shard.
@@ -58,10 +64,12 @@ class _Writes(_Requests):
             (page,) = todo
             try:
                 if page.prior is None:
-                    answer = await self._es.create(index=self.index, id=page.doc_id, document={ROOT: page.fields})
+                    answer = await self.transport.es.create(index=self.index, id=page.doc_id,
+                                                            document={ROOT: page.fields})
                 else:
-                    answer = await self._es.index(index=self.index, id=page.doc_id, document={ROOT: page.fields},
-                                                  if_seq_no=page.prior[0], if_primary_term=page.prior[1])
+                    answer = await self.transport.es.index(index=self.index, id=page.doc_id,
+                                                           document={ROOT: page.fields},
+                                                           if_seq_no=page.prior[0], if_primary_term=page.prior[1])
                 page.landed(answer)
             except ConflictError:
                 await self._claim(todo, token)
@@ -78,11 +86,11 @@ class _Writes(_Requests):
             await self._write_each(todo, operations, token, "pending write(s)")
         return [page for page in pages if page.conflict]
 
-    async def _note_revisits(self, pages: list[_Page], token: str) -> list[_Page]:
+    async def note_revisits(self, pages: list[_Page], token: str) -> list[_Page]:
         """Note this crawl on the documents of unchanged revisits (one bulk of updates, each conditional on the
         ``_seq_no`` read in (a), carrying ``token``); returns the pages whose document changed meanwhile, to be
         decided again (a retried update that had landed is recognized by its token, as in :meth:`_claim`).
-        See "Repeats within one crawl" in :mod:`.protocol`."""
+        See "Repeats within one crawl" in :mod:`.rounds`."""
         todo = [page for page in pages if page.seq < 0 and not page.conflict]
         if not todo:
             return [page for page in pages if page.conflict]
@@ -103,7 +111,7 @@ class _Writes(_Requests):
         """Send ``operations`` (one bulk item per page of ``todo``, in order) and take each item's result: a page
         whose write landed records it; those that conflicted (409) are claimed (:meth:`_claim`); any other refusal
         raises :class:`~es_integration.retry.ShardsUnavailable` (retried), naming ``what`` was refused."""
-        response = await self._bulk(operations)
+        response = await self.transport.bulk(operations)
         conflicts, refused = [], 0
         for page, item in zip(todo, response["items"], strict=True):
             (result,) = item.values()
@@ -122,7 +130,7 @@ class _Writes(_Requests):
     async def _claim(self, pages: list[_Page], token: str) -> None:
         """After a conflict: a page whose document holds ``token`` was written by an earlier attempt of this
         very request (its ``_seq_no`` is read back); otherwise another crawler wrote its key meanwhile."""
-        docs = await self._mget([page.doc_id for page in pages], [F_WRITER])
+        docs = await self.transport.mget([page.doc_id for page in pages], [F_WRITER])
         for page, doc in zip(pages, docs, strict=True):
             if "error" in doc:
                 raise ShardsUnavailable(f"reading back {page.doc_id} failed")
@@ -131,11 +139,11 @@ class _Writes(_Requests):
             else:
                 page.conflict = True
 
-    async def _write_decisions(self, pages: list[_Page]) -> None:
+    async def write_decisions(self, pages: list[_Page]) -> None:
         """Write each page's final status and ``seq`` (one index request for one page, else one bulk)."""
         todo = [page for page in pages if not page.decided]
         if len(pages) == 1 and todo:
-            await self._es.index(index=self.index, id=todo[0].doc_id, document={ROOT: todo[0].fields})
+            await self.transport.es.index(index=self.index, id=todo[0].doc_id, document={ROOT: todo[0].fields})
             todo[0].decided = True
             return
         if not todo:
@@ -143,7 +151,7 @@ class _Writes(_Requests):
         operations: list[dict[str, Any]] = []
         for page in todo:
             operations += [{"index": {"_index": self.index, "_id": page.doc_id}}, {ROOT: page.fields}]
-        response = await self._bulk(operations)
+        response = await self.transport.bulk(operations)
         for page, item in zip(todo, response["items"], strict=True):
             (result,) = item.values()
             page.decided = 200 <= int(result.get("status", 500)) < 300
@@ -151,14 +159,8 @@ class _Writes(_Requests):
         if refused:
             raise ShardsUnavailable(f"the bulk request refused {refused} decision(s)")
 
-    async def _settle_writes(self, marker: int) -> None:
-        """Refresh the pages' index and wait until every marker up to the batch's (``marker``) is applied on
-        every started copy of the sequencer: every earlier batch's pending writes are then visible on every copy
-        of every shard, and its marker readable (:mod:`.sequencer`). The two at once: every earlier batch's
-        pending writes were acknowledged before this batch's marker was, so the refresh need not wait."""
-        await asyncio.gather(self._sequencer.wait(marker), self._refresh())
-
-    async def _refresh(self) -> None:
-        response = await self._es.indices.refresh(index=self.index)
+    async def refresh(self) -> None:
+        """Refresh the index: every acknowledged write searchable (a copy that failed to refresh: retried)."""
+        response = await self.transport.es.indices.refresh(index=self.index)
         if response["_shards"].get("failed", 0):
             raise ShardsUnavailable(f"the refresh failed on {response['_shards']['failed']} shard copy(ies)")

@@ -186,7 +186,7 @@ def test_the_layer_graph_sees_lazy_imports(tmp_path: Path) -> None:
     # Controls: a module of a subpackage, and imports inside a function (absolute and relative) of a module
     # written here for the test.
     graph = product_graph()
-    protocol = "es_integration.backend.protocol"
+    protocol = "es_integration.backend.rounds"
     assert protocol in graph and "scrapy_neardup.core.match" in graph[protocol]
     assert any(n.startswith("scrapy_neardup.cli") for n in graph["es_integration.cli"])
     lazy = tmp_path / "lazy.py"

@@ -13,6 +13,7 @@ from elasticsearch import Elasticsearch
 from test_es_backend import SKETCHER, K, T, make_backend, near_duplicates, stream
 
 from es_integration.backend import ElasticsearchBackend, doc_id_of
+from es_integration.backend.writes import Writes
 from es_integration.mapping import PENDING, ROOT
 from scrapy_neardup.core.index import SketchIndex
 from scrapy_neardup.core.params import SketchParams
@@ -29,18 +30,9 @@ def index_name(es_client: Elasticsearch) -> Iterator[str]:
     es_client.indices.delete(index=f"{name},{name}-order", ignore_unavailable=True)
 
 
-class CountingBackend(ElasticsearchBackend):
-    """Counts the requests (each under the retry policy) of every call."""
-
-    requests = 0
-
-    async def _call(self, what: str, func: Any, *args: Any, retries: int | None = None) -> Any:
-        self.requests += 1
-        return await super()._call(what, func, *args, retries=retries)
-
-
-def counting(url: str, index: str) -> CountingBackend:
-    return CountingBackend(url=url, index=index, params=SketchParams.from_tag(SKETCHER.tag, min_shared=T))
+def counting(url: str, index: str) -> ElasticsearchBackend:
+    """A backend whose transport counts its calls (each request under the retry policy)."""
+    return ElasticsearchBackend(url=url, index=index, params=SketchParams.from_tag(SKETCHER.tag, min_shared=T))
 
 
 def run_batches(
@@ -55,9 +47,9 @@ def run_batches(
         per_batch: list[int] = []
         try:
             for start in range(0, len(pages), size):
-                before = backend.requests
+                before = backend._transport.calls
                 decisions += await backend.check_and_add_many(pages[start : start + size])
-                per_batch.append(backend.requests - before)
+                per_batch.append(backend._transport.calls - before)
             assert backend.errors == 0
         finally:
             await backend.close()
@@ -235,33 +227,36 @@ def test_interleaved_batches_of_two_crawlers_do_not_wait_for_each_other(
     b_pages = [("https://b.example/1", SKETCHER.sketch(y[0])), ("https://b.example/2", SKETCHER.sketch(x[1]))]
     events: dict[str, asyncio.Event] = {}
 
-    class SplitWriter(ElasticsearchBackend):
+    class SplitWrites(Writes):
         """Crawler A: sends its first pending write alone, then waits until B's pending writes have landed."""
 
-        async def _bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        async def _write_each(self, todo: list[Any], operations: list[dict[str, Any]], token: str, what: str) -> None:
             if operations[1][ROOT]["status"] != PENDING:
-                return await super()._bulk(operations)
+                return await super()._write_each(todo, operations, token, what)
             await events["b_ready"].wait()
-            first = await super()._bulk(operations[:2])
+            await super()._write_each(todo[:1], operations[:2], token, what)
             events["a1_landed"].set()
             await events["b_written"].wait()
-            rest = await super()._bulk(operations[2:])
-            return {"errors": first["errors"] or rest["errors"], "items": first["items"] + rest["items"]}
+            await super()._write_each(todo[1:], operations[2:], token, what)
 
-    class LateWriter(ElasticsearchBackend):
+    class LateWrites(Writes):
         """Crawler B: writes its pending pages between A's two writes."""
 
-        async def _write_pending(self, pages: Any, token: str) -> Any:
+        async def write_pending(self, pages: Any, token: str) -> Any:
             events["b_ready"].set()
             await events["a1_landed"].wait()
-            again = await super()._write_pending(pages, token)
+            again = await super().write_pending(pages, token)
             events["b_written"].set()
             return again
 
     async def run() -> tuple[list[Decision], list[Decision], int]:
         events.update((name, asyncio.Event()) for name in ("b_ready", "a1_landed", "b_written"))
-        a, b = (cls(url=es_url, index=index_name, params=SketchParams.from_tag(SKETCHER.tag, min_shared=T))
-                for cls in (SplitWriter, LateWriter))
+        a, b = (ElasticsearchBackend(url=es_url, index=index_name, params=SketchParams.from_tag(SKETCHER.tag,
+                                                                                             min_shared=T))
+                for _ in range(2))
+        # The writes are a part of their own: each crawler gets its instrumented one.
+        a._rounds.writes = SplitWrites(a._transport, crawl_id=a.crawl_id)
+        b._rounds.writes = LateWrites(b._transport, crawl_id=b.crawl_id)
         a.pending_timeout = b.pending_timeout = 8.0
         await a.open()
         await b.open()

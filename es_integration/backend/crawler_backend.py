@@ -1,10 +1,7 @@
 """The crawler backend as the pipeline sees it: :class:`ElasticsearchBackend`, a
-:class:`~scrapy_neardup.store.backend.Backend` assembled from the bases of this package (see its doc).
-
-Here: its settings and lifecycle (``open`` creates the index, ``NEARDUP_ES_SHARDS`` primary shards, and its
-sequencer, or checks the existing ones,
-and decides whether candidates may come from the band query), host templates, and
-:meth:`~ElasticsearchBackend.check_and_add_many`, which runs the rounds of :mod:`.protocol` one call at a time
+:class:`~scrapy_neardup.store.backend.Backend` that composes the parts of this package (see its doc) and
+delegates to them: its settings and lifecycle, host templates, and
+:meth:`~ElasticsearchBackend.check_and_add_many`, which runs the rounds of :mod:`.rounds` one call at a time
 and, when a call fails, remembers its pages in the queue of :mod:`.unchecked`.
 """
 
@@ -16,15 +13,12 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from elasticsearch import ApiError
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from scrapy_neardup.core.match import Match
 from scrapy_neardup.core.params import SketchParams, require_params
 from scrapy_neardup.core.sketch import Sketch
-from scrapy_neardup.core.stored_signature import band_layout
 from scrapy_neardup.errors import BackendError, EsError, IncompatibleSketches, TagMismatch
 from scrapy_neardup.store.backend import Backend, Decision
 from scrapy_neardup.store.config import crawl_identity, read_setting
@@ -39,17 +33,16 @@ from ..host_template_index import (
     templates_index,
 )
 from ..hosts import ElasticsearchHostStore, hosts_index
-from ..mapping import F_POSITIONS, F_SIG, F_STATUS, F_TAG, KEPT, PENDING, ensure_index_async, require_tag_async
 from ..names import validate_index_name
+from .opening import open_index
 from .pages import doc_id_of
-from .protocol import _MAX_BATCH, _batches, _Rounds
-from .requests import _POLL_FIRST, _POLL_MAX
-from .sequencer import Sequencer
-from .unchecked import _UNCHECKED_BATCH, _Unchecked, _UncheckedPages
+from .rounds import _MAX_BATCH, Rounds, _batches
+from .searches import Searches
+from .transport import Transport
+from .unchecked import _UNCHECKED_BATCH, UncheckedQueue
+from .writes import Writes
 
 if TYPE_CHECKING:
-    from elasticsearch import AsyncElasticsearch
-
     from scrapy_neardup.core.host_template import HostTemplate
     from scrapy_neardup.core.mirror_table import HostStore
     from scrapy_neardup.store.config import SettingsLike
@@ -61,11 +54,28 @@ logger = logging.getLogger("es_integration.backend")
 T = TypeVar("T")
 
 
-class _NoShardYet(EsError):
-    """A just-created index still has no active shard after a few seconds."""
+class _Delegated(Generic[T]):
+    """An attribute of :class:`ElasticsearchBackend` that lives on one of its parts: read and set there, so a
+    change after construction (``backend.retries = 2``) reaches the part using it. Read on the class: the
+    default the parts are built with."""
+
+    def __init__(self, part: str, default: T, name: str | None = None) -> None:
+        self.part, self.default, self.name = part, default, name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = self.name or name
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> T:
+        if obj is None:
+            return self.default
+        value: T = getattr(getattr(obj, self.part), str(self.name))
+        return value
+
+    def __set__(self, obj: object, value: T) -> None:
+        setattr(getattr(obj, self.part), str(self.name), value)
 
 
-class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
+class ElasticsearchBackend(Backend):
     """A :class:`~scrapy_neardup.store.backend.Backend` storing kept sketches in an Elasticsearch index.
 
     Args:
@@ -80,7 +90,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         password: basic-auth password.
         ca_certs: CA certificate of the cluster's TLS.
         request_timeout: seconds per request.
-        crawl_id: the identity of this crawl (repeats: see :mod:`.protocol`); ``None``: a new random one.
+        crawl_id: the identity of this crawl (repeats: see :mod:`.rounds`); ``None``: a new random one.
         shards: primary shards of the index when it is created (an existing index, of any shard count, is used
             as it is): the order of the fleet's writes comes from the sequencer (:mod:`.sequencer`), so the
             count is a matter of capacity (about 1.1 KB per page), not of correctness.
@@ -88,18 +98,28 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
 
     #: attempts after the first for a retryable failure: with ``backoff`` 0.1 s, 3.1 s of waits in all, longer
     #: than a primary's failover (0.6-1.6 s measured on a 3-node cluster), which a check then rides out
-    retries = 5
+    retries = _Delegated("_transport", 5)
     #: first backoff in seconds (doubled per retry)
-    backoff = 0.1
+    backoff = _Delegated("_transport", 0.1)
+    #: failed requests, and retries (``neardup/backend_retries``)
+    errors = _Delegated("_transport", 0)
+    retried = _Delegated("_transport", 0)
     #: seconds to wait for a page another process left ``pending`` before ignoring it
-    pending_timeout = 30.0
+    pending_timeout = _Delegated("_searches", 30.0)
     #: pages whose check failed remembered for writing as ``unchecked``; beyond, only counted (~0.6 KB each)
-    max_unchecked = 100_000
+    max_unchecked = _Delegated("_unchecked", 100_000)
+    #: unchecked pages written to the index, and those beyond ``max_unchecked`` (never written)
+    unchecked_indexed = _Delegated("_unchecked", 0)
+    unchecked_overflow = _Delegated("_unchecked", 0)
+    #: what became of the unchecked pages, filled by :meth:`close` (the pipeline adds it to its stats)
+    close_stats = _Delegated[dict[str, int]]("_unchecked", {})
+    #: candidates from the band query (set on open: :func:`.opening.bands_usable`)
+    _bands = _Delegated("_searches", False, "bands")
+    #: pending documents of other crawlers no longer waited for (``_id``, ``_seq_no``)
+    _abandoned = _Delegated[set[tuple[str, "int | None"]]]("_searches", set(), "abandoned")
     #: write remembered unchecked pages after the next successful check (else only at close: for a crawl that
     #: retries its failed checks, ``NEARDUP_ON_BACKEND_DOWN='pause'``)
     write_unchecked_early = True
-    #: candidates from the band query (set on open; see :meth:`_bands_usable`)
-    _bands = False
     #: the template index exists (checked before the first template is saved)
     _templates_ready = False
 
@@ -128,26 +148,18 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
             url, api_key=api_key, username=username, password=password, ca_certs=ca_certs,
             request_timeout=request_timeout,
         )
-        self.errors = 0
-        self.retried = 0
-        self._client: AsyncElasticsearch | None = None
         self._lock: asyncio.Lock | None = None
-        #: (``_id``, ``_seq_no``) of pending documents of other crawlers no longer waited for
-        self._abandoned: set[tuple[str, int | None]] = set()
-        #: marks this process's pending writes (``writer``: this token and the round), see :meth:`_is_pending`
-        self._writer = uuid.uuid4().hex
-        self._round_no = 0
         #: primary shards of the index when this backend creates it (an existing index keeps its own)
         self.shards = shards
-        self._batch_orders: dict[str, int] = {}
-        self._unchecked: dict[str, _Unchecked] = {}
-        self._unchecked_retry_at = 0.0
-        self._unchecked_error = ""
-        #: unchecked pages written to the index, and those beyond ``max_unchecked`` (never written)
-        self.unchecked_indexed = 0
-        self.unchecked_overflow = 0
-        #: what became of the unchecked pages, filled by :meth:`close` (the pipeline adds it to its stats)
-        self.close_stats: dict[str, int] = {}
+        # The parts, each given what it uses (module doc of the package), with the class's defaults. The writer
+        # token marks this process's pending writes (with the round: ``writer``), never waited for by itself.
+        cls = type(self)
+        self._transport = Transport(self.settings, self.index, retries=cls.retries, backoff=cls.backoff)
+        self._searches = Searches(self._transport, params, writer=uuid.uuid4().hex,
+                                  pending_timeout=cls.pending_timeout)
+        self._rounds = Rounds(self._transport, self._searches, Writes(self._transport, crawl_id=self.crawl_id),
+                              params, crawl_id=self.crawl_id)
+        self._unchecked = UncheckedQueue(self._transport, self._searches, max_unchecked=cls.max_unchecked)
         #: appended to the message of a failed :meth:`open`: what to check (set by :meth:`from_settings`)
         self.open_hint = ""
 
@@ -190,17 +202,18 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
     async def load_template(self, host: str) -> HostTemplate | None:
         """``host``'s template from the sibling index ``<index>-templates``
         (:mod:`es_integration.host_template_index`)."""
-        return await self._call("reading a host template", load_template_async, self._es,
+        transport = self._transport
+        return await transport.call("reading a host template", load_template_async, transport.es,
                                 templates_index(self.index), self.tag, host)
 
     async def save_template(self, host: str, template: HostTemplate) -> HostTemplate:
         """Save ``host``'s template there unless a process saved one first; the saved one."""
-        index = templates_index(self.index)
+        index, transport = templates_index(self.index), self._transport
         if not self._templates_ready:
-            await self._call("creating the template index", ensure_templates_index_async, self._es, index)
+            await transport.call("creating the template index", ensure_templates_index_async, transport.es, index)
             self._templates_ready = True
-        return await self._call("saving a host template", save_template_async, self._es, index, self.tag, host,
-                                template)
+        return await transport.call("saving a host template", save_template_async, transport.es, index, self.tag,
+                                    host, template)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -212,14 +225,14 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         """
         self._lock = asyncio.Lock()
         try:
-            # Each failed attempt is retried by _call and a final failure is one EsError: the transport's
+            # Each failed attempt is retried by Transport.call and a final failure is one EsError: the transport's
             # per-attempt warnings would only bury that line (they are still there at DEBUG).
             with transport_logs_at_debug():
-                self._client = await self._call(
+                self._transport.client = await self._transport.call(
                     "opening the index",
                     functools.partial(connect_async, self.settings, max_retries=0, retry_on_timeout=False),
                 )
-                await self._call("opening the index", self._ensure_index)
+                await self._transport.call("opening the index", self._open_index)
         except TagMismatch:
             await self.close()
             raise
@@ -235,109 +248,27 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
     async def close(self) -> None:
         """Write the remembered unchecked pages (see :mod:`.unchecked`), report them, release the connection pool."""
         try:
-            if self._unchecked and self._client is not None and self._lock is not None:
+            if self._unchecked and self._transport.client is not None and self._lock is not None:
                 async with self._lock:
-                    await self._write_unchecked_quietly(limit=None, retries=None)
-            if self._client is not None:
+                    await self._unchecked.write_quietly(limit=None, retries=None)
+            if self._transport.client is not None:
                 # The crawl's last decisions are searchable when it returns (e.g. for `neardup es groups`).
                 with contextlib.suppress(Exception):
-                    await self._es.indices.refresh(index=self.index)
+                    await self._transport.es.indices.refresh(index=self.index)
         finally:
-            self._report_unchecked()
-            client, self._client = self._client, None
+            self._unchecked.report()
+            client, self._transport.client = self._transport.client, None
             if client is not None:
                 await client.close()
 
-    async def _ensure_index(self) -> None:
-        es = self._es
-        # best_compression: the stored fields are a page's largest part (~15% smaller pages, measured)
-        await ensure_index_async(es, self.index, shards=self.shards, settings={"codec": "best_compression"},
-                                 request_timeout=self.settings.request_timeout)
-        # A store of other sketches: one clear line, no silent mix.
-        await self._settling(lambda: require_tag_async(es, self.index, self.tag))
-        self._bands = await self._bands_usable()
-        self._sequencer = Sequencer(es, self.index, pending_timeout=self.pending_timeout)
-        await self._sequencer.open()
-
-    async def _count_settling(self, query: dict[str, Any]) -> int | None:
-        """Count ``query``'s documents once the index answers (:meth:`_settling`); ``None``: it still does not."""
-        async def count() -> int:
-            return int((await self._es.count(index=self.index, query=query))["count"])
-
-        try:
-            return await self._settling(count)
-        except _NoShardYet:
-            return None
-
-    async def _settling(self, request: Callable[[], Awaitable[T]]) -> T:
-        """``request()``, waiting a little while it fails with HTTP 503: an index another process (or this one,
-        a moment ago) has just created may have no active shard yet, and such waits are not request failures.
-
-        Raises:
-            _NoShardYet: still 503 after 5 s.
-        """
-        delay = _POLL_FIRST
-        deadline = time.monotonic() + 5.0
-        while True:
-            try:
-                return await request()
-            except ApiError as exc:
-                if exc.meta.status != 503:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise _NoShardYet(f"index {self.index} has no active shard yet") from None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _POLL_MAX)
-
-    async def _bands_usable(self) -> bool:
-        """Whether candidates can come from the band query: ``t >= t0`` (the stored band layout's), and no kept
-        or pending document lacks the band fields (written by an older version: then positions are used for
-        the whole run, so that such documents stay candidates; ``neardup es backfill`` adds the fields)."""
-        if self.min_shared < band_layout(self.num_perm):
-            await self._require_positions()
-            return False
-        query = {"bool": {
-            "filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_STATUS: [KEPT, PENDING]}},
-                       {"exists": {"field": F_POSITIONS}}],
-            "must_not": [{"exists": {"field": F_SIG}}],
-        }}
-        old = await self._count_settling(query)
-        if old is None:
-            logger.warning("cannot count the pages of %s without band fields yet; using the position query", self.index)
-            return False
-        if old:
-            logger.warning(
-                "%d kept pages of %s have no band fields (indexed by an older version): candidates come from the "
-                "slower position query; `neardup es backfill` adds the fields", old, self.index,
-            )
-        return old == 0
-
-    async def _require_positions(self) -> None:
-        """A threshold below the band layout's needs the position query, hence position tokens on every kept
-        page; pages written by crawlers with a higher threshold carry none (they need only bands).
-
-        Raises:
-            EsError: the index holds kept or pending pages without position tokens (the message says what to do).
-        """
-        query = {"bool": {
-            "filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_STATUS: [KEPT, PENDING]}},
-                       {"exists": {"field": F_SIG}}],
-            "must_not": [{"exists": {"field": F_POSITIONS}}],
-        }}
-        lacking = await self._count_settling(query)
-        if lacking:
-            t0 = band_layout(self.num_perm)
-            raise EsError(
-                f"index {self.index} holds {lacking} pages stored without position tokens (written with a threshold "
-                f"of at least {t0}/{self.num_perm} shared positions), which this crawl's threshold of "
-                f"{self.min_shared}/{self.num_perm} needs: use another NEARDUP_ES_INDEX, or a NEARDUP_THRESHOLD "
-                f"of at least {t0 / self.num_perm:.3f}"
-            )
+    async def _open_index(self) -> None:
+        self._searches.bands, self._rounds.sequencer = await open_index(
+            self._transport, self.params, shards=self.shards, pending_timeout=self.pending_timeout)
 
     # -- check and add ---------------------------------------------------------------------------------------
 
     async def check_and_add(self, key: str, sketch: Sketch) -> Match | None:
-        """Return the best kept match of ``sketch``, or keep it under ``key`` and return None (see :mod:`.protocol`).
+        """Return the best kept match of ``sketch``, or keep it under ``key`` and return None (see :mod:`.rounds`).
 
         A revisit of a kept key (its own stored version is its best match) also returns None: it is no
         duplicate; :meth:`check_and_add_many` tells revisits apart.
@@ -351,7 +282,7 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         return decision.match
 
     async def check_and_add_many(self, pages: Sequence[tuple[str, Sketch]]) -> list[Decision]:
-        """Decide ``pages`` in order, in a constant number of requests per batch (:mod:`.protocol`).
+        """Decide ``pages`` in order, in a constant number of requests per batch (:mod:`.rounds`).
 
         Raises:
             IncompatibleSketches, ValueError: as :meth:`check_and_add` (nothing is decided then).
@@ -360,19 +291,19 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
         """
         for _, sketch in pages:
             self._validate(sketch)
-        if self._lock is None or self._client is None:
+        if self._lock is None or self._transport.client is None:
             raise RuntimeError("ElasticsearchBackend.check_and_add_many called before open()")
         decisions: list[Decision] = []
         async with self._lock:
             try:
                 for run in _batches(pages, _MAX_BATCH):
-                    decisions += await self._decide(run)
+                    decisions += await self._rounds.decide(run)
             except Exception as exc:
                 # The pipeline passes every page of the call through unchecked: remember them for writing later.
                 # Their documents may stay pending (written, never settled); this process's own pending documents
                 # carry its writer token, so it never waits for them (others do, until they are written).
                 for key, sketch in pages:
-                    self._remember(key, sketch, doc_id_of(key))
+                    self._unchecked.remember(key, sketch, doc_id_of(key))
                 if isinstance(exc, BackendError):
                     raise
                 # An answer of an unexpected shape: no decision either, which the pipeline must be told of.
@@ -381,10 +312,10 @@ class ElasticsearchBackend(_Rounds, _UncheckedPages, Backend):
                 # A page remembered after a failed check and now decided (the pipeline tries it again while
                 # NEARDUP_ON_BACKEND_DOWN='pause') is no longer unchecked: its decision is in the index.
                 for key, _ in pages:
-                    self._unchecked.pop(doc_id_of(key), None)
-            if self._unchecked and self.write_unchecked_early and time.monotonic() >= self._unchecked_retry_at:
+                    self._unchecked.forget(doc_id_of(key))
+            if self._unchecked and self.write_unchecked_early and time.monotonic() >= self._unchecked.retry_at:
                 # The node answers again: write a batch of the pages it could not check before.
-                await self._write_unchecked_quietly(limit=_UNCHECKED_BATCH, retries=0)
+                await self._unchecked.write_quietly(limit=_UNCHECKED_BATCH, retries=0)
         return decisions
 
     def _validate(self, sketch: Sketch) -> None:

@@ -3,26 +3,46 @@
 A page's candidates are the ``kept`` or ``pending`` documents sharing ``>= t`` of its ``k`` positions: from the
 band query, verified on each hit's compact signature (one search for a whole batch when the union of its band
 tokens allows it), or from the position query, which counts server-side. A hit or a real-time read then tells
-whether its page is still being decided by a live crawler (:meth:`_Searches._is_pending`) and, once settled,
-whether it is a kept candidate written before the page (:meth:`_Searches._kept`).
+whether its page is still being decided by a live crawler (:meth:`Searches.is_pending`; :meth:`Searches.read_settled`
+waits for it) and, once settled, whether it is a kept candidate written before the page (:meth:`Searches.kept`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from scrapy_neardup.core.stored_signature import StoredSignature, decode_many, distinct_band_tokens, verified
 
 from ..candidates import band_query, candidate_query, hit_signatures, ranked_band_query
-from ..mapping import F_BANDS, F_FINGERPRINT, F_KEY, F_SEQ, F_SIG, F_STATUS, F_TAG, F_WRITER, KEPT, PENDING, ROOT
+from ..mapping import (
+    F_BANDS,
+    F_CRAWL,
+    F_FINGERPRINT,
+    F_KEY,
+    F_SEQ,
+    F_SIG,
+    F_STATUS,
+    F_TAG,
+    F_WRITER,
+    KEPT,
+    PENDING,
+    ROOT,
+)
 from ..retry import ShardsUnavailable
 from .pages import _Candidate, _Page
-from .requests import _Requests
 from .sequencer import LATER
+from .transport import _POLL_FIRST, _POLL_MAX
+
+if TYPE_CHECKING:
+    from scrapy_neardup.core.params import SketchParams
+
+    from .transport import Transport
 
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")
@@ -34,6 +54,8 @@ _CANDIDATES = 1000
 _UNION_HITS = 10_000
 #: Hits of a page's ranked band query (its band hits beyond :data:`_CANDIDATES`), each verified.
 _RANKED = 10_000
+#: What a real-time read of a page's own document (or of a pending candidate) returns.
+OWN_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_SIG, F_WRITER, F_CRAWL]
 
 
 def _search_kwargs(body: dict[str, Any]) -> dict[str, Any]:
@@ -41,25 +63,39 @@ def _search_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     return {("source" if name == "_source" else name): value for name, value in body.items()}
 
 
-class _Searches(_Requests):
-    """Candidate searches and their hits (a base of :class:`~es_integration.backend.ElasticsearchBackend`)."""
+class Searches:
+    """Candidate searches of one index and what their hits say.
 
-    num_perm: int
-    min_shared: int
-    tag: str
-    _bands: bool
-    _writer: str
-    _abandoned: set[tuple[str, int | None]]
-    #: the order of other crawlers' batches whose pending pages this round met (writer token -> order)
-    _batch_orders: dict[str, int]
+    Args:
+        transport: the index's requests.
+        params: ``k = params.num_perm`` positions, a candidate shares ``>= t = params.min_shared`` of them;
+            only sketches tagged ``params.tag`` are searched.
+        writer: this process's writer token: its own pending pages are never waited for.
+        pending_timeout: seconds to wait for a page another process left ``pending`` before ignoring it.
+    """
 
-    def _order(self, doc: Mapping[str, Any]) -> int:
+    def __init__(self, transport: Transport, params: SketchParams, *, writer: str, pending_timeout: float) -> None:
+        self.transport = transport
+        self.index = transport.index
+        self.num_perm = params.num_perm
+        self.min_shared = params.min_shared
+        self.tag = params.tag
+        self.writer = writer
+        self.pending_timeout = pending_timeout
+        #: candidates from the band query (else the position query); set when the index is opened
+        self.bands = False
+        #: (``_id``, ``_seq_no``) of pending documents of other crawlers no longer waited for
+        self.abandoned: set[tuple[str, int | None]] = set()
+        #: the order of other crawlers' batches whose pending pages this round met (writer token -> order)
+        self.batch_orders: dict[str, int] = {}
+
+    def order(self, doc: Mapping[str, Any]) -> int:
         """A document's place in the write order: its final ``seq``, else (pending) its batch's, from the
         batch's marker (:mod:`.sequencer`; after every batch with a marker when its marker is not known)."""
         source = doc.get("_source", {}).get(ROOT, {})
         if "seq" in source:
             return int(source["seq"])
-        return self._batch_orders.get(str(source.get("writer", "")), LATER)
+        return self.batch_orders.get(str(source.get("writer", "")), LATER)
 
     def _search_body(
         self, stored: StoredSignature, exclude: str | None, *, positions: bool, ranked: bool = False
@@ -94,17 +130,17 @@ class _Searches(_Requests):
 
     async def _search(self, stored: StoredSignature, exclude: str | None) -> list[tuple[dict[str, Any], int]]:
         """One page's candidates (kept or pending, sharing ``>= t`` positions) with their shared positions: the
-        band query (verified on the hits' compact signatures) when :attr:`_bands` allows it, else positions.
+        band query (verified on the hits' compact signatures) when :attr:`bands` allows it, else positions.
         A page with :data:`_CANDIDATES` band hits or more: up to :data:`_RANKED` of them, those sharing most
         bands first (the pages carry no position tokens to rank by)."""
-        positions = not self._bands
+        positions = not self.bands
         body = self._search_body(stored, exclude, positions=positions)
-        response = await self._es.search(index=self.index, **_search_kwargs(body))
+        response = await self.transport.es.search(index=self.index, **_search_kwargs(body))
         hits = self._parse_hits(response.body, stored, positions=positions)
         if hits is not None:
             return hits
         body = self._search_body(stored, exclude, positions=False, ranked=True)
-        response = await self._es.search(index=self.index, **_search_kwargs(body))
+        response = await self.transport.es.search(index=self.index, **_search_kwargs(body))
         raw: list[dict[str, Any]] = self._checked(response.body)["hits"]["hits"]
         if len(raw) >= _RANKED:
             logger.warning("a page shares bands with %d or more kept pages in %s; those sharing most were compared",
@@ -126,21 +162,21 @@ class _Searches(_Requests):
             raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")
         return response
 
-    async def _search_many(
+    async def search_many(
         self, stored: list[StoredSignature], exclude: list[str]
     ) -> list[list[tuple[dict[str, Any], int]]]:
         """:meth:`_search` for each page of a batch: one ``_search`` for one page, else one ``_msearch``."""
         if len(stored) == 1:
             return [await self._search(stored[0], exclude[0])]
-        if self._bands:
+        if self.bands:
             union = await self._search_union(stored, exclude)
             if union is not None:
                 return union
-        positions = not self._bands
+        positions = not self.bands
         searches: list[dict[str, Any]] = []
         for one, own in zip(stored, exclude, strict=True):
             searches += [{"index": self.index}, self._search_body(one, own, positions=positions)]
-        response = await self._es.msearch(searches=searches)
+        response = await self.transport.es.msearch(searches=searches)
         out: list[list[tuple[dict[str, Any], int]]] = []
         for one, own, answer in zip(stored, exclude, response["responses"], strict=True):
             hits = self._parse_hits(answer, one, positions=positions)
@@ -158,7 +194,7 @@ class _Searches(_Requests):
         tokens = distinct_band_tokens(np.vstack([one.values for one in stored]))
         query = {"bool": {"filter": [{"term": {F_TAG: self.tag}}, {"terms": {F_BANDS: tokens}},
                                      {"terms": {F_STATUS: [KEPT, PENDING]}}]}}
-        response = await self._es.search(
+        response = await self.transport.es.search(
             index=self.index, query=query, size=size, seq_no_primary_term=True,
             source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]},
             docvalue_fields=[{"field": F_SIG}], track_total_hits=False,
@@ -176,19 +212,20 @@ class _Searches(_Requests):
         return [[(raw[i], shared) for i, shared in verified(sigs, valid, one.values, self.min_shared) if ids[i] != own]
                 for one, own in zip(stored, exclude, strict=True)]
 
-    def _is_pending(self, doc: Mapping[str, Any]) -> bool:
+    def is_pending(self, doc: Mapping[str, Any]) -> bool:
         """Whether ``doc`` (a hit or a real-time read) is a page still being decided by a live crawler."""
         source = doc.get("_source", {}).get(ROOT, {})
         if source.get("status") != PENDING:
             return False
-        if str(source.get("writer", "")).startswith(self._writer):
+        if str(source.get("writer", "")).startswith(self.writer):
             return False  # ours, from a failed check: it never settles
-        return (doc["_id"], doc.get("_seq_no")) not in self._abandoned
+        return (doc["_id"], doc.get("_seq_no")) not in self.abandoned
 
-    def _waits_for(self, doc: Mapping[str, Any]) -> bool:
-        return bool(doc.get("found", True)) and self._is_pending(doc)
+    def waits_for(self, doc: Mapping[str, Any]) -> bool:
+        """Whether ``doc`` (a hit or a real-time read) exists and is pending with a live writer."""
+        return bool(doc.get("found", True)) and self.is_pending(doc)
 
-    def _kept(
+    def kept(
         self, hits: list[tuple[dict[str, Any], int]], settled: dict[str, dict[str, Any]], page: _Page,
         *, before: int | None,
     ) -> list[_Candidate]:
@@ -202,9 +239,9 @@ class _Searches(_Requests):
             source = doc["_source"][ROOT]
             if source.get("status") != KEPT:
                 continue
-            if before is not None and self._order(hit) >= before:
+            if before is not None and self.order(hit) >= before:
                 continue  # written after the page: the page is a candidate of its check, not the reverse
-            order = self._order(doc)
+            order = self.order(doc)
             if before is not None and order >= before:
                 continue
             if doc is not hit:  # settled since the search: its content may have been replaced (a recrawl)
@@ -218,4 +255,33 @@ class _Searches(_Requests):
                     continue
             out.append(_Candidate(hit["_id"], str(source.get("key", hit["_id"])), shared,
                                   source.get("fingerprint") == page.fingerprint, order))
+        return out
+
+    async def read_settled(self, ids: set[str], *, wait: bool = True) -> dict[str, dict[str, Any]]:
+        """Real-time reads of ``ids`` polled until none is pending with a live writer; those still pending after
+        ``pending_timeout`` are abandoned (a warning is logged) and returned as read. With ``wait=False``, one
+        read, whatever it finds."""
+        out: dict[str, dict[str, Any]] = {}
+        todo = set(ids)
+        deadline = time.monotonic() + self.pending_timeout
+        delay = _POLL_FIRST
+        while todo:
+            docs = await self.transport.call("reading pending pages", self.transport.mget, sorted(todo), OWN_SOURCE)
+            for doc in docs:
+                if "error" in doc:  # its shard copy failed (e.g. a failover): still pending for us
+                    continue
+                out[doc["_id"]] = doc
+                if not self.waits_for(doc):
+                    todo.discard(doc["_id"])
+            if not todo or not wait:
+                break
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "ignoring %d page(s) left pending for over %.0fs in %s (a crawler stopped mid-check?)",
+                    len(todo), self.pending_timeout, self.index,
+                )
+                self.abandoned.update((i, out[i].get("_seq_no")) for i in todo if i in out)
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX)
         return out

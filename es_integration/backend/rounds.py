@@ -1,16 +1,15 @@
 """The rounds of the crawler backend: check-and-insert of a batch of pages against an index shared by many
 crawlers, and why its answers are those of the embedded index.
 
-Design notes: docs/architecture.md#es_integrationbackendprotocol
+Design notes: docs/architecture.md#es_integrationbackendrounds
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,25 +19,17 @@ from scrapy_neardup.core.stored_signature import StoredSignature, shared_counts,
 from scrapy_neardup.errors import EsError
 from scrapy_neardup.store.backend import Decision
 
-from ..mapping import (
-    DUPLICATE,
-    F_CRAWL,
-    F_FINGERPRINT,
-    F_KEY,
-    F_SEQ,
-    F_SIG,
-    F_STATUS,
-    F_WRITER,
-    KEPT,
-    PENDING,
-    ROOT,
-    fingerprint_hex,
-    stored_fields,
-)
-from .hits import _Searches
+from ..mapping import DUPLICATE, KEPT, PENDING, ROOT, fingerprint_hex, stored_fields
 from .pages import _best, _Candidate, _Page, doc_id_of
-from .requests import _POLL_FIRST, _POLL_MAX
-from .writes import _Writes
+from .searches import OWN_SOURCE
+
+if TYPE_CHECKING:
+    from scrapy_neardup.core.params import SketchParams
+
+    from .searches import Searches
+    from .sequencer import Sequencer
+    from .transport import Transport
+    from .writes import Writes
 
 #: One logger for the package, under the name it had as one module: log filters and tests select it.
 logger = logging.getLogger("es_integration.backend")
@@ -47,8 +38,6 @@ logger = logging.getLogger("es_integration.backend")
 _MAX_BATCH = 256
 #: Rounds of a batch whose keys other crawlers keep writing at the same time.
 _MAX_ROUNDS = 5
-#: What a real-time read of a page's own document (or of a pending candidate) returns.
-_OWN_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_SIG, F_WRITER, F_CRAWL]
 
 
 def _batches(pages: Sequence[tuple[str, Sketch]], size: int) -> Iterator[list[tuple[str, Sketch]]]:
@@ -66,13 +55,34 @@ def _batches(pages: Sequence[tuple[str, Sketch]], size: int) -> Iterator[list[tu
         yield run
 
 
-class _Rounds(_Writes, _Searches):
-    """The rounds (a base of :class:`~es_integration.backend.ElasticsearchBackend`)."""
+class Rounds:
+    """Check-and-insert of batches of pages (module doc), from the parts given.
 
-    _round_no: int
-    crawl_id: str
+    Args:
+        transport: the index's requests (each step under its retry rule).
+        searches: candidate searches, and the settling of other crawlers' pending pages.
+        writes: the pending writes, revisit notes and decisions.
+        params: ``k = params.num_perm`` positions; a page sharing ``>= t = params.min_shared`` of them with a
+            kept page is its near-duplicate.
+        crawl_id: this crawl's identity (repeats, module doc).
+    """
 
-    async def _decide(self, batch: Sequence[tuple[str, Sketch]]) -> list[Decision]:
+    def __init__(
+        self, transport: Transport, searches: Searches, writes: Writes, params: SketchParams, *, crawl_id: str
+    ) -> None:
+        self.transport = transport
+        self.searches = searches
+        self.writes = writes
+        self.index = transport.index
+        self.num_perm = params.num_perm
+        self.min_shared = params.min_shared
+        self.tag = params.tag
+        self.crawl_id = crawl_id
+        #: the fleet's order of batches (set once the index is open)
+        self.sequencer: Sequencer | None = None
+        self.round_no = 0
+
+    async def decide(self, batch: Sequence[tuple[str, Sketch]]) -> list[Decision]:
         """Decide a batch of distinct keys; pages whose conditional write met another crawler's write of the
         same key are decided again in a further round (at most ``_MAX_ROUNDS``)."""
         pages = [
@@ -92,17 +102,18 @@ class _Rounds(_Writes, _Searches):
         """One round (module doc): (a) candidates and own documents, answers that need no write; (b) pending
         writes; (c) checkpoint wait, refresh, candidates written before each page, local resolution in write
         order; (d) decisions. Returns the pages to decide again."""
-        self._round_no += 1
-        token = f"{self._writer}-{self._round_no}"
+        sequencer, searches, writes, call = self._sequencer, self.searches, self.writes, self.transport.call
+        self.round_no += 1
+        token = f"{searches.writer}-{self.round_no}"
         # One after the other (not gathered): a failing node then fails one request, reported as such.
-        hits = await self._call("searching candidates", self._search_many, [p.stored for p in pages],
-                                [p.doc_id for p in pages])
-        owns = await self._call("reading the pages' own documents", self._mget, [p.doc_id for p in pages],
-                                _OWN_SOURCE)
+        hits = await call("searching candidates", searches.search_many, [p.stored for p in pages],
+                          [p.doc_id for p in pages])
+        owns = await call("reading the pages' own documents", self.transport.mget, [p.doc_id for p in pages],
+                          OWN_SOURCE)
         # Settle what other crawlers are deciding right now: own documents and candidates left pending.
-        waiting = {doc["_id"] for doc in owns if self._waits_for(doc)}
-        waiting.update(hit["_id"] for page_hits in hits for hit, _ in page_hits if self._waits_for(hit))
-        settled = await self._read_settled(waiting) if waiting else {}
+        waiting = {doc["_id"] for doc in owns if searches.waits_for(doc)}
+        waiting.update(hit["_id"] for page_hits in hits for hit, _ in page_hits if searches.waits_for(hit))
+        settled = await searches.read_settled(waiting) if waiting else {}
         for page, own in zip(pages, owns, strict=True):
             page.take_own(settled.get(own["_id"], own), self.num_perm)
         # (a) in batch order; pages needing a write join `written`.
@@ -119,51 +130,65 @@ class _Rounds(_Writes, _Searches):
                 continue
             if page.own is None:
                 rewritten = {w.doc_id for w in written}
-                kept = [c for c in self._kept(page_hits, settled, page, before=None) if c.id not in rewritten]
+                kept = [c for c in searches.kept(page_hits, settled, page, before=None) if c.id not in rewritten]
                 if kept and not self._local_matches(page, written, later=[]):
                     page.decision = Decision.duplicate(self._match(_best(kept)))
                     continue
             page.fields = self._pending_fields(page, token)
             written.append(page)
-        noted = await self._call("noting revisits", self._note_revisits, revisited, token) if revisited else []
+        noted = await call("noting revisits", writes.note_revisits, revisited, token) if revisited else []
         if not written:
             return noted
         # (b) pending writes; pages whose key another crawler wrote meanwhile go to the next round.
-        again = await self._call("writing pending pages", self._write_pending, written, token)
+        again = await call("writing pending pages", writes.write_pending, written, token)
         written = [page for page in written if page not in again]
         again += noted
         if not written:
             return again
         # (c) the batch's place in the fleet's order; every earlier batch's writes visible on every copy;
         # candidates written before each page.
-        marker = await self._call("ordering the batch", self._sequencer.acquire, token)
+        marker = await call("ordering the batch", sequencer.acquire, token)
         for place, page in enumerate(written):
-            page.order = self._sequencer.order(marker, place)
-        await self._call("waiting for earlier writes", self._settle_writes, marker)
+            page.order = sequencer.order(marker, place)
+        await call("waiting for earlier writes", self._settle_writes, marker)
         ours = {page.doc_id for page in written}
-        hits = await self._call("searching candidates", self._search_many, [p.stored for p in written],
+        hits = await call("searching candidates", searches.search_many, [p.stored for p in written],
                                 [p.doc_id for p in written])
-        self._batch_orders = await self._call("reading the order of pending pages", self._sequencer.orders, {
+        searches.batch_orders = await call("reading the order of pending pages", sequencer.orders, {
             str(hit["_source"][ROOT].get("writer", "")) for page_hits in hits for hit, _ in page_hits
-            if hit["_id"] not in ours and self._is_pending(hit) and "seq" not in hit["_source"][ROOT]})
+            if hit["_id"] not in ours and searches.is_pending(hit) and "seq" not in hit["_source"][ROOT]})
         # Only pages written before each one are waited for, and the decisions taken are written before any
         # wait, so waits never form a cycle (module doc, "Why waiting ends").
-        foreign = [{hit["_id"]: hit for hit, _ in page_hits if hit["_id"] not in ours and self._order(hit) < page.order}
+        foreign = [{hit["_id"]: hit for hit, _ in page_hits
+                    if hit["_id"] not in ours and searches.order(hit) < page.order}
                    for page, page_hits in zip(written, hits, strict=True)]
-        waiting = {i for before in foreign for i, hit in before.items() if self._waits_for(hit)}
+        waiting = {i for before in foreign for i, hit in before.items() if searches.waits_for(hit)}
         # One read first: most pending candidates have settled meanwhile, and those need no wait.
-        settled = await self._read_settled(waiting, wait=False) if waiting else {}
+        settled = await searches.read_settled(waiting, wait=False) if waiting else {}
         for i, (page, page_hits) in enumerate(zip(written, hits, strict=True)):
-            unsettled = {j for j, hit in foreign[i].items() if self._waits_for(settled.get(j, hit))}
+            unsettled = {j for j, hit in foreign[i].items() if searches.waits_for(settled.get(j, hit))}
             if unsettled:
-                await self._call("writing the decisions", self._write_decisions, written[:i])
-                settled.update(await self._read_settled(unsettled))
-            kept = [c for c in self._kept(page_hits, settled, page, before=page.order) if c.id not in ours]
+                await call("writing the decisions", writes.write_decisions, written[:i])
+                settled.update(await searches.read_settled(unsettled))
+            kept = [c for c in searches.kept(page_hits, settled, page, before=page.order) if c.id not in ours]
             kept += self._local_matches(page, written[:i], later=written[i + 1 :])
             self._conclude(page, kept)
         # (d) the decisions not written yet.
-        await self._call("writing the decisions", self._write_decisions, written)
+        await call("writing the decisions", writes.write_decisions, written)
         return again
+
+    @property
+    def _sequencer(self) -> Sequencer:
+        if self.sequencer is None:
+            raise RuntimeError("ElasticsearchBackend used before open() or after close()")
+        return self.sequencer
+
+    async def _settle_writes(self, marker: int) -> None:
+        """Refresh the pages' index and wait until every marker up to the batch's (``marker``) is applied on
+        every started copy of the sequencer: every earlier batch's pending writes are then visible on every copy
+        of every shard, and its marker readable (:mod:`.sequencer`). The two at once: every earlier batch's
+        pending writes were acknowledged before this batch's marker was, so the refresh need not wait."""
+        await asyncio.gather(self._sequencer.wait(marker), self.writes.refresh())
 
     def _conclude(self, page: _Page, kept: list[_Candidate]) -> None:
         """A written page's decision from its kept candidates and its own stored version (ties go to it)."""
@@ -205,7 +230,7 @@ class _Rounds(_Writes, _Searches):
 
     def _pending_fields(self, page: _Page, token: str) -> dict[str, Any]:
         # Position tokens only where the position query needs them (a threshold below the band layout's).
-        stored = stored_fields(page.stored, positions=not self._bands)
+        stored = stored_fields(page.stored, positions=not self.searches.bands)
         return {
             "key": page.key, "tag": self.tag, **stored, "fingerprint": page.fingerprint, "empty": False,
             "status": PENDING, "group": page.doc_id, "writer": token, "crawl": [self.crawl_id],
@@ -216,32 +241,3 @@ class _Rounds(_Writes, _Searches):
             key=candidate.key, shared=candidate.shared, resemblance=candidate.shared / self.num_perm,
             exact=candidate.exact,
         )
-
-    async def _read_settled(self, ids: set[str], *, wait: bool = True) -> dict[str, dict[str, Any]]:
-        """Real-time reads of ``ids`` polled until none is pending with a live writer (module doc); those still
-        pending after ``pending_timeout`` are abandoned (a warning is logged) and returned as read. With
-        ``wait=False``, one read, whatever it finds."""
-        out: dict[str, dict[str, Any]] = {}
-        todo = set(ids)
-        deadline = time.monotonic() + self.pending_timeout
-        delay = _POLL_FIRST
-        while todo:
-            docs = await self._call("reading pending pages", self._mget, sorted(todo), _OWN_SOURCE)
-            for doc in docs:
-                if "error" in doc:  # its shard copy failed (e.g. a failover): still pending for us
-                    continue
-                out[doc["_id"]] = doc
-                if not self._waits_for(doc):
-                    todo.discard(doc["_id"])
-            if not todo or not wait:
-                break
-            if time.monotonic() >= deadline:
-                logger.warning(
-                    "ignoring %d page(s) left pending for over %.0fs in %s (a crawler stopped mid-check?)",
-                    len(todo), self.pending_timeout, self.index,
-                )
-                self._abandoned.update((i, out[i].get("_seq_no")) for i in todo if i in out)
-                break
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _POLL_MAX)
-        return out

@@ -1,5 +1,5 @@
-"""Request plumbing of the crawler backend: the client, every request under bounded retries (``_call``), and
-the raw bulk and multi-get calls the rounds and the unchecked queue share.
+"""The transport of the crawler backend: :class:`Transport` holds the client of one index and sends every request
+under bounded retries (:meth:`Transport.call`); the raw bulk and multi-get calls the other parts share.
 
 Errors
 ------
@@ -41,41 +41,53 @@ logger = logging.getLogger("es_integration.backend")
 _POLL_FIRST, _POLL_MAX = 0.002, 0.1
 
 
-class _Requests:
-    """The requests of :class:`~es_integration.backend.ElasticsearchBackend` (its base: the attributes below are
-    set by its class and ``__init__``)."""
+class Transport:
+    """The requests of one index, under one retry rule.
 
-    index: str
-    settings: ConnectionSettings
-    retries: int
-    backoff: float
-    errors: int
-    retried: int
-    _client: AsyncElasticsearch | None
+    Args:
+        settings: where and how to connect (the client itself is set by the owner once connected: ``client``).
+        index: the index the requests are about (named in error messages; the default of :meth:`mget`).
+        retries: attempts after the first for a retryable failure.
+        backoff: first wait in seconds, doubled per retry: ``backoff * (2**retries - 1)`` of waits in all.
+    """
+
+    def __init__(self, settings: ConnectionSettings, index: str, *, retries: int, backoff: float) -> None:
+        self.settings = settings
+        self.index = index
+        self.retries = retries
+        self.backoff = backoff
+        #: the connected client; ``None`` before the owner connects and after it closes
+        self.client: AsyncElasticsearch | None = None
+        #: failed requests, retries (``neardup/backend_retries``), and calls made (each under the retry rule)
+        self.errors = 0
+        self.retried = 0
+        self.calls = 0
 
     @property
-    def _es(self) -> AsyncElasticsearch:
-        if self._client is None:
+    def es(self) -> AsyncElasticsearch:
+        """The client; :class:`RuntimeError` when not connected."""
+        if self.client is None:
             raise RuntimeError("ElasticsearchBackend used before open() or after close()")
-        return self._client
+        return self.client
 
-    async def _bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
-        response = await self._es.bulk(operations=operations)
+    async def bulk(self, operations: list[dict[str, Any]]) -> dict[str, Any]:
+        response = await self.es.bulk(operations=operations)
         body: dict[str, Any] = response.body
         return body
 
-    async def _mget(self, ids: list[str], source: list[str] | None = None) -> list[dict[str, Any]]:
-        response = await self._es.mget(
+    async def mget(self, ids: list[str], source: list[str] | None = None) -> list[dict[str, Any]]:
+        response = await self.es.mget(
             index=self.index, ids=ids, realtime=True, source=source or [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]
         )
         docs: list[dict[str, Any]] = response["docs"]
         return docs
 
-    async def _call(
+    async def call(
         self, what: str, func: Callable[..., Awaitable[Any]], *args: Any, retries: int | None = None
     ) -> Any:
         """``await func(*args)`` under the retry policy of :mod:`es_integration.retry` (``retries``, default
-        the class's, with ``backoff``); failures become :class:`EsError`."""
+        :attr:`retries`, with :attr:`backoff`); failures become :class:`EsError` naming ``what`` failed."""
+        self.calls += 1
         attempts = 0
         try:
             async for attempt in retrying(self.retries if retries is None else retries, self.backoff,
