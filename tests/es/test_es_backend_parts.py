@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from elasticsearch import Elasticsearch
-from scrapy_neardup.core.stored import StoredSignature
+from scrapy_neardup.core.stored_signature import StoredSignature
 from test_es_backend import PARAMS, SKETCHER, T, near_duplicates
 
 from es_integration.backend import doc_id_of

@@ -73,8 +73,12 @@ def test_basic_auth_with_ca_and_password_from_env(
     monkeypatch.setenv("NEARDUP_ES_PASSWORD", secure_es_node.password)
     _run_all(secure_es_node, secure_index, docs_file, ["--username", secure_es_node.username])
     out = capsys.readouterr().out.splitlines()
-    assert json.loads(out[0]) == {"group": "a", "representative": "a", "members": ["a", "b"], "pages": [
-        {"id": "a", "url": None, "title": None}, {"id": "b", "url": None, "title": None}]}
+    group = json.loads(out[0])
+    assert {k: group[k] for k in ("group", "representative", "members")} == {
+        "group": "a", "representative": "a", "members": ["a", "b"]}
+    # Each page with its evidence against the representative (none for the representative itself).
+    assert [(p["id"], p["url"], p["title"]) for p in group["pages"]] == [("a", None, None), ("b", None, None)]
+    assert group["pages"][0]["evidence"] is None and group["pages"][1]["evidence"]["rule"] == "near_duplicate"
     hits = json.loads(out[-1])["hits"]
     assert sorted((h["id"], h["omitted"]) for h in hits) == [("a", 1), ("c", 0)]
 

@@ -241,14 +241,18 @@ def test_listings_name_pages_by_url_and_title_and_search_can_skip_the_collapse(
         assert header in out.splitlines()
         lines = out.splitlines()
         start = lines.index(header)
-        assert sorted(lines[start + 1 : start + 5]) == [f"  duplicate {url}" for url in copies]
+        # Each duplicate line names the page, then its evidence against the kept page.
+        assert sorted(line.split("  (")[0] for line in lines[start + 1 : start + 5]) == [
+            f"  duplicate {url}" for url in copies]
+        assert all(" positions shared, r in [" in line for line in lines[start + 1 : start + 5])
     finally:
         drop_crawler_index(es_client, crawler_index)
 
     assert main(["es", "groups", *connection, "--index", search_index, "--json"]) == 0
     groups = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     ours = next(g for g in groups if g["representative"] == doc_id_of(original))
-    assert ours["pages"][0] == {"id": doc_id_of(original), "url": original, "title": "Article 1"}
+    assert ours["pages"][0] == {"id": doc_id_of(original), "url": original, "title": "Article 1",
+                                "resemblance": None, "evidence": None}  # the representative
     assert sorted(page["url"] for page in ours["pages"][1:]) == copies
 
     word = next(w for w in article_words(1001) if len(w) > 6)
