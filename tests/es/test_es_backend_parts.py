@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 
 import pytest
 from elasticsearch import Elasticsearch
-from scrapy_neardup.core.stored_signature import StoredSignature
 from test_es_backend import PARAMS, SKETCHER, T, near_duplicates
 
 from es_integration.backend import doc_id_of
@@ -23,6 +22,7 @@ from es_integration.backend.writes import Writes
 from es_integration.client import connect_async
 from es_integration.connection import ConnectionSettings
 from es_integration.mapping import PENDING, UNCHECKED, fingerprint_hex, stored_fields
+from scrapy_neardup.core.stored_signature import StoredSignature
 from scrapy_neardup.store.backend import Decision
 
 pytestmark = pytest.mark.es
