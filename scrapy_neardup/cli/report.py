@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core.evidence import describe_evidence, evidence, mirror_evidence
 from ..core.params import SketchParams
-from ..core.report_html import cards, page, plot, rate_bar, table
+from ..core.report_html import cards, largest, page, plot, rate_bar, table
 from ..core.sketch import Sketcher
 from ..errors import CommandError
 from .explain import Side, explain
@@ -155,7 +155,7 @@ def render_decisions(source: str, k: int, t: int, rows: list[Decision], hosts: d
         numeric=0))
     groups = Counter(d.of for d in rows)
     parts.append("<h2>Largest groups</h2>" + table(
-        ["kept page", "pages"], [[esc(of), str(n + 1)] for of, n in groups.most_common(10)], empty="no duplicates",
+        ["kept page", "pages"], [[esc(of), str(n + 1)] for of, n in largest(groups)], empty="no duplicates",
         numeric=1))
     parts.append("<h2>Mirror hosts</h2>" + table(
         ["mirror", "mirrors", "copies of checked pages", "evidence"],
@@ -206,7 +206,7 @@ def render_report(records: dict[str, dict[str, Any]], order: list[str], args: ar
                  f"<th>rate</th></tr>{rows}</table>")
     rows = "".join(
         f"<tr><td>{esc(_name(records.get(kept, {}), kept, args.url_field))}</td><td class=n>{n + 1}</td></tr>"
-        for kept, n in groups.most_common(10))
+        for kept, n in largest(groups))
     parts.append("<h2>Largest groups</h2><table><tr><th>kept page</th><th>pages</th></tr>"
                  f"{rows or '<tr><td colspan=2>no duplicates</td></tr>'}</table>")
     views, rows_html = [], []

@@ -35,6 +35,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], empty: str = "n
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def largest(counts: Counter[str], n: int = 10) -> list[tuple[str, int]]:
+    """The ``n`` largest counts, ties by key: a report of the same data reads the same whatever order it came in."""
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:n]
+
+
 def rate_bar(part: int, whole: int) -> str:
     """A small bar and the percentage ``part / whole``."""
     share = part / whole if whole else 0.0

@@ -22,7 +22,7 @@ from scrapy.exceptions import NotConfigured
 
 from ..core.evidence import describe_evidence, evidence
 from ..core.mirror_table import host_of
-from ..core.report_html import cards, page, plot, rate_bar, table
+from ..core.report_html import cards, largest, page, plot, rate_bar, table
 from .hooks import crawl_hooks
 from .settings import NearDupSettings
 
@@ -127,7 +127,7 @@ class CrawlReport:
             [[esc(h), str(n), str(d), rate_bar(d, n)] for h, (n, d) in hosts], numeric=0))
         groups = Counter(of for _, rule, of, _, _ in dups if rule in ("near_duplicate", "exact", "canonical"))
         parts.append("<h2>Largest groups</h2>" + table(
-            ["kept page", "pages"], [[esc(of), str(n + 1)] for of, n in groups.most_common(10)],
+            ["kept page", "pages"], [[esc(of), str(n + 1)] for of, n in largest(groups)],
             empty="no duplicates", numeric=1))
         mirrors = getattr(self.hooks, "mirror_decisions", [])
         parts.append("<h2>Mirror hosts</h2><p class=sub>Requests to a mirror are skipped once most of its checked "

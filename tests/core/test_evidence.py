@@ -235,3 +235,14 @@ def test_report_and_explain_of_a_state_directory(tmp_path: Path, capsys: pytest.
     assert main(["explain", "--state", str(state), "--num-perm", "64", "http://x.test/a", "http://y.test/b"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("neardup: error:") and err.count("\n") == 1
+
+
+def test_largest_groups_break_ties_by_key_whatever_the_input_order() -> None:
+    from collections import Counter
+
+    from scrapy_neardup.core.report_html import largest
+
+    one = Counter({"t2": 3, "t1": 3, "big": 5, "t3": 3})
+    other = Counter({"t3": 3, "big": 5, "t1": 3, "t2": 3})
+    assert largest(one) == largest(other) == [("big", 5), ("t1", 3), ("t2", 3), ("t3", 3)]
+    assert largest(one, 2) == [("big", 5), ("t1", 3)]
