@@ -179,6 +179,7 @@ def index_report(client: Any, index: str, params: SketchParams, *, url_field: st
             fields, resemblance = evidence(shared, params.num_perm, rule), shared / params.num_perm
             command = f"neardup es explain --index {index} {shlex.quote(ids[of])} {shlex.quote(ids[row])}"
         rows.append(Decision(names[row], names[of] if of is not None else target, resemblance, fields, command))
+    rows.sort(key=lambda decision: (decision.of, decision.page))  # an index has no order of its own
     note = ("Every document sketched with these parameters; a duplicate is one whose neardup.status is "
             "'duplicate' (written by `neardup es groups --assign` or by a crawl), compared with the page its "
             "neardup.duplicate_of names. The command under each shows the pair (add the connection options).")
