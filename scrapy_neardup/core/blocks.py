@@ -234,9 +234,8 @@ def own_selection(blocks: Blocks, template: np.ndarray | None = None) -> tuple[n
 
 def thin(blocks: Blocks, template: np.ndarray | None = None) -> bool:
     """Whether the page says fewer than :data:`MIN_OWN_WORDS` words of its own, but some: left without its
-    host's template and its link lists, it holds 1 to ``MIN_OWN_WORDS - 1`` words. Such a page is decided by the
-    exact text it is sketched on (:meth:`scrapy_neardup.core.sketch.Sketcher.sketch_many`), never by what it shares
-    of its template or link lists."""
+    host's template and its link lists, it holds 1 to ``MIN_OWN_WORDS - 1`` words (its link lists then come back
+    into what it is sketched on)."""
     return own_selection(blocks, template)[1]
 
 

@@ -15,7 +15,6 @@ import numpy as np
 
 from ..errors import IncompatibleSketches
 from .blocks import own_selection, own_text, split_blocks, split_blocks_many
-from .hashing import fmix64_inplace
 from .minhash import OnePermutationHasher
 from .params import (  # the tag codec is re-exported: it was defined here in earlier versions
     BODY_SCHEME_VERSION,
@@ -55,10 +54,8 @@ __all__ = [
 ]
 # Texts are shingled in groups of about this many characters: bounded temporary arrays.
 #: What :attr:`Sketch.sketched` may say.
-SKETCHED = ("main content", "own text", "whole text", "exact text")
+SKETCHED = ("main content", "own text", "whole text")
 _BATCH_CHARS = 1 << 20
-# Mixes a position into a thin page's fingerprint (an arbitrary odd constant).
-_THIN_MIX = np.uint64(0xD6E8FEB86659FD93)
 
 Content = str | bytes | bytearray | memoryview
 
@@ -79,8 +76,8 @@ class Sketch:
             the sketch's identity.
         sketched: what of the page was sketched (one of :data:`SKETCHED`): ``"main content"`` (what the page
             marks, or ``"main"`` mode), ``"own text"`` (``"auto"`` mode on a page that marks nothing: its text
-            without its host's template and its link lists, if it had any), ``"whole text"`` (``"body"`` mode),
-            ``"exact text"`` (a thin page, matched only by the same text); ``""`` when not known. Not part of the
+            without its host's template and its link lists, if it had any), ``"whole text"`` (``"body"`` mode);
+            ``""`` when not known. Not part of the
             sketch's identity, nor is ``words``.
         words: ``"auto"`` mode: the words sketched (0 in the other modes).
     """
@@ -281,10 +278,7 @@ class Sketcher:
             for i, page in enumerate(pages):
                 clean = cleaned[lo + i]
                 fingerprint = int(mmh3.hash64(units[i].tobytes(), signed=False)[0])
-                thin_page = selections[i][1]
-                if thin_page:  # only its exact text matches it
-                    sigs[i] = _exact_signature(fingerprint, sigs.shape[1])
-                sketched = "exact text" if thin_page else "main content" if clean.marked else "own text"
+                sketched = "main content" if clean.marked else "own text"
                 sketches.append(Sketch(
                     signature=sigs[i], fingerprint=fingerprint,
                     tag=self.tag, num_shingles=int(counts[i]), truncated=clean.truncated,
@@ -323,17 +317,6 @@ class Sketcher:
     def jaccard(self, a: Content, b: Content, is_html: bool | None = None) -> float:
         """Exact resemblance ``|A ∩ B| / |A ∪ B|`` of two pages' shingle sets (1.0 when both are empty)."""
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
-
-
-def _exact_signature(fingerprint: int, k: int) -> np.ndarray:
-    """A signature that only the same ``fingerprint`` gives: ``k`` values of ``fmix64(fingerprint xor (j + 1) *
-    C)``, ``j = 0 .. k - 1``, cut to 32 bits. Two pages with such signatures share all ``k`` positions when their
-    texts are equal, about ``k / 2**32`` otherwise, and about as few with any other page: a thin page is only ever
-    an exact copy (:func:`scrapy_neardup.core.blocks.thin`)."""
-    values = np.uint64(fingerprint) ^ (np.arange(1, k + 1, dtype=np.uint64) * _THIN_MIX)
-    fmix64_inplace(values)
-    signature: np.ndarray = (values & np.uint64(0xFFFFFFFE)).astype(np.uint32)  # never EMPTY (all ones)
-    return signature
 
 
 def _occurrences(words: np.ndarray, run: np.ndarray) -> np.ndarray:

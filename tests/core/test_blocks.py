@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scrapy_neardup.core.blocks import LINK_RUN, MIN_OWN_WORDS, link_lists, own_text, split_blocks, thin
+from scrapy_neardup.core.blocks import LINK_RUN, MIN_OWN_WORDS, link_lists, own_text, split_blocks
 from scrapy_neardup.core.html import marked_text, tag_positions
 from scrapy_neardup.core.marks import BLOCK, LINK_END, LINK_START
 from scrapy_neardup.core.sketch import Sketcher
@@ -111,21 +111,3 @@ def test_every_mode_reads_main_role_main_once(mode: str) -> None:
     html = f'<body><nav><a href=/>home</a></nav><main role="main"><p>{words}</p></main></body>'
     text = Sketcher(content=mode).text(html).decode()
     assert text.count("w39") == 1
-
-
-def test_a_thin_page_matches_only_a_page_with_its_exact_text() -> None:
-    """Stubs of one site share their menu; with fewer than MIN_OWN_WORDS words of their own they are sketched with
-    the menu but decided on their exact text: the stubs of two classes share no position, a copy all of them."""
-    menu = "<ul>" + "".join(f"<li><a href=/{i}>Package entry number {i}</a></li>" for i in range(12)) + "</ul>"
-
-    def stub(name: str) -> str:
-        return f"<html><body>{menu}<h1>Uses of {name}</h1><p>No usage of {name}</p></body></html>"
-
-    assert thin(blocks_of(stub("Widget")))
-    sketcher = Sketcher()
-    widget, gadget, copy = sketcher.sketch_many([stub("Widget"), stub("Gadget"), stub("Widget")])
-    assert widget.shared_positions(gadget) <= 2
-    assert widget.shared_positions(copy) == 128 and widget.fingerprint == copy.fingerprint
-    # A page with words enough of its own is sketched as before.
-    long_own = f"<html><body>{menu}<p>{' '.join(f'word{i}' for i in range(40))}</p></body></html>"
-    assert not thin(blocks_of(long_own))
