@@ -1,4 +1,5 @@
-"""The text ``"auto"`` mode sketches of an HTML page: its article, without what surrounds it.
+"""The text ``"auto"`` mode sketches of an HTML page that declares itself an article: its article, without what
+surrounds it (other pages: :func:`scrapy_neardup.core.html.marked_text`).
 
 The page is parsed by lexbor through Resiliparse (``resiliparse.parse.html``), and its text taken by Resiliparse's
 main-content extraction (``extract_plain_text(main_content=True)``), which leaves out, element by element, what its
@@ -69,7 +70,8 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     it holds text, else of the whole page, as Resiliparse's main-content extraction finds it;
     :data:`~scrapy_neardup.core.marks.BLOCK` at every boundary of a block element and link text bracketed by
     :data:`~scrapy_neardup.core.marks.LINK_START` / :data:`~scrapy_neardup.core.marks.LINK_END`. Marker bytes
-    already in ``data`` become spaces first.
+    already in ``data`` become spaces first. A page that does not declare itself an article
+    (:func:`is_article_page`) is read by :func:`scrapy_neardup.core.html.marked_text` instead.
     """
     if not is_article_page(data):
         return block_marked_text(data, tags)
