@@ -49,6 +49,7 @@ INDEX_TEMPLATE = "neardup"
 _KEY_IGNORE_ABOVE = 4096
 #: ``error.type`` of creating an index that exists (a race between two creators).
 ALREADY_EXISTS = "resource_already_exists_exception"
+INDEX_NOT_FOUND = "index_not_found_exception"
 
 
 def sketch_properties() -> dict[str, Any]:

@@ -14,7 +14,18 @@ from elasticsearch import ApiError
 from scrapy_neardup.core.stored_signature import band_layout
 from scrapy_neardup.errors import EsError
 
-from ..mapping import F_POSITIONS, F_SIG, F_STATUS, F_TAG, KEPT, PENDING, ensure_index_async, require_tag_async
+from ..mapping import (
+    F_POSITIONS,
+    F_SIG,
+    F_STATUS,
+    F_TAG,
+    INDEX_NOT_FOUND,
+    KEPT,
+    PENDING,
+    ensure_index_async,
+    error_type,
+    require_tag_async,
+)
 from .sequencer import Sequencer
 from .transport import _POLL_FIRST, _POLL_MAX
 
@@ -124,11 +135,14 @@ async def _count_settling(transport: Transport, query: dict[str, Any]) -> int | 
 
 
 async def _settling(index: str, request: Callable[[], Awaitable[T]]) -> T:
-    """``request()``, waiting a little while it fails with HTTP 503: an index another process (or this one,
-    a moment ago) has just created may have no active shard yet, and such waits are not request failures.
+    """``request()``, waiting a little while the index is still settling: one another process (or this one, a
+    moment ago) has just created may have no active shard yet (HTTP 503), and the node a request reaches may not
+    have applied the cluster state that holds it yet (HTTP 404 ``index_not_found_exception`` for a few ms, seen
+    on a 3-node cluster). Such waits are not request failures.
 
     Raises:
         _NoShardYet: still 503 after 5 s.
+        NotFoundError: still 404 after 5 s (the index is really gone).
     """
     delay = _POLL_FIRST
     deadline = time.monotonic() + 5.0
@@ -136,9 +150,12 @@ async def _settling(index: str, request: Callable[[], Awaitable[T]]) -> T:
         try:
             return await request()
         except ApiError as exc:
-            if exc.meta.status != 503:
+            not_applied = exc.meta.status == 404 and error_type(exc) == INDEX_NOT_FOUND
+            if exc.meta.status != 503 and not not_applied:
                 raise
             if time.monotonic() >= deadline:
+                if not_applied:
+                    raise
                 raise _NoShardYet(f"index {index} has no active shard yet") from None
         await asyncio.sleep(delay)
         delay = min(delay * 2, _POLL_MAX)

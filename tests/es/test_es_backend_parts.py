@@ -119,3 +119,34 @@ def test_the_unchecked_queue_writes_what_it_remembers(es_url: str, es_client: El
     docs = es_client.search(index=index_name, query={"match_all": {}})["hits"]["hits"]
     assert sorted((d["_source"]["neardup"]["key"], d["_source"]["neardup"]["status"]) for d in docs) == [
         (keys[0], UNCHECKED), (keys[1], UNCHECKED)]
+
+
+def test_opening_waits_for_an_index_the_node_has_not_applied_yet(es_url: str, index_name: str) -> None:
+    """A node that has not yet applied the cluster state holding an index another crawler just created answers
+    404 ``index_not_found_exception`` for a moment: opening waits for it (bounded), as it waits on 503; another
+    404 (a missing document) is not waited on."""
+    from elasticsearch import NotFoundError
+
+    from es_integration.backend.opening import _settling
+
+    async def run() -> tuple[int, float]:
+        transport = Transport(ConnectionSettings.create(es_url), index_name, retries=0, backoff=0.01)
+        es = transport.client = await connect_async(transport.settings)
+        try:
+            async def create_later() -> None:
+                await asyncio.sleep(0.4)
+                await es.indices.create(index=index_name)
+
+            creating = asyncio.create_task(create_later())
+            started = asyncio.get_running_loop().time()
+            answer = await _settling(index_name, lambda: es.search(index=index_name, size=0))
+            waited = asyncio.get_running_loop().time() - started
+            await creating
+            with pytest.raises(NotFoundError):  # the index exists, the document does not: no wait
+                await _settling(index_name, lambda: es.get(index=index_name, id="absent"))
+            return int(answer["hits"]["total"]["value"]), waited
+        finally:
+            await es.close()
+
+    hits, waited = asyncio.run(run())
+    assert hits == 0 and waited >= 0.4
