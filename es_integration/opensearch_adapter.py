@@ -11,9 +11,9 @@ import functools
 import inspect
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 if TYPE_CHECKING:
     from .connection import ConnectionSettings
@@ -410,3 +410,45 @@ def bulk_helpers(client: Any) -> Any:
             raise translated from None
 
     return SimpleNamespace(streaming_bulk=streaming_bulk, parallel_bulk=parallel_bulk, bulk=bulk)
+
+
+class _AsyncBulkTarget:
+    """What elasticsearch-py's ``async_streaming_bulk`` uses of a client (``options``, the JSON serializer,
+    ``bulk``), over either engine's asynchronous client; ``on_request`` runs before each bulk request."""
+
+    def __init__(self, client: Any, on_request: Callable[[], None] | None) -> None:
+        self._client = client
+        self._on_request = on_request
+        self._client_meta: tuple[tuple[str, str], ...] = ()
+
+    def options(self, **options: Any) -> _AsyncBulkTarget:
+        return _AsyncBulkTarget(self._client.options(**options), self._on_request) if options else self
+
+    @property
+    def transport(self) -> Any:
+        if not isinstance(self._client, AsyncOpenSearchClient):
+            return self._client.transport
+        # lazy: only a crawl writing a search index pays for it
+        from elastic_transport import JsonSerializer
+
+        serializer = JsonSerializer()
+        return SimpleNamespace(serializers=SimpleNamespace(get_serializer=lambda _mimetype: serializer))
+
+    async def bulk(self, *, operations: list[bytes], **kwargs: Any) -> Any:
+        if self._on_request is not None:
+            self._on_request()
+        if isinstance(self._client, AsyncOpenSearchClient):  # opensearch-py takes one body, not a list of lines
+            return await self._client.bulk(operations=b"\n".join(operations) + b"\n", **kwargs)
+        return await self._client.bulk(operations=operations, **kwargs)
+
+
+def async_streaming_bulk(client: Any, actions: Any, *, on_request: Callable[[], None] | None = None,
+                         **kwargs: Any) -> AsyncIterator[tuple[bool, Any]]:
+    """elasticsearch-py's ``async_streaming_bulk`` (same arguments and results, ``BULK_FLUSH`` and
+    ``retry_on_status`` included) over either engine's asynchronous client, ``on_request()`` called before each
+    bulk request (a retry included); on OpenSearch its errors come out as elasticsearch-py's."""
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
+    from elasticsearch.helpers import async_streaming_bulk as helper
+
+    return cast("AsyncIterator[tuple[bool, Any]]", helper(cast(Any, _AsyncBulkTarget(client, on_request)), actions,
+                                                        **kwargs))

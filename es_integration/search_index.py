@@ -9,12 +9,14 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TransportError
 from elasticsearch import ApiError
+from elasticsearch.helpers import BULK_FLUSH
 
 from scrapy_neardup.errors import EsError, NearDupSettingsError, TagMismatch
 from scrapy_neardup.store.config import read_str, setting_int
@@ -26,9 +28,12 @@ from .client import ConnectionSettings, connect_async, describe_error, transport
 from .es_settings import ElasticsearchSettings
 from .indexing import SeqClock
 from .mapping import DUPLICATE, F_GROUP, ROOT, ensure_index_async, error_type, require_tag_async, sketch_fields
-from .retry import RETRY_STATUSES, ShardsUnavailable, is_retryable, retrying
+from .opensearch_adapter import async_streaming_bulk
+from .retry import RETRY_STATUSES, is_retryable, retrying
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from elasticsearch import AsyncElasticsearch
     from tenacity import RetryCallState
 
@@ -53,14 +58,15 @@ _REGROUP_BATCH = 1000
 
 @dataclass(eq=False, slots=True)
 class _Op:
-    """One bulk action: the page's index action (``page``), or the removal of a key's document."""
+    """One bulk action of :func:`~elasticsearch.helpers.async_streaming_bulk`: a page's ``index`` action
+    (``page``), or the removal of a key's document."""
 
     key: str
+    doc_id: str
     action: dict[str, Any]
-    source: dict[str, Any] | None = None
     page: SearchPage | None = None
-    #: the last per-item refusal (``error.type``, reason) of a document being retried
-    refused: tuple[str, str] | None = None
+    #: requests of it that got no answer (a connection error, a timeout)
+    tries: int = 0
 
 
 class ElasticsearchSearchSink(SearchSink):
@@ -89,10 +95,17 @@ class ElasticsearchSearchSink(SearchSink):
         self.retries = retries
         self._client: AsyncElasticsearch | None = None
         self._events: SinkEvents | None = None
-        self._buffer: list[_Op] = []
-        self._lock: asyncio.Lock | None = None
-        self._sending: asyncio.Future[None] | None = None
-        self._ticker: asyncio.Task[None] | None = None
+        #: what write() and remove() queue for the writer: an op, a drain's future, or None (the end)
+        self._queue: asyncio.Queue[_Op | asyncio.Future[None] | None] | None = None
+        #: taken back from a request that got no answer: sent again before the queue
+        self._again: deque[_Op | asyncio.Future[None]] = deque()
+        #: doc id -> the ops handed to the bulk helper and not answered yet, in order
+        self._handed: dict[str, deque[_Op]] = {}
+        #: drains whose flush is in flight
+        self._draining: list[asyncio.Future[None]] = []
+        self._requests = 0
+        self._ended = False
+        self._writer: asyncio.Task[None] | None = None
         self._clock = SeqClock()
         #: group id -> the id of the group's representative when a canonical page took that role over
         self._regrouped: dict[str, str] = {}
@@ -146,7 +159,7 @@ class ElasticsearchSearchSink(SearchSink):
                 "'twisted.internet.asyncioreactor.AsyncioSelectorReactor', the default)"
             ) from None
         self._events = events
-        self._lock = asyncio.Lock()
+        self._queue, self._ended = asyncio.Queue(maxsize=self.batch_size), False
         try:
             with transport_logs_at_debug():
                 connect = functools.partial(connect_async, self.connection, max_retries=0, retry_on_timeout=False)
@@ -163,7 +176,7 @@ class ElasticsearchSearchSink(SearchSink):
         except BaseException:
             await self._release()
             raise
-        self._ticker = asyncio.ensure_future(self._tick())
+        self._writer = asyncio.ensure_future(self._write_all())
         logger.debug("%r open", self)
 
     async def _prepare_index(self) -> None:
@@ -175,20 +188,22 @@ class ElasticsearchSearchSink(SearchSink):
 
     async def close(self) -> None:
         """Send what waits, wait for it, refresh the index (see the module doc), release the connections."""
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-            self._ticker = None
         try:
-            if self._client is not None and self._lock is not None:
-                await self._drain()
+            if self._writer is not None and self._queue is not None:
+                await self._queue.put(None)  # the end: the writer sends what it holds, then returns
+                await self._writer
+                self._writer = None
                 try:
                     with transport_logs_at_debug():
                         await self._retried("refreshing the index", self._es.indices.refresh, index=self.index)
                 except EsError as exc:
                     logger.warning("search index %s was not refreshed: %s", self.index, exc)
         finally:
+            if self._writer is not None:  # close() itself cancelled: stop the writer too
+                self._writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._writer
+                self._writer = None
             await self._release()
 
     async def _release(self) -> None:
@@ -204,13 +219,13 @@ class ElasticsearchSearchSink(SearchSink):
         An item holding a field named ``neardup`` (the object of the near-duplicate fields) is not written: it
         is reported failed (``reserved_field``), never overwritten."""
         if page.fields.get(ROOT) is not None:
-            self._fail(_Op(page.key, {}, page=page), "reserved_field",
+            self._fail(_Op(page.key, "", {}, page=page), "reserved_field",
                        f"the item has a field {ROOT!r}, where the search index keeps its near-duplicate fields")
             return
         doc_id = doc_id_of(page.key)
         fields = {name: value for name, value in page.fields.items() if name != ROOT}
-        await self._add(_Op(page.key, {"index": {"_index": self.index, "_id": doc_id}},
-                            {**fields, ROOT: self._near_duplicate_fields(page, doc_id)}, page))
+        source = {**fields, ROOT: self._near_duplicate_fields(page, doc_id)}
+        await self._add(_Op(page.key, doc_id, {"_index": self.index, "_id": doc_id, "_source": source}, page))
         if page.representative_of is not None:
             await self._regroup(doc_id_of(page.representative_of), doc_id)
 
@@ -252,7 +267,8 @@ class ElasticsearchSearchSink(SearchSink):
 
     async def remove(self, key: str) -> None:
         """Queue the removal of ``key``'s document (none there is fine)."""
-        await self._add(_Op(key, {"delete": {"_index": self.index, "_id": doc_id_of(key)}}))
+        doc_id = doc_id_of(key)
+        await self._add(_Op(key, doc_id, {"_op_type": "delete", "_index": self.index, "_id": doc_id}))
 
     def _near_duplicate_fields(self, page: SearchPage, doc_id: str) -> dict[str, Any]:
         """The ``neardup`` object of a page's document: its sketch (when it has one), key, status and group."""
@@ -267,90 +283,124 @@ class ElasticsearchSearchSink(SearchSink):
         return sketch_fields(page.sketch, seq=self._clock(), **fields)
 
     async def _add(self, op: _Op) -> None:
-        self._buffer.append(op)
-        if len(self._buffer) >= self.batch_size:
-            await self._flush()
-
-    async def _flush(self) -> None:
-        """Start sending the next batch once the request before it is done: one request at a time, in order."""
-        assert self._lock is not None, "write before open"
-        async with self._lock:
-            if self._sending is not None:
-                await self._sending
-                self._sending = None
-            batch, self._buffer = self._buffer[: self.batch_size], self._buffer[self.batch_size :]
-            if batch:
-                self._sending = asyncio.ensure_future(self._send(batch))
+        """Queue ``op``; waits while a batch's worth waits already (the crawl's back-pressure)."""
+        assert self._queue is not None, "write before open"
+        await self._queue.put(op)
 
     async def _drain(self) -> None:
-        """Send every queued write and wait until the last request is done."""
-        assert self._lock is not None, "write before open"
-        while self._buffer:
-            await self._flush()
-        async with self._lock:
-            if self._sending is not None:
-                await self._sending
-                self._sending = None
+        """Send every queued write and wait until each has its answer."""
+        assert self._queue is not None, "write before open"
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put(done)
+        await done
 
-    async def _tick(self) -> None:
-        """Send a partial batch every :attr:`flush_interval` seconds while nothing else is sent."""
+    async def _write_all(self) -> None:
+        """The writer: the queue's ops through the bulk helper until the end; never raises.
+
+        The helper batches (``chunk_size``), sends one request at a time in order, and retries the documents
+        refused with 429/5xx, the whole request's 429/5xx included, ``max_retries`` times after ``backoff * 2**i``
+        seconds. A request that gets no answer at all (a connection error, a timeout) ends the helper's run: its
+        documents are sent again as many times after the same waits, then reported failed."""
         while True:
-            await asyncio.sleep(self.flush_interval)
-            idle = self._sending is None or self._sending.done()
-            if self._buffer and idle and self._lock is not None and not self._lock.locked():
-                await self._flush()
+            try:
+                with transport_logs_at_debug():
+                    es = self._es.options(request_timeout=max(self.connection.request_timeout, BULK_TIMEOUT))
+                    async for ok, info in async_streaming_bulk(
+                        es, self._actions(), on_request=self._on_request, chunk_size=self.batch_size,
+                        max_retries=self.retries, initial_backoff=self.backoff, retry_on_status=RETRY_STATUSES,
+                        raise_on_error=False, raise_on_exception=False,
+                    ):
+                        self._answered(ok, info)
+                return
+            except Exception as exc:  # noqa: BLE001 - every failure ends as a reported page, never as a lost one
+                await self._unanswered(exc)
 
-    async def _send(self, batch: list[_Op]) -> None:
-        """One batch, retried (whole, or its refused documents) under the policy of :mod:`es_integration.retry`;
-        whatever is still unwritten in the end is reported failed. Never raises."""
-        todo = batch
-        try:
-            with transport_logs_at_debug():
-                async for attempt in retrying(self.retries, self.backoff, on_retry=self._on_retry):
-                    with attempt:
-                        todo = await self._bulk(todo)
-                        if todo:
-                            raise ShardsUnavailable(f"{len(todo)} document(s) refused for now")
-        except Exception as exc:  # noqa: BLE001 - every failure ends as a reported page, never as a lost one
-            kind, reason = _describe(exc, self.connection.url)
-            for op in todo:
-                if isinstance(exc, ShardsUnavailable) and op.refused is not None:
-                    self._fail(op, *op.refused)
-                else:
-                    self._fail(op, kind, reason)
-
-    async def _bulk(self, todo: list[_Op]) -> list[_Op]:
-        """Send ``todo`` in one bulk request; count what landed, report what was refused for good, and return
-        what was refused for now (HTTP 429/5xx per item)."""
-        operations: list[dict[str, Any]] = []
-        for op in todo:
-            operations.append(op.action)
-            if op.source is not None:
-                operations.append(op.source)
-        es = self._es.options(request_timeout=max(self.connection.request_timeout, BULK_TIMEOUT))
-        response = await es.bulk(operations=operations)
-        again: list[_Op] = []
-        for op, item in zip(todo, response["items"], strict=True):
-            ((verb, result),) = item.items()
-            status = int(result.get("status", 500))
-            if 200 <= status < 300 or (verb == "delete" and status == 404):
-                # A removal counts only when a document was there: in a new index a duplicate has none to remove.
-                if verb != "delete":
-                    self._count("search_indexed")
-                elif status != 404:
-                    self._count("search_removed")
+    async def _actions(self) -> AsyncIterator[Any]:
+        """The helper's actions: the queue's ops, a flush after :attr:`flush_interval` idle seconds or for a
+        drain. The helper asks for the next action once the batch before it is answered."""
+        assert self._queue is not None
+        while True:
+            self._requests = 0
+            for done in self._draining:  # the flush before is answered
+                if not done.done():
+                    done.set_result(None)
+            self._draining.clear()
+            op: _Op | asyncio.Future[None] | None
+            if self._again:
+                op = self._again.popleft()
+            elif self._ended:  # the end came, then a request failed: what it held is sent again, then no more
+                return
+            else:
+                try:
+                    op = await asyncio.wait_for(self._queue.get(), self.flush_interval)
+                except TimeoutError:
+                    yield BULK_FLUSH
+                    continue
+            if op is None:
+                self._ended = True
+                return
+            if isinstance(op, asyncio.Future):
+                self._draining.append(op)
+                yield BULK_FLUSH
                 continue
-            error = result.get("error")
-            kind = str(error.get("type", f"http_{status}")) if isinstance(error, dict) else f"http_{status}"
-            reason = str(error.get("reason", "")) if isinstance(error, dict) else str(error or "")
-            if status in RETRY_STATUSES:
-                op.refused = (kind, reason)
+            self._handed.setdefault(op.doc_id, deque()).append(op)
+            yield op.action
+
+    def _answered(self, ok: bool, info: dict[str, Any]) -> None:
+        """Count what landed, report what was refused (after the helper's retries)."""
+        ((verb, result),) = info.items()
+        waiting = self._handed.get(str(result.get("_id")))
+        if not waiting:
+            logger.warning("search index %s answered for a document not sent: %s", self.index, info)
+            return
+        op = waiting.popleft()
+        if not waiting:
+            del self._handed[op.doc_id]
+        status = int(result.get("status", 500))
+        if ok or (verb == "delete" and status == 404):
+            # A removal counts only when a document was there: in a new index a duplicate has none to remove.
+            if verb != "delete":
+                self._count("search_indexed")
+            elif status != 404:
+                self._count("search_removed")
+            return
+        error = result.get("error")
+        if isinstance(result.get("exception"), Exception):  # the whole request failed
+            kind, reason = _describe(result["exception"], self.connection.url)
+        elif isinstance(error, dict):
+            kind, reason = str(error.get("type", f"http_{status}")), str(error.get("reason", ""))
+        else:
+            kind, reason = f"http_{status}", str(error or "")
+        self._fail(op, kind, reason)
+
+    async def _unanswered(self, exc: Exception) -> None:
+        """A request without an answer: its documents go back to the head of the queue, or, past
+        ``NEARDUP_SEARCH_RETRIES`` tries (or an error not worth retrying), are reported failed."""
+        ops = [op for waiting in self._handed.values() for op in waiting]
+        self._handed.clear()
+        kind, reason = _describe(exc, self.connection.url)
+        retry = is_retryable(exc)
+        again: list[_Op] = []
+        for op in ops:
+            op.tries += 1
+            if retry and op.tries <= self.retries:
                 again.append(op)
             else:
                 self._fail(op, kind, reason)
-        return again
+        self._again.extendleft(reversed([*again, *self._draining]))
+        self._draining.clear()
+        if again:
+            self._count("search_retries")
+            logger.debug("writing to search index %s failed (%s); retrying", self.index, reason)
+            await asyncio.sleep(self.backoff * 2 ** (max(op.tries for op in again) - 1))
 
     # -- counts and failures -----------------------------------------------------------------------------------
+
+    def _on_request(self) -> None:
+        """The helper sends a bulk request: the second and later of one batch are retries."""
+        self._requests += 1
+        if self._requests > 1:
+            self._count("search_retries")
 
     def _on_retry(self, state: RetryCallState) -> None:
         self._count("search_retries")

@@ -169,3 +169,65 @@ def test_a_search_index_meets_a_down_node_at_start_with_the_backends_retries() -
     from es_integration.search_index import STARTUP_BACKOFF, STARTUP_RETRIES
 
     assert (ElasticsearchBackend.retries, ElasticsearchBackend.backoff) == (STARTUP_RETRIES, STARTUP_BACKOFF)
+
+
+class _SinkEvents:
+    """What a crawl gets from the search index's writer: counts and the pages it could not write."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.failures: list[tuple[str, str]] = []
+
+    def count(self, name: str, value: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + value
+
+    def failed(self, key: str, page: Any, kind: str, reason: str) -> None:
+        assert page is not None and page.key == key
+        self.failures.append((key, kind))
+
+
+def test_the_search_index_writer_retries_refused_requests_then_reports_each_page(tight_node: Any) -> None:
+    """A bulk request over the node's indexing budget is refused (HTTP 429) however often it is sent: the writer
+    sends it again ``retries`` times (counted in ``search_retries``), then reports each of its pages failed,
+    none lost; the same pages in batches under the budget are all written."""
+    import asyncio
+
+    from es_integration.connection import ConnectionSettings
+    from es_integration.search_index import ElasticsearchSearchSink
+    from scrapy_neardup.store.search_sink import SearchPage
+
+    rng = random.Random(11)
+    words = [f"w{i}" for i in range(5000)]
+    texts = [" ".join(rng.choice(words) for _ in range(3000)) for _ in range(80)]  # ~17 KB each
+
+    async def write(index: str, batch_size: int) -> _SinkEvents:
+        sink = ElasticsearchSearchSink(ConnectionSettings.create(tight_node.url), index, batch_size=batch_size,
+                                       retries=2)
+        sink.backoff = 0.05
+        events = _SinkEvents()
+        await sink.open(events)
+        for i, text in enumerate(texts):
+            await sink.write(SearchPage(f"https://a.test/{i}", {"url": f"https://a.test/{i}", "text": text}))
+        await sink.close()
+        return events
+
+    client = tight_node.client()
+    refused, written = (f"nd-search-429-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    try:
+        before = rejections(client)
+        big = asyncio.run(write(refused, batch_size=len(texts)))  # one request of ~1.3 MB, over the 1 MB budget
+        assert rejections(client) >= before + 3, big.counts  # the control: refused, and refused both retries
+        assert big.counts.get("search_indexed", 0) == 0
+        assert big.counts["search_retries"] == 2
+        assert sorted(key for key, _ in big.failures) == sorted(f"https://a.test/{i}" for i in range(len(texts)))
+        # es_rejected_execution_exception on Elasticsearch, rejected_execution_exception on OpenSearch
+        assert {kind for _, kind in big.failures} <= {"es_rejected_execution_exception",
+                                                      "rejected_execution_exception"}, big.failures[:3]
+        assert big.counts["search_failed"] == len(texts)
+        small = asyncio.run(write(written, batch_size=5))
+        assert small.failures == [] and small.counts["search_indexed"] == len(texts)
+        assert client.count(index=written)["count"] == len(texts)
+    finally:
+        for index in (refused, written):
+            client.indices.delete(index=index, ignore_unavailable=True)
+        client.close()
