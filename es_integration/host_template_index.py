@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy_neardup.core.host_template import HostTemplate, TemplateLearner
 from scrapy_neardup.errors import EsError, TemplateFormatError
 
-from .mapping import ALREADY_EXISTS, REPLICA_SETTINGS, error_type
+from .mapping import REPLICA_SETTINGS, create_missing_steps
 from .names import validate_index_name
+from .steps import Call, Steps, run, run_async
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch, Elasticsearch
@@ -72,66 +73,18 @@ def _parse(index: str, source: dict[str, Any]) -> HostTemplate:
                       "or the whole index to learn it again") from None
 
 
-# -- asynchronous (the crawler backend) ------------------------------------------------------------------------
+# -- the steps (run with either client: :mod:`es_integration.steps`) --------------------------------------------
 
 
-async def load_template_async(client: AsyncElasticsearch, index: str, tag: str, host: str) -> HostTemplate | None:
-    """``host``'s saved template (``None``: none, or no template index yet)."""
+def _load_steps(index: str, tag: str, hosts: list[str]) -> Steps[dict[str, HostTemplate]]:
     # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import NotFoundError
 
-    try:
-        response = await client.get(index=index, id=doc_id(tag, host))
-    except NotFoundError:
-        return None
-    return _parse(index, response["_source"])
-
-
-async def save_template_async(client: AsyncElasticsearch, index: str, tag: str, host: str,
-                              template: HostTemplate) -> HostTemplate:
-    """Save ``host``'s template unless one is saved; the saved one (first wins). The index must exist
-    (:func:`ensure_templates_index_async`): a write would otherwise create it with a guessed mapping."""
-    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
-    from elasticsearch import ConflictError
-
-    try:
-        await client.create(index=index, id=doc_id(tag, host), document=_document(tag, host, template))
-        return template
-    except ConflictError:
-        saved = await load_template_async(client, index, tag, host)
-    if saved is None:
-        raise EsError(f"saving the template of {host!r} in {index}: a conflict, then no template")
-    return saved
-
-
-async def ensure_templates_index_async(client: AsyncElasticsearch, index: str) -> None:
-    """Create the template index when missing (a race with another creator is fine)."""
-    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
-    from elasticsearch import BadRequestError
-
-    if await client.indices.exists(index=index):
-        return
-    try:
-        await client.indices.create(index=index, mappings=templates_mappings(), settings=_create_settings())
-    except BadRequestError as exc:
-        if error_type(exc) != ALREADY_EXISTS:
-            raise
-
-
-# -- synchronous (the batch jobs) ------------------------------------------------------------------------------
-
-
-def load_templates(client: Elasticsearch, index: str, tag: str, hosts: Iterable[str]) -> dict[str, HostTemplate]:
-    """The saved templates of those of ``hosts`` that have one (``mget`` in batches)."""
-    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
-    from elasticsearch import NotFoundError
-
-    hosts = list(hosts)
     found: dict[str, HostTemplate] = {}
     for start in range(0, len(hosts), _MGET_BATCH):
         batch = hosts[start : start + _MGET_BATCH]
         try:
-            response = client.mget(index=index, ids=[doc_id(tag, host) for host in batch])
+            response = yield Call("mget", {"index": index, "ids": [doc_id(tag, host) for host in batch]})
         except NotFoundError:  # no template index yet
             return {}
         for host, doc in zip(batch, response["docs"], strict=True):
@@ -140,34 +93,60 @@ def load_templates(client: Elasticsearch, index: str, tag: str, hosts: Iterable[
     return found
 
 
-def save_template(client: Elasticsearch, index: str, tag: str, host: str, template: HostTemplate) -> HostTemplate:
-    """Save ``host``'s template unless one is saved; the saved one (first wins). The index must exist
-    (:func:`ensure_templates_index`)."""
+def _save_steps(index: str, tag: str, host: str, template: HostTemplate) -> Steps[HostTemplate]:
     # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch import ConflictError
 
     try:
-        client.create(index=index, id=doc_id(tag, host), document=_document(tag, host, template))
+        yield Call("create", {"index": index, "id": doc_id(tag, host), "document": _document(tag, host, template)})
         return template
     except ConflictError:
-        saved = load_templates(client, index, tag, [host]).get(host)
+        saved = (yield from _load_steps(index, tag, [host])).get(host)
     if saved is None:
         raise EsError(f"saving the template of {host!r} in {index}: a conflict, then no template")
     return saved
 
 
+def _create_steps(index: str) -> Steps[bool]:
+    return create_missing_steps(index, {"mappings": templates_mappings(), "settings": _create_settings()})
+
+
+# -- asynchronous (the crawler backend) ------------------------------------------------------------------------
+
+
+async def load_template_async(client: AsyncElasticsearch, index: str, tag: str, host: str) -> HostTemplate | None:
+    """``host``'s saved template (``None``: none, or no template index yet)."""
+    return (await run_async(client, _load_steps(index, tag, [host]))).get(host)
+
+
+async def save_template_async(client: AsyncElasticsearch, index: str, tag: str, host: str,
+                              template: HostTemplate) -> HostTemplate:
+    """:func:`save_template` with an asynchronous client."""
+    return await run_async(client, _save_steps(index, tag, host, template))
+
+
+async def ensure_templates_index_async(client: AsyncElasticsearch, index: str) -> None:
+    """:func:`ensure_templates_index` with an asynchronous client."""
+    await run_async(client, _create_steps(index))
+
+
+# -- synchronous (the batch jobs) ------------------------------------------------------------------------------
+
+
+def load_templates(client: Elasticsearch, index: str, tag: str, hosts: Iterable[str]) -> dict[str, HostTemplate]:
+    """The saved templates of those of ``hosts`` that have one (``mget`` in batches)."""
+    return run(client, _load_steps(index, tag, list(hosts)))
+
+
+def save_template(client: Elasticsearch, index: str, tag: str, host: str, template: HostTemplate) -> HostTemplate:
+    """Save ``host``'s template unless one is saved; the saved one (first wins). The index must exist
+    (:func:`ensure_templates_index`): a write would otherwise create it with a guessed mapping."""
+    return run(client, _save_steps(index, tag, host, template))
+
+
 def ensure_templates_index(client: Elasticsearch, index: str) -> None:
     """Create the template index when missing (a race with another creator is fine)."""
-    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
-    from elasticsearch import BadRequestError
-
-    if client.indices.exists(index=index):
-        return
-    try:
-        client.indices.create(index=index, mappings=templates_mappings(), settings=_create_settings())
-    except BadRequestError as exc:
-        if error_type(exc) != ALREADY_EXISTS:
-            raise
+    run(client, _create_steps(index))
 
 
 def resolve_templates(client: Elasticsearch, index: str, tag: str, learner: TemplateLearner) -> dict[str, HostTemplate]:

@@ -11,14 +11,13 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from elasticsearch import BadRequestError
-
 from scrapy_neardup.core.mirror_table import HostCounts, HostStore
 from scrapy_neardup.errors import EsError
 
 from .client import ConnectionSettings, connect_async
-from .mapping import ALREADY_EXISTS, REPLICA_SETTINGS, error_type
+from .mapping import REPLICA_SETTINGS, create_missing_steps
 from .names import validate_index_name
+from .steps import run_async
 
 if TYPE_CHECKING:
     from elasticsearch import AsyncElasticsearch
@@ -52,18 +51,8 @@ def hosts_mappings() -> dict[str, Any]:
 async def ensure_hosts_index_async(client: AsyncElasticsearch, index: str) -> bool:
     """Create the mirror-count index when missing (one primary shard, the project's replica rule); a race
     with another creator is fine. True when this call created it."""
-    validate_index_name(index)
-    if await client.indices.exists(index=index):
-        return False
-    try:
-        await client.indices.create(index=index, mappings=hosts_mappings(),
-                                    settings={**REPLICA_SETTINGS, "number_of_shards": 1})
-    except BadRequestError as exc:
-        if error_type(exc) != ALREADY_EXISTS:
-            raise
-        return False
-    logger.debug("created index %s", index)
-    return True
+    return await run_async(client, create_missing_steps(
+        index, {"mappings": hosts_mappings(), "settings": {**REPLICA_SETTINGS, "number_of_shards": 1}}))
 
 
 class ElasticsearchHostStore(HostStore):

@@ -16,6 +16,7 @@ from scrapy_neardup.core.stored_signature import StoredSignature, stored_values,
 from scrapy_neardup.errors import EsError, TagMismatch
 
 from .names import validate_index_name
+from .steps import Call, Steps, run, run_async
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -108,17 +109,22 @@ REPLICA_SETTINGS: dict[str, str] = {"auto_expand_replicas": "0-1"}
 
 
 def ensure_index(
-    client: Elasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None
+    client: Elasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None,
+    request_timeout: float | None = None, cluster_settings: bool = False,
 ) -> bool:
     """Create ``index`` with the ``neardup`` mapping, or add the mapping to an existing index.
 
-    The one place indices are created (the crawler backend awaits :func:`ensure_index_async`, the same steps).
-    Two processes creating it at once are fine: the loser's ``resource_already_exists_exception`` (recognised
-    by its ``error.type``) is taken as "exists".
+    The one place indices are created (:func:`ensure_index_async` runs the same steps). Two processes creating it
+    at once are fine: the loser's ``resource_already_exists_exception`` (recognised by its ``error.type``) is taken
+    as "exists".
 
     Args:
         shards: primary shards of a new index (default: the cluster's, normally 1).
         settings: further index settings for a new index.
+        request_timeout: the client's request timeout; the requests then wait at least
+            :data:`INDEX_SETUP_TIMEOUT` seconds.
+        cluster_settings: a new index gets no settings of ours (shards and replicas then come from the cluster's
+            index templates and defaults, as for a user's own search index), only the ``neardup`` mapping.
 
     Returns:
         True when the index was created by this call.
@@ -126,29 +132,14 @@ def ensure_index(
     Raises:
         EsError: the existing index maps a ``neardup`` field differently (the message names the conflict).
     """
-    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
-    from elasticsearch import ApiError, BadRequestError
-
-    validate_index_name(index)
-    if not client.indices.exists(index=index):
-        try:
-            client.indices.create(index=index, **_create_arguments(shards, settings))
-            logger.debug("created index %s", index)
-            return True
-        except BadRequestError as exc:
-            if error_type(exc) != ALREADY_EXISTS:
-                raise
-    try:
-        client.indices.put_mapping(index=index, properties={ROOT: sketch_properties()})
-    except ApiError as exc:
-        raise _mapping_conflict(index, exc) from None
-    return False
+    return run(_setup_client(client, request_timeout),
+               _ensure_index_steps(index, _create_arguments(shards, settings, cluster_settings)))
 
 
-#: Seconds at least for the requests of :func:`ensure_index_async`: they change the cluster state (creating an
-#: index waits for its primary shard to start, a mapping update for the master to publish it), which takes far
-#: longer than a document request (0.3-0.5 s for each on OpenSearch 2.19 on a busy 2-core machine), so a short
-#: per-request timeout meant for checks (``NEARDUP_ES_TIMEOUT=0.5``) must not make them fail.
+#: Seconds at least for the requests of :func:`ensure_index` given a ``request_timeout``: they change the cluster
+#: state (creating an index waits for its primary shard to start, a mapping update for the master to publish it),
+#: which takes far longer than a document request (0.3-0.5 s for each on OpenSearch 2.19 on a busy 2-core machine),
+#: so a short per-request timeout meant for checks (``NEARDUP_ES_TIMEOUT=0.5``) must not make them fail.
 INDEX_SETUP_TIMEOUT = 30.0
 
 
@@ -156,27 +147,43 @@ async def ensure_index_async(
     client: AsyncElasticsearch, index: str, *, shards: int | None = None, settings: dict[str, Any] | None = None,
     request_timeout: float | None = None, cluster_settings: bool = False,
 ) -> bool:
-    """:func:`ensure_index` with an asynchronous client (the same requests and error handling); with
-    ``request_timeout``, its requests wait at least :data:`INDEX_SETUP_TIMEOUT` seconds. ``cluster_settings``:
-    a new index gets no settings of ours (shards and replicas then come from the cluster's index templates and
-    defaults, as for a user's own search index), only the ``neardup`` mapping."""
+    """:func:`ensure_index` with an asynchronous client (the same steps)."""
+    return await run_async(_setup_client(client, request_timeout),
+                           _ensure_index_steps(index, _create_arguments(shards, settings, cluster_settings)))
+
+
+def _setup_client(client: Any, request_timeout: float | None) -> Any:
+    return client if request_timeout is None else client.options(
+        request_timeout=max(request_timeout, INDEX_SETUP_TIMEOUT))
+
+
+def create_missing_steps(index: str, arguments: dict[str, Any]) -> Steps[bool]:
+    """Create ``index`` (``indices.create`` ``arguments``) when missing; a race with another creator is fine.
+    True when these steps created it."""
     # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
-    from elasticsearch import ApiError, BadRequestError
+    from elasticsearch import BadRequestError
 
     validate_index_name(index)
-    if request_timeout is not None:
-        client = client.options(request_timeout=max(request_timeout, INDEX_SETUP_TIMEOUT))
-    if not await client.indices.exists(index=index):
-        arguments = {"mappings": index_mappings()} if cluster_settings else _create_arguments(shards, settings)
-        try:
-            await client.indices.create(index=index, **arguments)
-            logger.debug("created index %s", index)
-            return True
-        except BadRequestError as exc:
-            if error_type(exc) != ALREADY_EXISTS:
-                raise
+    if (yield Call("indices.exists", {"index": index})):
+        return False
     try:
-        await client.indices.put_mapping(index=index, properties={ROOT: sketch_properties()})
+        yield Call("indices.create", {"index": index, **arguments})
+    except BadRequestError as exc:
+        if error_type(exc) != ALREADY_EXISTS:
+            raise
+        return False
+    logger.debug("created index %s", index)
+    return True
+
+
+def _ensure_index_steps(index: str, arguments: dict[str, Any]) -> Steps[bool]:
+    # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
+    from elasticsearch import ApiError
+
+    if (yield from create_missing_steps(index, arguments)):
+        return True
+    try:
+        yield Call("indices.put_mapping", {"index": index, "properties": {ROOT: sketch_properties()}})
     except ApiError as exc:
         if exc.meta.status in (400, 409):  # a mapping conflict; other failures are the caller's to retry
             raise _mapping_conflict(index, exc) from None
@@ -184,7 +191,9 @@ async def ensure_index_async(
     return False
 
 
-def _create_arguments(shards: int | None, settings: dict[str, Any] | None) -> dict[str, Any]:
+def _create_arguments(shards: int | None, settings: dict[str, Any] | None, cluster_settings: bool) -> dict[str, Any]:
+    if cluster_settings:
+        return {"mappings": index_mappings()}
     body_settings = {**REPLICA_SETTINGS, **(settings or {})}
     if "number_of_replicas" in body_settings:  # the caller's fixed count wins over the auto range
         body_settings.pop("auto_expand_replicas")
@@ -199,31 +208,39 @@ def _mapping_conflict(index: str, exc: Any) -> EsError:
 
 def index_tags(client: Elasticsearch, index: str, *, limit: int = 10) -> list[str]:
     """The sketch parameter tags present in ``index`` (most frequent first; empty when it does not exist)."""
+    return run(client, _tags_steps(index, limit, missing_ok=True))
+
+
+def _tags_steps(index: str, limit: int, *, missing_ok: bool) -> Steps[list[str]]:
     validate_index_name(index)
-    if not client.indices.exists(index=index):
+    if missing_ok and not (yield Call("indices.exists", {"index": index})):
         return []
-    response = client.search(index=index, size=0, aggs={"tags": {"terms": {"field": F_TAG, "size": limit}}})
+    response = yield Call("search", {"index": index, "size": 0,
+                                     "aggs": {"tags": {"terms": {"field": F_TAG, "size": limit}}}})
     return [bucket["key"] for bucket in response["aggregations"]["tags"]["buckets"]]
+
+
+def _require_tag_steps(index: str, tag: str, *, missing_ok: bool, settings: bool) -> Steps[None]:
+    others = [other for other in (yield from _tags_steps(index, 10, missing_ok=missing_ok)) if other != tag]
+    if others:
+        raise TagMismatch(tag_mismatch(index, others, tag, settings=settings))
 
 
 def require_tag(client: Elasticsearch, index: str, tag: str) -> None:
     """Refuse to mix sketch parameters in one index: sketches with different tags are never comparable, so
-    writing them would silently overwrite documents that group discovery then ignores.
+    writing them would silently overwrite documents that group discovery then ignores. A missing index is fine.
 
     Raises:
         TagMismatch: ``index`` holds documents sketched with another tag; the message names both.
     """
-    others = [other for other in index_tags(client, index) if other != tag]
-    if others:
-        raise TagMismatch(tag_mismatch(index, others, tag))
+    run(client, _require_tag_steps(index, tag, missing_ok=True, settings=False))
 
 
 async def require_tag_async(client: AsyncElasticsearch, index: str, tag: str) -> None:
-    """:func:`require_tag` for the crawler backend (it uses the ``NEARDUP_*`` settings' names)."""
-    response = await client.search(index=index, size=0, aggs={"tags": {"terms": {"field": F_TAG, "size": 10}}})
-    others = [bucket["key"] for bucket in response["aggregations"]["tags"]["buckets"] if bucket["key"] != tag]
-    if others:
-        raise TagMismatch(tag_mismatch(index, others, tag, settings=True))
+    """:func:`require_tag` for the crawler backend and the search index, which have created the index: a missing
+    one is the node's ``index_not_found_exception`` (the backend waits for an index just created elsewhere), and
+    the message names the ``NEARDUP_*`` settings."""
+    await run_async(client, _require_tag_steps(index, tag, missing_ok=False, settings=True))
 
 
 def tag_mismatch(index: str, others: Sequence[str], tag: str, *, settings: bool = False) -> str:
