@@ -316,9 +316,12 @@ class ElasticsearchSearchSink(SearchSink):
                 await self._unanswered(exc)
 
     async def _actions(self) -> AsyncIterator[Any]:
-        """The helper's actions: the queue's ops, a flush after :attr:`flush_interval` idle seconds or for a
-        drain. The helper asks for the next action once the batch before it is answered."""
+        """The helper's actions: the queue's ops, and a flush (``BULK_FLUSH``) when the first document of a partial
+        batch has waited :attr:`flush_interval` seconds, or for a drain. The helper asks for the next action once
+        the batch before it is answered."""
         assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        pending, deadline = 0, None  # documents in the helper's partial batch; when it is to be sent
         while True:
             self._requests = 0
             for done in self._draining:  # the flush before is answered
@@ -332,8 +335,10 @@ class ElasticsearchSearchSink(SearchSink):
                 return
             else:
                 try:
-                    op = await asyncio.wait_for(self._queue.get(), self.flush_interval)
+                    op = await asyncio.wait_for(self._queue.get(),
+                                                None if deadline is None else max(0.0, deadline - loop.time()))
                 except TimeoutError:
+                    pending, deadline = 0, None
                     yield BULK_FLUSH
                     continue
             if op is None:
@@ -341,9 +346,15 @@ class ElasticsearchSearchSink(SearchSink):
                 return
             if isinstance(op, asyncio.Future):
                 self._draining.append(op)
+                pending, deadline = 0, None
                 yield BULK_FLUSH
                 continue
             self._handed.setdefault(op.doc_id, deque()).append(op)
+            pending += 1
+            if pending == 1:
+                deadline = loop.time() + self.flush_interval
+            if pending >= self.batch_size:  # the helper sends this batch now
+                pending, deadline = 0, None
             yield op.action
 
     def _answered(self, ok: bool, info: dict[str, Any]) -> None:
