@@ -1,10 +1,6 @@
-"""Request logic written once for both clients: a generator of :class:`Call` steps, run by :func:`run` with a
-synchronous client or by :func:`run_async` with an asynchronous one.
+"""Request logic written once for both clients: :class:`Call` steps run by :func:`run` (sync) or :func:`run_async`.
 
-A steps generator yields the calls it needs (``exists = yield Call("indices.exists", {"index": index})``), gets
-each answer back, or the call's exception raised at the ``yield`` (so ``try``/``except`` around a ``yield`` handles
-a refusal), and returns its result. It makes no request itself, so the sync and async forms of an operation cannot
-drift apart.
+Design notes: docs/architecture.md#es_integrationsteps
 """
 
 from __future__ import annotations
