@@ -7,11 +7,13 @@ Design notes: docs/architecture.md#es_integrationopensearch_adapter
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import inspect
 import logging
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -414,15 +416,15 @@ def bulk_helpers(client: Any) -> Any:
 
 class _AsyncBulkTarget:
     """What elasticsearch-py's ``async_streaming_bulk`` uses of a client (``options``, the JSON serializer,
-    ``bulk``), over either engine's asynchronous client; ``on_request`` runs before each bulk request."""
+    ``bulk``), over either engine's asynchronous client; each bulk request runs within ``around_request()``."""
 
-    def __init__(self, client: Any, on_request: Callable[[], None] | None) -> None:
+    def __init__(self, client: Any, around_request: Callable[[], AbstractContextManager[Any]] | None) -> None:
         self._client = client
-        self._on_request = on_request
+        self._around = around_request or contextlib.nullcontext
         self._client_meta: tuple[tuple[str, str], ...] = ()
 
     def options(self, **options: Any) -> _AsyncBulkTarget:
-        return _AsyncBulkTarget(self._client.options(**options), self._on_request) if options else self
+        return _AsyncBulkTarget(self._client.options(**options), self._around) if options else self
 
     @property
     def transport(self) -> Any:
@@ -435,20 +437,20 @@ class _AsyncBulkTarget:
         return SimpleNamespace(serializers=SimpleNamespace(get_serializer=lambda _mimetype: serializer))
 
     async def bulk(self, *, operations: list[bytes], **kwargs: Any) -> Any:
-        if self._on_request is not None:
-            self._on_request()
-        if isinstance(self._client, AsyncOpenSearchClient):  # opensearch-py takes one body, not a list of lines
-            return await self._client.bulk(operations=b"\n".join(operations) + b"\n", **kwargs)
-        return await self._client.bulk(operations=operations, **kwargs)
+        with self._around():
+            if isinstance(self._client, AsyncOpenSearchClient):  # opensearch-py takes one body, not a list of lines
+                return await self._client.bulk(operations=b"\n".join(operations) + b"\n", **kwargs)
+            return await self._client.bulk(operations=operations, **kwargs)
 
 
-def async_streaming_bulk(client: Any, actions: Any, *, on_request: Callable[[], None] | None = None,
+def async_streaming_bulk(client: Any, actions: Any, *,
+                         around_request: Callable[[], AbstractContextManager[Any]] | None = None,
                          **kwargs: Any) -> AsyncIterator[tuple[bool, Any]]:
     """elasticsearch-py's ``async_streaming_bulk`` (same arguments and results, ``BULK_FLUSH`` and
-    ``retry_on_status`` included) over either engine's asynchronous client, ``on_request()`` called before each
-    bulk request (a retry included); on OpenSearch its errors come out as elasticsearch-py's."""
+    ``retry_on_status`` included) over either engine's asynchronous client, each bulk request (a retry included)
+    made within ``around_request()``; on OpenSearch its errors come out as elasticsearch-py's."""
     # lazy: elasticsearch-py takes ~0.6 s to import, which every `neardup` command would pay at start-up
     from elasticsearch.helpers import async_streaming_bulk as helper
 
-    return cast("AsyncIterator[tuple[bool, Any]]", helper(cast(Any, _AsyncBulkTarget(client, on_request)), actions,
-                                                        **kwargs))
+    return cast("AsyncIterator[tuple[bool, Any]]", helper(cast(Any, _AsyncBulkTarget(client, around_request)),
+                                                        actions, **kwargs))

@@ -303,14 +303,13 @@ class ElasticsearchSearchSink(SearchSink):
         documents are sent again as many times after the same waits, then reported failed."""
         while True:
             try:
-                with transport_logs_at_debug():
-                    es = self._es.options(request_timeout=max(self.connection.request_timeout, BULK_TIMEOUT))
-                    async for ok, info in async_streaming_bulk(
-                        es, self._actions(), on_request=self._on_request, chunk_size=self.batch_size,
-                        max_retries=self.retries, initial_backoff=self.backoff, retry_on_status=RETRY_STATUSES,
-                        raise_on_error=False, raise_on_exception=False,
-                    ):
-                        self._answered(ok, info)
+                es = self._es.options(request_timeout=max(self.connection.request_timeout, BULK_TIMEOUT))
+                async for ok, info in async_streaming_bulk(
+                    es, self._actions(), around_request=self._request, chunk_size=self.batch_size,
+                    max_retries=self.retries, initial_backoff=self.backoff, retry_on_status=RETRY_STATUSES,
+                    raise_on_error=False, raise_on_exception=False,
+                ):
+                    self._answered(ok, info)
                 return
             except Exception as exc:  # noqa: BLE001 - every failure ends as a reported page, never as a lost one
                 await self._unanswered(exc)
@@ -407,11 +406,13 @@ class ElasticsearchSearchSink(SearchSink):
 
     # -- counts and failures -----------------------------------------------------------------------------------
 
-    def _on_request(self) -> None:
-        """The helper sends a bulk request: the second and later of one batch are retries."""
+    def _request(self) -> contextlib.AbstractContextManager[None]:
+        """Around each bulk request of the helper: the second and later of one batch are retries; the transport's
+        per-attempt logs are DEBUG ones (a final failure is reported per page)."""
         self._requests += 1
         if self._requests > 1:
             self._count("search_retries")
+        return transport_logs_at_debug()
 
     def _on_retry(self, state: RetryCallState) -> None:
         self._count("search_retries")
