@@ -108,9 +108,6 @@ class DecidedItems:
         decided = self._by_item.pop(id(item), None)
         return decided if decided is not None and decided.item is item else None
 
-    def __len__(self) -> int:
-        return len(self._by_item)
-
 
 class SearchIndexPipeline:
     """Writes each item to the search index (see the module doc).
