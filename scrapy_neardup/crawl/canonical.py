@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -18,8 +17,7 @@ from selectolax.lexbor import LexborHTMLParser
 from w3lib.url import safe_url_string
 
 from ..errors import NearDupError
-from .hooks import crawl_hooks
-from .host_settings import HostSettings
+from .context import CrawlContext
 from .soft404 import PROBE_META
 from .startup import component_startup
 
@@ -27,8 +25,6 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-
-    from .hooks import CrawlHooks
 
 logger = logging.getLogger(__name__)
 
@@ -145,18 +141,16 @@ class CanonicalLinkMiddleware:
 
     def __init__(self, crawler: Crawler) -> None:
         self.stats = crawler.stats
-        self.hooks = crawl_hooks(crawler)
+        self.hooks = CrawlContext.of(crawler).hooks
         self.hooks.reads_canonical_links = True
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CanonicalLinkMiddleware:
         from scrapy.exceptions import NotConfigured
 
-        from .settings import NearDupSettings
-
         with component_startup(crawler):
-            enabled = NearDupSettings.from_settings(crawler.settings).enabled
-            hosts = HostSettings.from_settings(crawler.settings)
+            context = CrawlContext.of(crawler)
+            enabled, hosts = context.config.enabled, context.hosts
         if not enabled or not hosts.canonical:
             raise NotConfigured("NEARDUP_ENABLED or NEARDUP_CANONICAL is False")
         return cls(crawler)
@@ -190,19 +184,20 @@ class CanonicalLinks:
     URL not checked yet (module doc). URLs are held as the hashes of their normalized form.
 
     Args:
-        count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
+        context: the crawl's context (its counters, and its hooks: canonical links read from responses).
     """
 
-    def __init__(self, count: Callable[[str, int], Any]) -> None:
-        self._count = count
+    def __init__(self, context: CrawlContext) -> None:
+        self._count = context.count
+        self._hooks = context.hooks
         self._holder: dict[int, str] = {}  # checked URL -> the kept page holding its content
         self._claims: dict[int, str] = {}  # canonical URL not checked yet -> the first kept page naming it
 
-    def named(self, key: str, content: Any, hooks: CrawlHooks | None) -> str | None:
+    def named(self, key: str, content: Any) -> str | None:
         """The canonical URL page ``key`` names, when another (normalized): read from its response by
         :class:`CanonicalLinkMiddleware`, else from the HTML in ``content`` (its item's text field)."""
-        if hooks is not None and hooks.reads_canonical_links:
-            return hooks.canonical_link(key)
+        if self._hooks.reads_canonical_links:
+            return self._hooks.canonical_link(key)
         if not isinstance(content, str) or normalize_url(key) is None:
             return None
         canonical, ignored = resolve_canonical(key, canonical_from_html(content, key))

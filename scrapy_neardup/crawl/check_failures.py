@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from itemadapter import ItemAdapter
 
+    from .context import CrawlContext
     from .outage import BackendOutage
-    from .settings import NearDupSettings
 
 logger = logging.getLogger(__name__)
 
@@ -22,15 +21,14 @@ class CheckFailures:
     """The pipeline's side of backend outages.
 
     Args:
-        config: the pipeline's settings (``NEARDUP_ON_BACKEND_DOWN``, the mark field).
+        context: the crawl's context: its settings (``NEARDUP_ON_BACKEND_DOWN``, the mark field) and counters.
         outage: the outage policy of the crawl.
-        count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
     """
 
-    def __init__(self, config: NearDupSettings, outage: BackendOutage, count: Callable[[str, int], Any]) -> None:
-        self.config = config
+    def __init__(self, context: CrawlContext, outage: BackendOutage) -> None:
+        self.config = context.config
         self.outage = outage
-        self._count = count
+        self._count = context.count
         self._logged = False
 
     async def retry_after_failure(self, key: str, failures: int) -> bool:

@@ -23,8 +23,7 @@ from scrapy.exceptions import NotConfigured
 from ..core.evidence import describe_evidence, evidence
 from ..core.mirror_table import host_of
 from ..core.report_html import cards, largest, page, plot, rate_bar, table
-from .hooks import crawl_hooks
-from .settings import NearDupSettings
+from .context import CrawlContext
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -38,8 +37,9 @@ class CrawlReport:
     def __init__(self, crawler: Crawler, path: str) -> None:
         self.crawler = crawler
         self.path = path
-        self.config = NearDupSettings.from_settings(crawler.settings)
-        self.hooks = crawl_hooks(crawler)
+        context = CrawlContext.of(crawler)
+        self.config = context.config
+        self.hooks = context.hooks
         self.hosts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # host -> [pages, duplicates]
         #: one row per duplicate: (url, rule, kept page or probe, resemblance or None, evidence dict or None)
         self.duplicates: list[tuple[str, str, str, float | None, dict[str, Any] | None]] = []

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Protocol
-from weakref import WeakKeyDictionary
 
 from ..core.mirror_table import host_of
 
@@ -38,7 +37,8 @@ class DecidedObserver(Protocol):
 
 
 class CrawlHooks:
-    """Per-crawler meeting point of the pipeline and the host middlewares."""
+    """Per-crawler meeting point of the pipeline and the host middlewares (one in each
+    :class:`~scrapy_neardup.crawl.context.CrawlContext`)."""
 
     def __init__(self) -> None:
         #: page URL -> the template it near-duplicates, for pages found to be soft 404s.
@@ -111,27 +111,9 @@ class CrawlHooks:
             return None
         return all(judge.settled(host) for judge in self.copy_judges)
 
-
     def page_decided(self, item: Any, key: str, sketch: Sketch, decision: Decision | None) -> None:
         """The pipeline sketched ``item`` (page ``key``) and the backend decided it (``None``: it could not, the
         item passes through unchecked); called before the item leaves the pipeline or is dropped."""
         for observer in self.decided:
             observer.page_decided(item, key, sketch, decision)
-
-
-_HOOKS: WeakKeyDictionary[Any, CrawlHooks] = WeakKeyDictionary()
-
-
-def crawl_hooks(crawler: Any) -> CrawlHooks:
-    """The :class:`CrawlHooks` of ``crawler`` (made on first use)."""
-    hooks = _HOOKS.get(crawler)
-    if hooks is None:
-        hooks = _HOOKS[crawler] = CrawlHooks()
-        signals = getattr(crawler, "signals", None)
-        if signals is not None:
-            from scrapy import signals as scrapy_signals
-
-            signals.connect(hooks.request_scheduled, signal=scrapy_signals.request_scheduled)
-    return hooks
-
 

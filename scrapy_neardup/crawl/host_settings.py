@@ -13,15 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scrapy.exceptions import NotConfigured
-
 from ..store.config import SettingsLike, setting_bool, setting_float, setting_int
 from ..store.settings_registry import default_of
-from .settings import NearDupSettings
-from .startup import component_startup
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 
@@ -71,20 +66,4 @@ def default_copy_wait(settings: SettingsLike | BaseSettings) -> float:
     except (TypeError, ValueError):
         delay = 0.0  # Scrapy reports a bad DOWNLOAD_DELAY itself
     return max(MIN_COPY_WAIT, 4 * delay)
-
-
-def enabled_feature(crawler: Crawler, setting: str) -> tuple[NearDupSettings, HostSettings]:
-    """The settings of a host middleware's ``from_crawler``, read under the start-up reporter
-    (:func:`~scrapy_neardup.crawl.startup.component_startup`); ``NotConfigured``
-    when the plugin (``NEARDUP_ENABLED``) or the feature (``setting``: ``NEARDUP_SOFT404_ENABLED``,
-    ``NEARDUP_MIRRORS_ENABLED``) is switched off."""
-    with component_startup(crawler):
-        config = NearDupSettings.from_settings(crawler.settings)
-        if not config.enabled:
-            raise NotConfigured("NEARDUP_ENABLED is False")
-        hosts = HostSettings.from_settings(crawler.settings)
-    if not {"NEARDUP_SOFT404_ENABLED": hosts.soft404, "NEARDUP_MIRRORS_ENABLED": hosts.mirrors}[setting]:
-        raise NotConfigured(f"{setting} is False")
-    return config, hosts
-
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from itemadapter import ItemAdapter
@@ -16,9 +15,7 @@ from ..errors import MarkFieldError
 from .outage import close_crawl
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
-
-    from .settings import NearDupSettings
+    from .context import CrawlContext
 
 logger = logging.getLogger(__name__)
 
@@ -44,15 +41,14 @@ class ItemFieldChecks:
     """The pipeline's checks of its items' fields (module doc).
 
     Args:
-        config: the pipeline's settings (text, mark and URL fields, action).
-        crawler: the crawl to stop on a missing mark field; ``None`` outside a crawl.
-        count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
+        context: the crawl's context: its settings (text, mark and URL fields, action), its counters, the crawl to
+            stop on a missing mark field (none outside a crawl).
     """
 
-    def __init__(self, config: NearDupSettings, crawler: Crawler | None, count: Callable[[str, int], Any]) -> None:
-        self.config = config
-        self.crawler = crawler
-        self._count = count
+    def __init__(self, context: CrawlContext) -> None:
+        self.config = context.config
+        self.crawler = context.crawler
+        self._count = context.count
         self._mark_checked: dict[type, bool] = {}  # item class -> can it hold the mark field?
         self._stopping = False
         self.probed = 0  # items looked at for NEARDUP_TEXT_FIELD, until one has it

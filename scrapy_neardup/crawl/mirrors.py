@@ -15,8 +15,8 @@ from scrapy.exceptions import IgnoreRequest
 from ..core.mirror_table import HostStore, MirrorDecision, MirrorTable, discard, host_of
 from ..errors import NearDupSettingsError
 from ..store.embedded import EmbeddedBackend, state_settings
-from .hooks import crawl_hooks
-from .host_settings import HostSettings, enabled_feature
+from .context import CrawlContext, enabled_feature
+from .host_settings import HostSettings
 from .order import FEW_PAGES
 from .settings import NearDupSettings
 from .startup import component_startup
@@ -57,7 +57,7 @@ class MirrorHostsMiddleware:
         self._store_warned = False
         self._closing = False
         self._spider_open = False
-        hooks = self._hooks = crawl_hooks(crawler)
+        hooks = self._hooks = CrawlContext.of(crawler).hooks
         hooks.observers.append(self)
         hooks.copy_judges.append(self)
 

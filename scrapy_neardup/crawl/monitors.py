@@ -10,8 +10,8 @@ from typing import Any
 from spidermon import MonitorSuite, monitors
 from spidermon.contrib.scrapy.monitors import BaseScrapyMonitor
 
+from .context import STATS_PREFIX
 from .outage import BACKEND_DOWN, describe_unchecked, unchecked_share
-from .pipeline import STATS_PREFIX
 from .settings import MonitorThresholds
 
 

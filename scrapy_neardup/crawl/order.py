@@ -11,14 +11,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from ..core.mirror_table import host_of
 from .outage import call_later
+from .scraper_room import ScraperRoom
 
 if TYPE_CHECKING:
-    from .hooks import CrawlHooks
+    from scrapy.crawler import Crawler
+
+    from .context import CrawlContext
 
 logger = logging.getLogger(__name__)
 
@@ -37,23 +41,22 @@ class KeepOrder:
     pipeline, :meth:`enter` / :meth:`leave` around each item and :meth:`checked` after each decision.
 
     Args:
-        hooks: the crawl's hooks (host ranks, and the mirror middleware's judgement when it is enabled).
-        wait: ``NEARDUP_COPY_WAIT``, seconds; 0 switches the waiting off.
-        min_pages: ``NEARDUP_MIRROR_MIN_PAGES``: checked pages after which a host no judge speaks for is settled.
-        count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
+        context: the crawl's context: its hooks (host ranks, and the mirror middleware's judgement when it is
+            enabled), its counters, ``NEARDUP_COPY_WAIT`` (seconds; 0 switches the waiting off) and
+            ``NEARDUP_MIRROR_MIN_PAGES`` (checked pages after which a host no judge speaks for is settled).
         room: characters of content that may wait at once; ``None``: no bound.
         grow: called with ``+size`` when a page of ``size`` characters begins to wait and ``-size`` when it goes
             on (the scraper's room, so that waiting pages never stop the downloads of the pages they wait for).
     """
 
-    def __init__(self, hooks: CrawlHooks, wait: float, min_pages: int, count: Callable[[str, int], Any],
-                 room: int | None = None, grow: Callable[[int], None] | None = None) -> None:
-        self.hooks = hooks
-        self.wait = wait
-        self.min_pages = min_pages
+    def __init__(self, context: CrawlContext, room: int | None = None, grow: Callable[[int], None] | None = None,
+                 ) -> None:
+        self.hooks = context.hooks
+        self.wait = context.hosts.copy_wait
+        self.min_pages = context.hosts.mirror_min_pages
         self.room = room
         self.grow = grow
-        self._count = count
+        self._count = context.count
         self._waiting_size = 0
         self._full_logged = False
         self._checked: dict[str, int] = {}  # host -> pages checked
@@ -61,6 +64,14 @@ class KeepOrder:
         self._pending: dict[int, dict[int, int]] = {}
         self._first_checked: dict[int, int] = {}  # hash of a path and query -> best rank of a host that checked it
         self._waiters: dict[int, list[Deferred[None]]] = {}  # hash of a path and query -> pages waiting on it
+
+    def follow(self, crawler: Crawler, room: int) -> None:
+        """Follow ``crawler``'s requests (what is pending where), and let at most ``room`` characters of pages
+        wait at once, the scraper's room grown by them while they wait."""
+        self.room, self.grow = room, ScraperRoom(crawler).grow
+        crawler.signals.connect(self.request_scheduled, signal=signals.request_scheduled)
+        crawler.signals.connect(self.request_dropped, signal=signals.request_dropped)
+        crawler.signals.connect(self.response_received, signal=signals.response_received)
 
     # -- what is pending where ---------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from .exit_status import fail_exit_status
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from .settings import OutageSettings
+    from .context import CrawlContext
 
 logger = logging.getLogger(__name__)
 
@@ -85,17 +85,15 @@ class BackendOutage:
     succeeded.
 
     Args:
-        settings: the validated outage settings.
-        crawler: the running crawl (paused, resumed, closed); ``None`` outside one.
-        count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
+        context: the crawl's context: its outage settings, its counters, the running crawl (paused, resumed,
+            closed; none outside one).
         clock: seconds, monotonic (tests pass their own).
     """
 
-    def __init__(self, settings: OutageSettings, crawler: Crawler | None, count: Callable[[str, int], Any],
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.settings = settings
-        self.crawler = crawler
-        self._inc = count
+    def __init__(self, context: CrawlContext, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = context.config.outage
+        self.crawler = context.crawler
+        self._inc = context.count
         self._clock = clock
         #: when the outage under way began (``clock()``), ``None`` while the backend answers
         self.down_since: float | None = None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,13 +22,13 @@ from .sketch_worker import SketchWorker
 from .template_wait import HostTemplates
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
     from twisted.internet.interfaces import IReactorCore
     from twisted.python.failure import Failure
 
     from ..core.host_template import HostTemplate
     from ..core.sketch import Content, Sketch, Sketcher
     from ..store.backend import Backend
+    from .context import CrawlContext
 
 logger = logging.getLogger(__name__)
 
@@ -48,20 +47,18 @@ class PageSketcher:
     """Sketches the pipeline's pages (see the module doc).
 
     Args:
-        sketcher: the crawl's sketcher (``NEARDUP_*`` sketch parameters).
-        sketch_process: whether to sketch in a child process (``NEARDUP_WORKER``).
-        template_sample: pages a host's template is learned from (``NEARDUP_TEMPLATE_SAMPLE``).
-        crawler: the running crawl (``None`` outside one: pages never wait, no worker is started).
-        count: ``count(stat, n)`` adds to the crawl's ``neardup/*`` stats.
+        context: the crawl's context: the sketch parameters, ``NEARDUP_WORKER`` (sketch in a child process),
+            ``NEARDUP_TEMPLATE_SAMPLE`` (pages a host's template is learned from), its counters, the running crawl
+            (none outside one: pages never wait, no worker is started).
     """
 
-    def __init__(self, sketcher: Sketcher, sketch_process: bool, template_sample: int, crawler: Crawler | None,
-                 count: Callable[[str, int], Any]) -> None:
-        self.sketcher = sketcher
-        self.sketch_process = sketch_process
-        self.template_sample = template_sample
-        self.crawler = crawler
-        self._inc = count
+    def __init__(self, context: CrawlContext) -> None:
+        config = context.config
+        self.sketcher: Sketcher = config.sketcher()
+        self.sketch_process = config.sketch_process
+        self.template_sample = config.template_sample
+        self.crawler = context.crawler
+        self._inc = context.count
         self._sketch_worker: SketchWorker | None = None
         self._worker_given_up = False
         self._templates: HostTemplates | None = None  # "auto" mode, once open

@@ -11,7 +11,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, cast
+from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 from itemadapter import ItemAdapter
 from scrapy import signals
@@ -23,9 +23,9 @@ from ..core.html import html_to_text, looks_like_html
 from ..errors import NearDupSettingsError
 from ..store.config import SettingsLike, read_setting, read_str
 from ..store.search_sink import SearchPage, SearchSink, SearchStatus
+from .context import CrawlContext
 from .drops import NearDuplicateDropped, RepeatDropped
 from .exit_status import fail_exit_status
-from .hooks import crawl_hooks
 from .settings import NearDupSettings
 from .startup import component_startup, report_startup_failure
 
@@ -80,6 +80,35 @@ class SearchIndexSettings:
         return cls(index, duplicates, Path(failed))
 
 
+class Decided(NamedTuple):
+    """What the near-duplicate pipeline decided of one item, handed over with the item itself."""
+
+    item: Any
+    key: str
+    sketch: Sketch
+    decision: Decision | None
+
+
+class DecidedItems:
+    """The pipeline's decisions waiting for their items to reach the search writer.
+
+    Found by the item object itself (its identity: items are mutable, often unhashable dicts). Each entry holds its
+    item, so while it waits no other object can take that identity, and :meth:`take` hands an entry only to the
+    very object it was parked with.
+    """
+
+    def __init__(self) -> None:
+        self._by_item: dict[int, Decided] = {}
+
+    def park(self, decided: Decided) -> None:
+        self._by_item[id(decided.item)] = decided
+
+    def take(self, item: Any) -> Decided | None:
+        """The decision parked with ``item`` (removed), or ``None``: the pipeline did not decide it."""
+        decided = self._by_item.pop(id(item), None)
+        return decided if decided is not None and decided.item is item else None
+
+
 class SearchIndexPipeline:
     """Writes each item to the search index (see the module doc).
 
@@ -100,8 +129,8 @@ class SearchIndexPipeline:
         self.stats: StatsCollector | None = crawler.stats if crawler is not None else None
         self.counts: dict[str, int] = {}
         self.failures = 0
-        #: id(item) -> (item, key, sketch, decision), from the pipeline's hook until the item comes by
-        self._decided: dict[int, tuple[Any, str, Sketch, Decision | None]] = {}
+        #: the pipeline's decisions, each with its item, until the item comes by
+        self._decided = DecidedItems()
         #: key -> the kept page that named it its canonical URL (from the pipeline's observers' hook)
         self._representatives: dict[str, str] = {}
         self._encoder = ScrapyJSONEncoder(ensure_ascii=False)
@@ -113,13 +142,14 @@ class SearchIndexPipeline:
     def from_crawler(cls, crawler: Crawler) -> SearchIndexPipeline:
         """``NotConfigured`` without ``NEARDUP_SEARCH_INDEX``; a wrong setting stops the crawl at start (one line)."""
         with component_startup(crawler):
-            pipeline = NearDupSettings.from_settings(crawler.settings)
+            context = CrawlContext.of(crawler)
+            pipeline = context.config
             config = SearchIndexSettings.from_settings(crawler.settings, pipeline)
             sink = _sink_class().from_settings(crawler.settings, pipeline.params.tag if pipeline.enabled else None)
         component = cls(config, sink, pipeline, crawler)
         component._log_level = crawler.settings.get("LOG_LEVEL", "DEBUG")
-        crawl_hooks(crawler).decided.append(component)
-        crawl_hooks(crawler).observers.append(component)
+        context.hooks.decided.append(component)
+        context.hooks.observers.append(component)
         crawler.signals.connect(component.item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(component.item_error, signal=signals.item_error)
         crawler.signals.connect(component.spider_idle, signal=signals.spider_idle)
@@ -162,7 +192,7 @@ class SearchIndexPipeline:
 
     def page_decided(self, item: Any, key: str, sketch: Sketch, decision: Decision | None) -> None:
         """The near-duplicate pipeline's hook: remember the item's sketch and decision until it comes by."""
-        self._decided[id(item)] = (item, key, sketch, decision)
+        self._decided.park(Decided(item, key, sketch, decision))
 
     def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,
                      canonical: str | None = None) -> None:
@@ -173,22 +203,19 @@ class SearchIndexPipeline:
 
     async def process_item(self, item: Any, spider: Any = None) -> Any:
         """Write the item (or, a duplicate with ``"skip"``, remove its key's document); return it unchanged."""
-        entry = self._decided.pop(id(item), None)
-        if entry is not None and entry[0] is not item:  # an id reused by another object: not this item's
-            entry = None
-        await self._write(item, entry)
+        await self._write(item, self._decided.take(item))
         return item
 
     async def item_dropped(self, item: Any, response: Any = None, exception: BaseException | None = None,
                            spider: Any = None) -> None:
         """A near-duplicate (or a repeat) dropped by the near-duplicate pipeline is written too, as ``process_item``
         would have; an item another pipeline dropped is not."""
-        entry = self._decided.pop(id(item), None)
-        if entry is not None and entry[0] is item and isinstance(exception, NearDuplicateDropped | RepeatDropped):
+        entry = self._decided.take(item)
+        if entry is not None and isinstance(exception, NearDuplicateDropped | RepeatDropped):
             await self._write(item, entry)
 
     def item_error(self, item: Any, response: Any = None, spider: Any = None, failure: Any = None) -> None:
-        self._decided.pop(id(item), None)
+        self._decided.take(item)
 
     async def _write(self, item: Any, entry: tuple[Any, str, Sketch, Decision | None] | None) -> None:
         fields = self._fields(item)

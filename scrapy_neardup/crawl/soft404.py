@@ -21,8 +21,8 @@ from ..core.evidence import describe_evidence, evidence
 from ..core.mirror_table import host_of
 from ..core.soft404_templates import Soft404Match, Soft404Templates, first_segment, probe_path, url_words
 from ..errors import NearDupError
-from .hooks import crawl_hooks
-from .host_settings import HostSettings, enabled_feature
+from .context import CrawlContext, enabled_feature
+from .host_settings import HostSettings
 from .settings import NearDupSettings
 from .startup import component_startup
 
@@ -106,7 +106,7 @@ class Soft404Middleware:
         self.max_probes = hosts.probes_per_host
         self.timeout = hosts.probe_timeout
         self.templates = Soft404Templates(config.min_shared)
-        self.hooks = crawl_hooks(crawler)
+        self.hooks = CrawlContext.of(crawler).hooks
         self._hosts: dict[str, _HostProbes] = {}
 
     @classmethod

@@ -29,6 +29,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_neardup import NearDuplicatePipeline
 from scrapy_neardup.core.sketch import Sketch, Sketcher
 from scrapy_neardup.core.text import looks_binary
+from scrapy_neardup.crawl.context import CrawlContext
 from scrapy_neardup.crawl.drops import NearDuplicateDropped, RepeatDropped
 from scrapy_neardup.crawl.settings import NearDupSettings
 from scrapy_neardup.store.backend import Backend, Decision
@@ -122,7 +123,8 @@ def make_pipeline(action: str, state_dir: str | None = None) -> RecordingPipelin
     config = ReusedSketcherSettings(**fields)
     # The store NEARDUP_STATE_DIR=state_dir would give (EmbeddedBackend.from_settings), without a new crawler.
     backend = EmbeddedBackend(config.num_perm, config.min_shared, _SKETCHER.tag, state_dir=state_dir)
-    return RecordingPipeline(config, stats=MemoryStatsCollector(crawler), crawler=crawler, backend=backend)
+    context = CrawlContext(crawler, config=config, stats=MemoryStatsCollector(crawler))
+    return RecordingPipeline(context, backend=backend)
 
 
 def neardup_stats(pipeline: NearDuplicatePipeline) -> dict[str, int]:

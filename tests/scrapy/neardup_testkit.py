@@ -517,10 +517,10 @@ class RecordChecks:
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> RecordChecks:
-        from scrapy_neardup.crawl.hooks import crawl_hooks
+        from scrapy_neardup.crawl.context import CrawlContext
 
         extension = cls(crawler.settings.get("TEST_CHECKS_FILE"))
-        crawl_hooks(crawler).observers.append(extension)
+        CrawlContext.of(crawler).hooks.observers.append(extension)
         return extension
 
     def page_checked(self, key: str, duplicate_of: str | None, *, representative_of: str | None = None,

@@ -17,6 +17,7 @@ from scrapy_neardup.crawl.canonical import (
     normalize_url,
     resolve_canonical,
 )
+from scrapy_neardup.crawl.context import CrawlContext
 
 RunCrawl = Callable[..., CrawlResult]
 ADDON = {"scrapy_neardup.NearDuplicateAddon": 300}
@@ -62,7 +63,7 @@ def test_which_canonical_urls_are_used() -> None:
 
 
 def test_what_the_crawl_remembers() -> None:
-    links = CanonicalLinks(lambda name, n: None)
+    links = CanonicalLinks(CrawlContext())
     links.checked("http://example.com/a", "http://example.com/a", None)  # kept
     links.checked("http://example.com/a-print", "http://example.com/a", None)  # a copy of it
     assert links.holder("http://example.com/a-print") == "http://example.com/a"

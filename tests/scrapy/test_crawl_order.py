@@ -78,12 +78,14 @@ class _Judge:
 
 def test_which_pages_wait() -> None:
     from scrapy_neardup.core.mirror_table import host_of
-    from scrapy_neardup.crawl.hooks import CrawlHooks
+    from scrapy_neardup.crawl.context import CrawlContext
+    from scrapy_neardup.crawl.host_settings import HostSettings
     from scrapy_neardup.crawl.order import KeepOrder
 
     a, b = "http://a.test", "http://b.test"
-    hooks = CrawlHooks()
-    order = KeepOrder(hooks, wait=2.0, min_pages=3, count=lambda name, n: None)
+    context = CrawlContext(hosts=HostSettings(copy_wait=2.0, mirror_min_pages=3))
+    hooks = context.hooks
+    order = KeepOrder(context)
     assert not order.must_wait(f"{a}/x")  # no request scheduled for its host: the pipeline driven on its own
     hooks.meet(host_of(a))  # type: ignore[arg-type]
     hooks.meet(host_of(b))  # type: ignore[arg-type]
@@ -97,26 +99,26 @@ def test_which_pages_wait() -> None:
     assert order.must_wait(f"{b}/x")
     judge.settled_hosts.add(host_of(b))  # type: ignore[arg-type]
     assert not order.must_wait(f"{b}/x")
-    assert not KeepOrder(hooks, wait=0.0, min_pages=3, count=lambda name, n: None).must_wait(f"{b}/y")
+    still = CrawlContext(hosts=HostSettings(copy_wait=0.0, mirror_min_pages=3))
+    still.hooks = hooks
+    assert not KeepOrder(still).must_wait(f"{b}/y")
 
 
 def test_a_page_whose_path_an_earlier_host_checked_goes_on_at_once() -> None:
     import asyncio
 
     from scrapy_neardup.core.mirror_table import host_of
-    from scrapy_neardup.crawl.hooks import CrawlHooks
+    from scrapy_neardup.crawl.context import CrawlContext
+    from scrapy_neardup.crawl.host_settings import HostSettings
     from scrapy_neardup.crawl.order import KeepOrder
 
     a, b = "http://a.test", "http://b.test"
-    hooks = CrawlHooks()
+    context = CrawlContext(hosts=HostSettings(copy_wait=60.0, mirror_min_pages=3))
     for host in (a, b):
-        hooks.meet(host_of(host))  # type: ignore[arg-type]
-    counts: dict[str, int] = {}
+        context.hooks.meet(host_of(host))  # type: ignore[arg-type]
+    counts = context.counts
 
-    def count(name: str, n: int) -> None:
-        counts[name] = counts.get(name, 0) + n
-
-    order = KeepOrder(hooks, wait=60.0, min_pages=3, count=count, room=1000)
+    order = KeepOrder(context, room=1000)
     order.checked(f"{a}/news/1.html?p=2")
     asyncio.run(asyncio.wait_for(order.wait_turn(f"{b}/news/1.html?p=2", 10), 1.0))  # no wait: checked on a
     assert counts == {}
