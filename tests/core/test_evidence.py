@@ -135,6 +135,26 @@ def test_dedupe_output_carries_the_evidence(tmp_path: Path, capsys: pytest.Captu
     assert fields["shared"] == round(second["resemblance"] * 128)
     # What of the duplicate was sketched: its body without the menu (a link list), 400 words.
     assert (fields["sketched"], fields["words"]) == ("own text", 400)
+    # And of the kept page (the first record), as the index remembers it; each page's share removed before
+    # sketching: nothing, the menu being in <nav> (left out before the text is read).
+    assert (fields["kept_sketched"], fields["kept_words"], fields["removed"], fields["kept_removed"]) == (
+        "own text", 400, 0.0, 0.0)
+
+
+def test_dedupe_output_names_the_share_of_each_page_removed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kept page with a list of 25 links (75 words) around its 400 words, and its copy without: the kept side
+    says 75 of 475 words were removed (0.16), the copy's side none."""
+    words = " ".join(f"v{i}" for i in range(400))
+    links = "<ul>" + "".join(f'<li><a href="/{i}">see page {i}</a></li>' for i in range(25)) + "</ul>"
+    kept, copy = f"<html><body>{links}<p>{words}</p></body></html>", f"<html><body><p>{words}</p></body></html>"
+    path = tmp_path / "pages.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in ((1, kept), (2, copy))))
+    assert main(["dedupe", str(path)]) == 0
+    second = [json.loads(line) for line in capsys.readouterr().out.splitlines()][1]
+    fields = second["evidence"]
+    assert (fields["sketched"], fields["words"], fields["removed"]) == ("own text", 400, 0.0)
+    assert (fields["kept_sketched"], fields["kept_words"], fields["kept_removed"]) == ("own text", 400, 0.16)
+    assert fields["kept_removed"] == round(1 - 400 / 475, 2)
 
 
 def test_explain_fetches_pages_given_as_urls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
