@@ -89,11 +89,11 @@ class Sketch:
             ``""`` when not known. Not part of the
             sketch's identity, nor is ``words``.
         words: ``"auto"`` mode: the words sketched (0 in the other modes).
-        page_words: ``"auto"`` mode, a page that marks no main content: the words of the whole text it was read
-            from (its body, scripts, styles and any ``nav``/``header``/``footer``/``aside`` left out), before its
-            host's template and its link lists were removed; 0 when not counted (marked main content, other
-            modes: the whole text is not at hand there, and counting it would cost a second pass). The share of
-            the page removed before sketching is ``1 - words / page_words`` (:attr:`removed`).
+        page_words: ``"auto"`` mode: the words of the page's whole visible text (scripts and styles aside),
+            before its ``nav``/``header``/``footer``/``aside``, what lies outside its marked main content, its
+            host's template and its link lists were removed; 0 when not counted (an article page, whose extraction
+            also removes text inside its main content; several main elements; the other modes). The share of the
+            page removed before sketching is ``1 - words / page_words`` (:attr:`removed`).
     """
 
     signature: np.ndarray
@@ -305,7 +305,7 @@ class Sketcher:
                     tag=self.tag, num_shingles=int(counts[i]), truncated=clean.truncated,
                     blocks=None if clean.marked else page.distinct_hashes,
                     sketched=sketched, words=int(units[i].size),
-                    page_words=0 if clean.marked else int(page.words.size),
+                    page_words=0 if clean.outside_words is None else int(page.words.size) + clean.outside_words,
                 ))
         return sketches
 

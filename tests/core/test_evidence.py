@@ -136,12 +136,14 @@ def test_dedupe_output_carries_the_evidence(tmp_path: Path, capsys: pytest.Captu
     # What of the duplicate was sketched: its body without the menu (a link list), 400 words.
     assert (fields["sketched"], fields["words"]) == ("own text", 400)
     # And of the kept page (the first record), as the index remembers it; each page's share removed before
-    # sketching: nothing, the menu being in <nav> (left out before the text is read).
+    # sketching: its <nav> menu, 12 links of 2 words (24 of 424 words).
     assert (fields["kept_sketched"], fields["kept_words"], fields["removed"], fields["kept_removed"]) == (
-        "own text", 400, 0.0, 0.0)
+        "own text", 400, round(1 - 400 / 424, 2), round(1 - 400 / 424, 2))
 
 
-def test_dedupe_output_names_the_share_of_each_page_removed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dedupe_output_names_the_share_of_each_page_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
     """A kept page with a list of 25 links (75 words) around its 400 words, and its copy without: the kept side
     says 75 of 475 words were removed (0.16), the copy's side none."""
     words = " ".join(f"v{i}" for i in range(400))

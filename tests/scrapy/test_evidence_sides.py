@@ -1,6 +1,6 @@
 """Both sides of a drop's evidence in a real crawl over 127.0.0.1: what of the dropped page and of the kept page was
 sketched (``sketched``/``words``/``removed``, ``kept_sketched``/``kept_words``/``kept_removed``), with the embedded
-store (also after a restart from its saved state) and with the Elasticsearch backend on a real node, whose search
+store (also in a later crawl on its saved state) and with the Elasticsearch backend on a real node, whose search
 index then gives the same sides in a collapsed search's evidence.
 """
 
@@ -17,8 +17,13 @@ from scrapy_neardup.core.sketch import Sketcher
 
 ADDON = {"scrapy_neardup.NearDuplicateAddon": 0}
 WORDS = [f"word{i}x" for i in range(300)]
+OTHER = [f"other{i}y" for i in range(300)]
 #: The kept page's template: a list of 40 links of 3 words each (120 words), left out of what is sketched.
 LINKS = 40
+#: A page marking its main content, around it a header of 9 words, a footer of 6 and a link of 1 (16 words left
+#: out); its copy without marks and a <nav> of 10 words.
+HEADER, FOOTER, NAV = "The Daily Example news site for all readers today", "Copyright the example all rights here", (
+    "home world sport weather arts science business travel food contact")
 
 
 def _paragraphs(words: list[str]) -> str:
@@ -31,10 +36,33 @@ def site() -> dict[str, Page]:
     links = "".join(f'<li><a href="/{"copy.html" if i == 0 else f"gone{i}.html"}">related story {i}</a></li>'
                     for i in range(LINKS))
     return {
-        "/": Page('<html><body><p>start here</p><a href="/kept.html">the article</a></body></html>'),
+        "/": Page('<html><body><p>start here</p><a href="/kept.html">the article</a>'
+                  '<a href="/marked.html">the other</a></body></html>'),
         "/kept.html": Page(f"<html><body><ul>{links}</ul>{_paragraphs(WORDS)}</body></html>"),
         "/copy.html": Page(f"<html><body>{_paragraphs(WORDS)}</body></html>"),
+        "/marked.html": Page(f'<html><body><header>{HEADER}</header><main>{_paragraphs(OTHER)}</main>'
+                             f'<footer>{FOOTER}</footer><a href="/marked-copy.html">x</a></body></html>'),
+        "/marked-copy.html": Page(f"<html><body><nav>{NAV}</nav>{_paragraphs(OTHER)}</body></html>"),
     }
+
+
+def check_marked_sides(fields: dict[str, Any], pages: dict[str, Page]) -> None:
+    """The copy: its own text, 300 of 310 words (its <nav> removed: 0.03); the kept page: its main content, 300 of
+    316 words (header, footer and link: 0.05); as sketching the served pages gives."""
+    kept, copy = Sketcher().sketch_many([pages["/marked.html"].body, pages["/marked-copy.html"].body])
+    assert (kept.sketched, kept.words, kept.page_words) == ("main content", 300, 316)
+    assert (copy.sketched, copy.words, copy.page_words) == ("own text", 300, 310)
+    assert (fields["sketched"], fields["words"], fields["removed"]) == ("own text", 300, round(1 - 300 / 310, 2))
+    assert (fields["kept_sketched"], fields["kept_words"], fields["kept_removed"]) == (
+        "main content", 300, round(1 - 300 / 316, 2))
+
+
+def drops_by_url(dropped: list[dict[str, Any]], base: str) -> dict[str, dict[str, Any]]:
+    """Each near-duplicate drop by its path, checked to name its kept page."""
+    drops = {d["item"]["url"][len(base):]: d for d in dropped if d["reason"] == "NearDuplicateDropped"}
+    assert {path: d["duplicate_of"][len(base):] for path, d in drops.items()} == {
+        "/copy.html": "/kept.html", "/marked-copy.html": "/marked.html"}
+    return drops
 
 
 def check_sides(fields: dict[str, Any], pages: dict[str, Page]) -> None:
@@ -53,16 +81,18 @@ def test_a_drop_names_both_sides_with_the_embedded_store(run_crawl: Any, serve_s
     state = {"NEARDUP_STATE_DIR": str(tmp_path / "state")}
     result = run_crawl(settings={"ADDONS": ADDON, **state}, spider={"start_url": server.url + "/"})
     assert result.returncode == 0, result.log[-3000:]
-    (drop,) = [d for d in result.dropped if d["reason"] == "NearDuplicateDropped"]
-    assert drop["item"]["url"] == server.url + "/copy.html" and drop["duplicate_of"] == server.url + "/kept.html"
-    check_sides(drop["evidence"], pages)
-    assert "kept: own text, 300 words, 29% removed" in drop["message"]
+    drops = drops_by_url(result.dropped, server.url)
+    check_sides(drops["/copy.html"]["evidence"], pages)
+    check_marked_sides(drops["/marked-copy.html"]["evidence"], pages)
+    assert "kept: own text, 300 words, 29% removed" in drops["/copy.html"]["message"]
     # A later crawl on the saved state: the kept page's side comes from the store's files (mark mode, the field).
     again = run_crawl(settings={"ADDONS": ADDON, **state, "NEARDUP_ACTION": "mark"},
                       spider={"start_url": server.url + "/"}, name="again")
     assert again.returncode == 0, again.log[-3000:]
-    (mark,) = [i["neardup"] for i in again.scraped if (i.get("neardup") or {}).get("duplicate_of")]
-    check_sides(mark, pages)
+    marks = {i["url"][len(server.url):]: i["neardup"] for i in again.scraped if (i.get("neardup") or {}).get("rule")}
+    assert set(marks) == {"/copy.html", "/marked-copy.html"}
+    check_sides(marks["/copy.html"], pages)
+    check_marked_sides(marks["/marked-copy.html"], pages)
 
 
 @pytest.mark.es
@@ -78,8 +108,9 @@ def test_a_drop_names_both_sides_with_the_elasticsearch_backend(
     try:
         result = run_crawl(settings=settings, spider={"start_url": server.url + "/"})
         assert result.returncode == 0, result.log[-3000:]
-        (drop,) = [d for d in result.dropped if d["reason"] == "NearDuplicateDropped"]
-        check_sides(drop["evidence"], pages)
+        drops = drops_by_url(result.dropped, server.url)
+        check_sides(drops["/copy.html"]["evidence"], pages)
+        check_marked_sides(drops["/marked-copy.html"]["evidence"], pages)
         # The kept page's document holds what was sketched of it.
         es_client.indices.refresh(index=crawler_index)
         (doc,) = es_client.search(index=crawler_index, query={"term": {"neardup.key": server.url + "/kept.html"}},
