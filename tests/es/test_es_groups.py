@@ -326,7 +326,8 @@ def test_cli_transitive(es_url: str, grouped: dict[str, Any], capsys: pytest.Cap
         for page in obj["pages"][1:]:
             shared = _shared(grouped, obj["representative"], page["id"])
             rule = "near_duplicate" if shared >= T else "transitive"
-            assert page["evidence"] == evidence(shared, K, rule)
+            assert {k: v for k, v in page["evidence"].items() if k not in SIDES} == evidence(shared, K, rule)
+            assert page["evidence"]["sketched"] == page["evidence"]["kept_sketched"] == "own text"
             rules[rule] += 1
     assert rules["transitive"] > 0 and rules["near_duplicate"] > 0
     assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--json"]) == 0
@@ -341,8 +342,10 @@ def test_cli_text_output_and_errors(
     out, _ = capsys.readouterr()
     assert out.startswith("group ") and "keep " in out
     duplicates = [line for line in out.splitlines() if line.startswith("  duplicate ")]
-    assert duplicates and all(re.search(r"\(near_duplicate: \d+ of 128 positions shared, r in \[0\.\d+, [01]\.\d+\]\)$",
-                                        line) for line in duplicates)
+    # Each with its evidence and both pages' sides (plain text records: their words, nothing removed).
+    evidence_line = (r"\(near_duplicate: \d+ of 128 positions shared, r in \[0\.\d+, [01]\.\d+\]; "
+                     r"sketched: own text, \d+ words, 0% removed; kept: own text, \d+ words, 0% removed\)$")
+    assert duplicates and all(re.search(evidence_line, line) for line in duplicates)
     assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--keep", "highest"]) == 1
     assert "--value-field" in capsys.readouterr().err
     assert main(["es", "groups", *_es_args(es_url, "Bad*Index")]) == 1
