@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.evidence import Rule, evidence, kept_fields, side_fields
+from scrapy_neardup.core.evidence import Rule, evidence, sides
 from scrapy_neardup.core.match import Sketched
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.stored_signature import decode_many, verified
@@ -284,13 +284,6 @@ def _group_members(
 #: The doc values the evidence of a hidden page is counted on (and what of each page was sketched).
 _EVIDENCE_FIELDS = [F_SIG, F_FINGERPRINT, F_TAG, F_SKETCHED, F_WORDS, F_PAGE_WORDS]
 _SHORT = {F_SKETCHED: "sketched", F_WORDS: "words", F_PAGE_WORDS: "page_words"}
-
-
-def sides(hidden: Sketched | None, kept: Sketched | None) -> dict[str, Any]:
-    """The evidence fields saying what of a hidden page (``sketched``, ``words``, ``removed``) and of the page
-    hiding it (``kept_sketched``, ``kept_words``, ``kept_removed``) was sketched, as far as their documents say."""
-    own = {} if hidden is None else side_fields(hidden.kind, hidden.words, hidden.page_words)
-    return {**own, **kept_fields(kept)}
 
 
 def _hidden_evidence(

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from scrapy_neardup.core.evidence import describe_evidence, kept_fields, side_fields
+from scrapy_neardup.core.evidence import describe_evidence, sides
 from scrapy_neardup.core.match import Sketched
 
 from .indexing import get_field
@@ -128,9 +128,8 @@ def _with_sides(
     (``kept_sketched``, ``kept_words``, ``kept_removed``) was sketched, as far as their documents say."""
     if not fields:
         return fields
-    own = member.sketched if member is not None else None
-    sides = {} if own is None else side_fields(own.kind, own.words, own.page_words)
-    return {**fields, **sides, **kept_fields(keep.sketched if keep is not None else None)}
+    return {**fields, **sides(member.sketched if member is not None else None,
+                              keep.sketched if keep is not None else None)}
 
 
 def _page_evidence(fields: dict[str, Any] | None) -> dict[str, Any]:

@@ -59,6 +59,13 @@ def kept_fields(kept: Sketched | None) -> dict[str, Any]:
     return {} if kept is None else side_fields(kept.kind, kept.words, kept.page_words, prefix="kept_")
 
 
+def sides(duplicate: Sketched | None, kept: Sketched | None) -> dict[str, Any]:
+    """The evidence fields saying what of a duplicate (``sketched``, ``words``, ``removed``) and of the kept page it
+    names (``kept_sketched``, ``kept_words``, ``kept_removed``) was sketched, as far as each is known."""
+    own = {} if duplicate is None else side_fields(duplicate.kind, duplicate.words, duplicate.page_words)
+    return {**own, **kept_fields(kept)}
+
+
 def match_evidence(match: Match, num_perm: int, canonical: bool = False,
                    sketch: Sketch | None = None) -> dict[str, Any]:
     """The evidence of a duplicate of ``match``: rule ``"exact"`` for equal fingerprints, ``"canonical"`` when the

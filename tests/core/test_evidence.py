@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from scrapy_neardup.cli.main import main
-from scrapy_neardup.core.evidence import describe_evidence, evidence, match_evidence
-from scrapy_neardup.core.match import Match
+from scrapy_neardup.core.evidence import describe_evidence, evidence, match_evidence, sides
+from scrapy_neardup.core.match import Match, Sketched
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import _binomial_pmf, resemblance_interval
 
@@ -241,9 +241,12 @@ def test_report_and_explain_of_a_state_directory(tmp_path: Path, capsys: pytest.
     assert main(["report", str(state), "-o", str(report)]) == 0
     page = report.read_text()
     fields = evidence(shared, 128, "near_duplicate")
+    # With what of both stored pages was sketched (each: 400 of its 424 words, its <nav> menu left out).
+    side = Sketched("own text", 400, 424)
+    assert [(s.sketched, s.words, s.page_words) for s in sketcher.sketch_many([a, b])] == [("own text", 400, 424)] * 2
     assert (f"<tr><td>http://y.test/b</td><td>http://x.test/a</td><td>{shared / 128:.3f}</td>"
-            f"<td>{describe_evidence(fields)}<br><code>neardup explain --state {state} http://x.test/a "
-            "http://y.test/b</code></td></tr>") in page
+            f"<td>{describe_evidence({**fields, **sides(side, side)})}<br><code>neardup explain --state {state} "
+            "http://x.test/a http://y.test/b</code></td></tr>") in page
     assert '<div class="card"><b>3</b>pages</div>' in page and '<div class="card"><b>1</b>duplicates</div>' in page
     assert main(["explain", "--state", str(state), "http://x.test/a", "http://y.test/b", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
