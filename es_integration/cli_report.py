@@ -28,7 +28,8 @@ from scrapy_neardup.cli.explain import (
 )
 from scrapy_neardup.cli.options import add_sketch_options
 from scrapy_neardup.cli.report import Decision, render_decisions
-from scrapy_neardup.core.evidence import Rule, evidence
+from scrapy_neardup.core.evidence import Rule, evidence, sides
+from scrapy_neardup.core.match import Sketched
 from scrapy_neardup.core.mirror_table import host_of
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
@@ -37,12 +38,23 @@ from scrapy_neardup.errors import EsError
 
 from .cli_jobs import connection_options, job_params, run_job
 from .indexing import get_field
-from .mapping import DUPLICATE, F_DUPLICATE_OF, F_FINGERPRINT, F_KEY, F_SIG, F_STATUS, require_tag
+from .mapping import (
+    DUPLICATE,
+    F_DUPLICATE_OF,
+    F_FINGERPRINT,
+    F_KEY,
+    F_SIG,
+    F_STATUS,
+    ROOT,
+    TEXT_FIELDS,
+    require_tag,
+    stored_sketched,
+)
 from .names import validate_field_name
 from .sweep import point_in_time, sliced_sweep
 
 #: The doc-value fields a report reads of each document.
-_FIELDS = [F_SIG, F_FINGERPRINT, F_STATUS, F_DUPLICATE_OF, F_KEY]
+_FIELDS = [F_SIG, F_FINGERPRINT, F_STATUS, F_DUPLICATE_OF, F_KEY, *TEXT_FIELDS]
 
 
 def add_report_commands(commands: Any) -> None:
@@ -144,6 +156,7 @@ def index_report(client: Any, index: str, params: SketchParams, *, url_field: st
     sigs: list[object] = []
     prints: list[object] = []
     targets: list[str | None] = []
+    texts: list[Sketched | None] = []  # what of each page was sketched, as its document says
     with point_in_time(client, index) as pit:
         for hits in sliced_sweep(client, pit, query=sketched(params.tag), source=[url_field], docvalue_fields=_FIELDS):
             for hit in hits:
@@ -157,6 +170,7 @@ def index_report(client: Any, index: str, params: SketchParams, *, url_field: st
                 prints.append((fields.get(F_FINGERPRINT) or [None])[0])
                 duplicate = (fields.get(F_STATUS) or [None])[0] == DUPLICATE
                 targets.append((fields.get(F_DUPLICATE_OF) or [None])[0] if duplicate else None)
+                texts.append(stored_sketched({name[len(ROOT) + 1:]: fields.get(name) for name in TEXT_FIELDS}))
     values, valid = decode_many(sigs, params.num_perm)
     row_of = {doc_id: row for row, doc_id in enumerate(ids)}
     for row, key in enumerate(keys):
@@ -176,7 +190,8 @@ def index_report(client: Any, index: str, params: SketchParams, *, url_field: st
             shared = int(np.count_nonzero(values[row] == values[of]))
             exact = prints[row] is not None and prints[row] == prints[of]
             rule: Rule = "exact" if exact else ("near_duplicate" if shared >= params.min_shared else "transitive")
-            fields, resemblance = evidence(shared, params.num_perm, rule), shared / params.num_perm
+            fields = {**evidence(shared, params.num_perm, rule), **sides(texts[row], texts[of])}
+            resemblance = shared / params.num_perm
             command = f"neardup es explain --index {index} {shlex.quote(ids[of])} {shlex.quote(ids[row])}"
         rows.append(Decision(names[row], names[of] if of is not None else target, resemblance, fields, command))
     rows.sort(key=lambda decision: (decision.of, decision.page))  # an index has no order of its own

@@ -12,12 +12,27 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.evidence import Rule, evidence
+from scrapy_neardup.core.evidence import Rule, evidence, sides
+from scrapy_neardup.core.match import Sketched
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.stored_signature import decode_many, verified
 
 from .indexing import get_field
-from .mapping import F_BANDS, F_FINGERPRINT, F_GROUP, F_POSITIONS, F_SIG, F_STATUS, F_TAG, signature_from_tokens
+from .mapping import (
+    F_BANDS,
+    F_FINGERPRINT,
+    F_GROUP,
+    F_PAGE_WORDS,
+    F_POSITIONS,
+    F_SIG,
+    F_SKETCHED,
+    F_STATUS,
+    F_TAG,
+    F_WORDS,
+    ROOT,
+    signature_from_tokens,
+    stored_sketched,
+)
 from .names import validate_field_name, validate_index_name
 
 if TYPE_CHECKING:
@@ -266,8 +281,9 @@ def _group_members(
     }
 
 
-#: The doc values the evidence of a hidden page is counted on.
-_EVIDENCE_FIELDS = [F_SIG, F_FINGERPRINT, F_TAG]
+#: The doc values the evidence of a hidden page is counted on (and what of each page was sketched).
+_EVIDENCE_FIELDS = [F_SIG, F_FINGERPRINT, F_TAG, F_SKETCHED, F_WORDS, F_PAGE_WORDS]
+_SHORT = {F_SKETCHED: "sketched", F_WORDS: "words", F_PAGE_WORDS: "page_words"}
 
 
 def _hidden_evidence(
@@ -276,10 +292,10 @@ def _hidden_evidence(
 ) -> None:
     """Each hit's ``evidence``: its hidden pages' stored signatures against the group's representative's (the
     document whose ``_id`` is the group id: among the group's hits when it matches, else read)."""
-    def fields(hit: dict[str, Any]) -> tuple[Any, Any, Any]:
+    def fields(hit: dict[str, Any]) -> tuple[Any, Any, Any, Sketched | None]:
         values = hit.get("fields") or {}
-        sig, fingerprint, tag = ((values.get(name) or [None])[0] for name in _EVIDENCE_FIELDS)
-        return sig, fingerprint, tag
+        sig, fingerprint, tag = ((values.get(name) or [None])[0] for name in _EVIDENCE_FIELDS[:3])
+        return sig, fingerprint, tag, stored_sketched({_SHORT[name]: values.get(name) for name in _SHORT})
 
     leaders = {t["_id"]: fields(t) for _, tops in members.values() for t in tops}
     missing = sorted({h.group for h in hits if h.hidden and h.group is not None} - set(leaders))
@@ -290,7 +306,7 @@ def _hidden_evidence(
     for h in hits:
         if not h.hidden or h.group is None or h.group not in leaders:
             continue
-        sig, fingerprint, tag = leaders[h.group]
+        sig, fingerprint, tag, kept = leaders[h.group]
         if not isinstance(tag, str):
             continue
         params = SketchParams.from_tag(tag, min_shared=min_shared)
@@ -306,7 +322,7 @@ def _hidden_evidence(
             rule: Rule = ("exact" if other[1] is not None and other[1] == fingerprint
                           else "near_duplicate" if shared >= params.min_shared else "transitive")
             h.evidence[doc_id] = {"resemblance": round(shared / params.num_perm, 4),
-                                  **evidence(shared, params.num_perm, rule)}
+                                  **evidence(shared, params.num_perm, rule), **sides(other[3], kept)}
 
 
 def hit_signature(hit: dict[str, Any], num_perm: int | None = None) -> tuple[str, np.ndarray] | None:
@@ -358,7 +374,8 @@ def collapse_hits(
                 owner.hidden.append(entry.id)
                 k = len(signature)
                 owner.evidence[entry.id] = {"resemblance": round(best[1] / k, 4),
-                                            **evidence(best[1], k, "near_duplicate")}
+                                            **evidence(best[1], k, "near_duplicate"),
+                                            **sides(_source_sketched(hit), _source_sketched(owner.hit))}
                 continue
             owners.append(len(kept))
             signatures.append(signature)
@@ -398,3 +415,9 @@ def _without_positions(source: dict[str, Any] | None) -> dict[str, Any] | None:
         return source
     neardup = {k: v for k, v in source["neardup"].items() if k != "positions"}
     return {**source, "neardup": neardup}
+
+
+def _source_sketched(hit: Mapping[str, Any] | None) -> Sketched | None:
+    """What of a hit's page was sketched, from its ``_source`` (``None`` when it does not say)."""
+    source = (hit or {}).get("_source") or {}
+    return stored_sketched(source.get(ROOT)) if isinstance(source, dict) else None

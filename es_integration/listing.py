@@ -13,10 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from scrapy_neardup.core.evidence import describe_evidence
+from scrapy_neardup.core.evidence import describe_evidence, sides
+from scrapy_neardup.core.match import Sketched
 
 from .indexing import get_field
-from .mapping import F_DUPLICATE_OF, F_KEY, F_STATUS
+from .mapping import F_DUPLICATE_OF, F_KEY, F_STATUS, ROOT, TEXT_FIELDS, stored_sketched
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -37,11 +38,13 @@ _TITLE_CHARS = 80
 
 @dataclass(frozen=True, slots=True)
 class PageLabel:
-    """What a listing shows of a page: ``url`` (None when the document has none) and ``title``."""
+    """What a listing shows of a page: ``url`` (None when the document has none) and ``title``; ``sketched``:
+    what of it was sketched, when its document says (the sides of a group's evidence)."""
 
     id: str
     url: str | None = None
     title: str | None = None
+    sketched: Sketched | None = None
 
     def text(self) -> str:
         """``URL  title`` (the ``_id`` stands for a missing URL; the title is left out when there is none)."""
@@ -55,7 +58,7 @@ class PageLabel:
 def label_fields(url_field: str, title_field: str, *, text: bool = False) -> list[str]:
     """The ``_source`` fields a label is made from (``text``: and a ``text`` field, whose start stands for a
     missing title; whole pages, so only for the few hits of a search)."""
-    return [url_field, title_field, F_KEY, *(["text"] if text else [])]
+    return [url_field, title_field, F_KEY, *TEXT_FIELDS, *(["text"] if text else [])]
 
 
 def label_of(doc_id: str, source: Mapping[str, Any], url_field: str, title_field: str) -> PageLabel:
@@ -64,7 +67,8 @@ def label_of(doc_id: str, source: Mapping[str, Any], url_field: str, title_field
     title = _text(get_field(dict(source), title_field)) or _text(source.get("text"))
     if title and len(title) > _TITLE_CHARS:
         title = title[: _TITLE_CHARS - 3] + "..."
-    return PageLabel(doc_id, url, title)
+    neardup = source.get(ROOT)
+    return PageLabel(doc_id, url, title, stored_sketched(neardup) if isinstance(neardup, dict) else None)
 
 
 def page_labels(
@@ -89,7 +93,7 @@ def group_lines(group: Group, labels: Mapping[str, PageLabel]) -> list[str]:
     lines = [f"group {group.id}: {len(group.members)} pages, keep {keep.text()}"]
     for at, member in enumerate(group.members[1:], start=1):
         line = f"  duplicate {labels.get(member, PageLabel(member)).text()}"
-        fields = group.evidence_of(at)
+        fields = _with_sides(group.evidence_of(at), labels.get(member), keep)
         lines.append(line + (f"  ({describe_evidence(fields)})" if fields else ""))
     return lines
 
@@ -108,12 +112,24 @@ def write_groups(
                              title_field=title_field)
         for group in chunk:
             if as_json:
-                pages = [{**labels[m].to_json(), **_page_evidence(group.evidence_of(at))}
+                keep = labels[group.representative]
+                pages = [{**labels[m].to_json(), **_page_evidence(_with_sides(group.evidence_of(at), labels[m], keep))}
                          for at, m in enumerate(group.members)]
                 out.write(json.dumps({**group.to_json(), "pages": pages}, ensure_ascii=False) + "\n")
             else:
                 out.write("\n".join(group_lines(group, labels)) + "\n")
     out.flush()
+
+
+def _with_sides(
+    fields: dict[str, Any] | None, member: PageLabel | None, keep: PageLabel | None,
+) -> dict[str, Any] | None:
+    """A member's evidence with what of it (``sketched``, ``words``, ``removed``) and of the group's representative
+    (``kept_sketched``, ``kept_words``, ``kept_removed``) was sketched, as far as their documents say."""
+    if not fields:
+        return fields
+    return {**fields, **sides(member.sketched if member is not None else None,
+                              keep.sketched if keep is not None else None)}
 
 
 def _page_evidence(fields: dict[str, Any] | None) -> dict[str, Any]:

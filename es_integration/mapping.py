@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from scrapy_neardup.core.match import Sketched
 from scrapy_neardup.core.params import content_change, parse_tag, still_made
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored_signature import StoredSignature, stored_values, values_from_token_lists
@@ -41,6 +42,11 @@ F_SHARED = f"{ROOT}.shared"
 F_KEY = f"{ROOT}.key"
 F_WRITER = f"{ROOT}.writer"
 F_CRAWL = f"{ROOT}.crawl"
+#: What of the page was sketched (Sketch.sketched, words, page_words): the kept side of a duplicate's evidence.
+F_SKETCHED = f"{ROOT}.sketched"
+F_WORDS = f"{ROOT}.words"
+F_PAGE_WORDS = f"{ROOT}.page_words"
+TEXT_FIELDS = (F_SKETCHED, F_WORDS, F_PAGE_WORDS)
 
 KEPT, DUPLICATE, PENDING, UNCHECKED = "kept", "duplicate", "pending", "unchecked"
 
@@ -73,6 +79,10 @@ def sketch_properties() -> dict[str, Any]:
             "key": {"type": "keyword", "ignore_above": _KEY_IGNORE_ABOVE},
             "writer": {"type": "keyword", "index": False, "doc_values": False},
             "crawl": {"type": "keyword", "index": False, "doc_values": False},
+            # Read as doc values by the evidence of groups and collapse; never searched.
+            "sketched": {"type": "keyword", "index": False},
+            "words": {"type": "integer", "index": False},
+            "page_words": {"type": "integer", "index": False},
         },
     }
 
@@ -286,7 +296,8 @@ def fingerprint_hex(fingerprint: int) -> str:
 
 
 def sketch_fields(sketch: Sketch, *, seq: int | None = None, **extra: Any) -> dict[str, Any]:
-    """The ``neardup`` object of a document: positions (unless empty), fingerprint, tag, empty, seq.
+    """The ``neardup`` object of a document: positions (unless empty), fingerprint, tag, empty, seq, and what of the
+    page was sketched (:func:`text_fields`).
 
     ``extra`` adds further ``neardup`` fields by their short names (``group=``, ``status=``, ``key=``, ...).
     """
@@ -297,10 +308,38 @@ def sketch_fields(sketch: Sketch, *, seq: int | None = None, **extra: Any) -> di
     }
     if not sketch.empty:
         fields.update(stored_fields(StoredSignature.from_sketch(sketch)))
+    fields.update(text_fields(sketch))
     if seq is not None:
         fields["seq"] = seq
     fields.update(extra)
     return fields
+
+
+def text_fields(sketch: Sketch) -> dict[str, Any]:
+    """``sketched``, ``words`` and ``page_words`` of a document (what of the page was sketched, when known; the
+    counts only when counted)."""
+    if not sketch.sketched:
+        return {}
+    fields: dict[str, Any] = {"sketched": sketch.sketched}
+    if sketch.words:
+        fields["words"] = sketch.words
+    if sketch.page_words:
+        fields["page_words"] = sketch.page_words
+    return fields
+
+
+def stored_sketched(values: Any) -> Sketched | None:
+    """What of a page was sketched, from its document's ``neardup`` object or its doc values (by short name, a
+    value or a one-element list); ``None`` for a document written before these fields existed."""
+    def one(name: str) -> Any:
+        value = values.get(name) if isinstance(values, dict) else None
+        return value[0] if isinstance(value, list) and value else value
+
+    kind = one("sketched")
+    if not isinstance(kind, str) or not kind:
+        return None
+    words, page_words = one("words"), one("page_words")
+    return Sketched(kind, words if isinstance(words, int) else 0, page_words if isinstance(page_words, int) else 0)
 
 
 def stored_fields(stored: StoredSignature, *, positions: bool = True) -> dict[str, Any]:

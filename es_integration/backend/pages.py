@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from scrapy_neardup.core.match import best_first
+from scrapy_neardup.core.match import Sketched, best_first
 from scrapy_neardup.core.stored_signature import StoredSignature, decode_many
 from scrapy_neardup.store.backend import Decision
 
@@ -29,6 +29,7 @@ class _Candidate:
     shared: int
     exact: bool
     order: int
+    kept: Sketched | None = None  # what of it was sketched (None: a document written before that was stored)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,8 @@ class _Page:
     decided: bool = False
     new_content: bool = False  # kept or revisited: later pages of the batch compare with its content
     decision: Decision | None = None
+    #: what of the page was sketched, written on its document (the kept side of later duplicates' evidence)
+    text: dict[str, Any] = field(default_factory=dict)
 
     def reset(self) -> None:
         self.prior, self.own, self.fields, self.seq, self.order = None, None, {}, -1, -1

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scrapy_neardup.core.match import Match
+from scrapy_neardup.core.match import Match, Sketched
 from scrapy_neardup.core.sketch import Sketch
 from scrapy_neardup.core.stored_signature import StoredSignature, shared_counts, verified
 from scrapy_neardup.errors import EsError
 from scrapy_neardup.store.backend import Decision
 
-from ..mapping import DUPLICATE, KEPT, PENDING, ROOT, fingerprint_hex, stored_fields
+from ..mapping import DUPLICATE, KEPT, PENDING, ROOT, fingerprint_hex, stored_fields, stored_sketched, text_fields
 from .pages import _best, _Candidate, _Page, doc_id_of
 from .searches import OWN_SOURCE
 
@@ -86,7 +86,8 @@ class Rounds:
         """Decide a batch of distinct keys; pages whose conditional write met another crawler's write of the
         same key are decided again in a further round (at most ``_MAX_ROUNDS``)."""
         pages = [
-            _Page(pos, key, StoredSignature.from_sketch(sketch), fingerprint_hex(sketch.fingerprint), doc_id_of(key))
+            _Page(pos, key, StoredSignature.from_sketch(sketch), fingerprint_hex(sketch.fingerprint), doc_id_of(key),
+                  text=text_fields(sketch))
             for pos, (key, sketch) in enumerate(batch)
         ]
         todo = pages
@@ -213,19 +214,20 @@ class Rounds:
     def _local_matches(self, page: _Page, earlier: list[_Page], *, later: list[_Page]) -> list[_Candidate]:
         """Kept candidates among the batch's written pages, as a page checked alone in turn would see them: the
         new content of earlier ones decided kept (or revisited), the stored version of later revisited keys."""
-        versions: list[tuple[_Page, np.ndarray, str, int]] = [
-            (other, other.stored.values, other.fingerprint, other.order)
+        versions: list[tuple[_Page, np.ndarray, str, int, Sketched | None]] = [
+            (other, other.stored.values, other.fingerprint, other.order, stored_sketched(other.text))
             for other in earlier
             if other.decision is None or other.new_content  # in (a) its outcome is not known yet
         ]
-        versions += [(o, o.own.values, o.own.fingerprint, o.own.order) for o in later if o.own is not None]
+        # A later page's stored version: what of it was sketched is not read (its evidence omits the kept side).
+        versions += [(o, o.own.values, o.own.fingerprint, o.own.order, None) for o in later if o.own is not None]
         if not versions:
             return []
         found = verified(np.vstack([v[1] for v in versions]), None, page.stored.values, self.min_shared)
         out = []
         for row, shared in found:
-            other, _, fingerprint, order = versions[row]
-            out.append(_Candidate(other.doc_id, other.key, shared, fingerprint == page.fingerprint, order))
+            other, _, fingerprint, order, kept = versions[row]
+            out.append(_Candidate(other.doc_id, other.key, shared, fingerprint == page.fingerprint, order, kept))
         return out
 
     def _pending_fields(self, page: _Page, token: str) -> dict[str, Any]:
@@ -233,11 +235,11 @@ class Rounds:
         stored = stored_fields(page.stored, positions=not self.searches.bands)
         return {
             "key": page.key, "tag": self.tag, **stored, "fingerprint": page.fingerprint, "empty": False,
-            "status": PENDING, "group": page.doc_id, "writer": token, "crawl": [self.crawl_id],
+            "status": PENDING, "group": page.doc_id, "writer": token, "crawl": [self.crawl_id], **page.text,
         }
 
     def _match(self, candidate: _Candidate) -> Match:
         return Match(
             key=candidate.key, shared=candidate.shared, resemblance=candidate.shared / self.num_perm,
-            exact=candidate.exact,
+            exact=candidate.exact, kept=candidate.kept,
         )

@@ -33,6 +33,8 @@ from ..mapping import (
     KEPT,
     PENDING,
     ROOT,
+    TEXT_FIELDS,
+    stored_sketched,
 )
 from ..retry import ShardsUnavailable
 from .pages import _Candidate, _Page
@@ -55,7 +57,9 @@ _UNION_HITS = 10_000
 #: Hits of a page's ranked band query (its band hits beyond :data:`_CANDIDATES`), each verified.
 _RANKED = 10_000
 #: What a real-time read of a page's own document (or of a pending candidate) returns.
-OWN_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_SIG, F_WRITER, F_CRAWL]
+OWN_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_SIG, F_WRITER, F_CRAWL, *TEXT_FIELDS]
+#: What a candidate's ``_source`` is read for: its key, state, order, fingerprint and what of it was sketched.
+_CANDIDATE_SOURCE = [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER, *TEXT_FIELDS]
 
 
 def _search_kwargs(body: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +106,7 @@ class Searches:
     ) -> dict[str, Any]:
         """The candidate search of one page (kept or pending documents; not ``exclude``, its own)."""
         statuses, exclude_ids = (KEPT, PENDING), [exclude] if exclude else []
-        source = {"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]}
+        source = {"includes": _CANDIDATE_SOURCE}
         if positions:
             query = candidate_query(stored.tokens(), self.min_shared, self.tag, statuses=statuses,
                                     exclude_ids=exclude_ids)
@@ -196,7 +200,7 @@ class Searches:
                                      {"terms": {F_STATUS: [KEPT, PENDING]}}]}}
         response = await self.transport.es.search(
             index=self.index, query=query, size=size, seq_no_primary_term=True,
-            source={"includes": [F_KEY, F_STATUS, F_SEQ, F_FINGERPRINT, F_WRITER]},
+            source={"includes": _CANDIDATE_SOURCE},
             docvalue_fields=[{"field": F_SIG}], track_total_hits=False,
         )
         shards = response["_shards"]
@@ -254,7 +258,7 @@ class Searches:
                 elif shared < self.min_shared:
                     continue
             out.append(_Candidate(hit["_id"], str(source.get("key", hit["_id"])), shared,
-                                  source.get("fingerprint") == page.fingerprint, order))
+                                  source.get("fingerprint") == page.fingerprint, order, stored_sketched(source)))
         return out
 
     async def read_settled(self, ids: set[str], *, wait: bool = True) -> dict[str, dict[str, Any]]:

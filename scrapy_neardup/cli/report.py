@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.evidence import describe_evidence, evidence, mirror_evidence
+from ..core.evidence import describe_evidence, evidence, mirror_evidence, sides
 from ..core.params import SketchParams
 from ..core.report_html import cards, largest, page, plot, rate_bar, table
 from ..core.sketch import Sketcher
@@ -108,7 +108,9 @@ def state_report(state: str, params: SketchParams) -> str:
     for row, label in enumerate(labels.tolist()):
         if label != row:
             shared = int(np.count_nonzero(values[row] == values[label]))
-            fields = evidence(shared, params.num_perm, "near_duplicate")
+            # What of both stored pages was sketched, as the store remembers it.
+            fields = {**evidence(shared, params.num_perm, "near_duplicate"),
+                      **sides(index.sketched(int(docs[row])), index.sketched(int(docs[label])))}
             rows.append(Decision(keys[row], keys[label], shared / params.num_perm, fields,
                                  f"neardup explain --state {shlex.quote(state)} {shlex.quote(keys[label])} "
                                  f"{shlex.quote(keys[row])}"))

@@ -25,10 +25,10 @@ import html as html_lib
 import logging
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
-from selectolax.lexbor import LexborHTMLParser
+from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from .article import outermost, the_article
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
@@ -113,6 +113,12 @@ def markup_to_text(data: bytes, tags: np.ndarray, mode: HtmlMode) -> str:
 
 
 def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
+    """:func:`read_marked` without the text left out."""
+    text, marked, _ = read_marked(data, tags)
+    return text, marked
+
+
+def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, str | None]:
     """The text of UTF-8 HTML ``data`` (``tags``: where its ``<`` are) that ``"auto"`` mode starts from, with its
     block marks, and whether the page marks its main content.
 
@@ -120,7 +126,10 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     ``footer``, ``aside`` and their ARIA roles removed, then ``<main>``/``role="main"``, else ``<article>``, else
     ``<body>``), :data:`~scrapy_neardup.core.marks.BLOCK` at every boundary of a block element and link text
     bracketed by :data:`~scrapy_neardup.core.marks.LINK_START` / :data:`~scrapy_neardup.core.marks.LINK_END`.
-    Marker bytes already in ``data`` become spaces first.
+    Marker bytes already in ``data`` become spaces first. Third, the visible text left out on the way (the
+    ``nav``/``header``/``footer``/``aside`` elements, and what lies outside a marked main content), read from the
+    parsed tree only where that costs no walk of the page's main text; ``None`` when it was not read (several
+    main elements).
     """
     data = data.translate(CLEAR_MARKS)
     scan = TagScan.of(data, tags)
@@ -129,12 +138,14 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     data = insert_marks(data, tags, scan, marks)
     if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
-        return strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False
+        return strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False, ""
     tree = LexborHTMLParser(data)
     landmarks = _Landmarks.of(data, marks, scan)
     if not landmarks.any:
-        return _body_text(tree, dropped, start_tags), False
-    return _main_text(tree, dropped, _BLOCK_STR, landmarks, articles=True)
+        return _body_text(tree, dropped, start_tags), False, ""
+    outside: list[str | None] = []
+    text, marked = _main_text(tree, dropped, _BLOCK_STR, landmarks, articles=True, outside=outside)
+    return text, marked, None if None in outside else " ".join(cast("list[str]", outside))
 
 
 _BLOCK_STR = chr(BLOCK)
@@ -184,18 +195,32 @@ def _body_text(tree: LexborHTMLParser, dropped: str, start_tags: int) -> str:
     return "" if root is None else root.text(separator=" ")
 
 
+_NOT_TEXT_TAGS = frozenset(("script", "style", "template", "noscript", "svg", "math", "iframe", "object", "title",
+                            "head", "_comment"))
+
+
 def _main_text(
     tree: LexborHTMLParser, dropped: str, joiner: str, landmarks: _Landmarks = _EVERY_LANDMARK,
-    articles: bool = False,
+    articles: bool = False, outside: list[str | None] | None = None,
 ) -> tuple[str, bool]:
     """The main content of ``tree`` (see :func:`html_to_text`, mode ``"main"``), after removing the elements
     selected by ``dropped``, several main elements joined with ``joiner``; and whether it is marked (a main or
     article element with text) rather than the body. ``landmarks``: what the page may have (all by default).
     ``articles`` (``"auto"`` mode): ``<article>`` elements are the main content only where one of them is the
-    page's article (:func:`scrapy_neardup.core.article.the_article`); teaser cards leave the page unmarked."""
+    page's article (:func:`scrapy_neardup.core.article.the_article`); teaser cards leave the page unmarked.
+    ``outside``: receives the visible text left out (the boilerplate elements, and what lies outside the one main
+    element; ``None`` when several main elements leave it unread)."""
     dropped = ",".join(part for part in (dropped, landmarks.boilerplate()) if part)
     root_id = tree.root.mem_id if tree.root is not None else None
-    for node in tree.css(dropped) if dropped else ():  # one C-level selection
+    nodes = tree.css(dropped) if dropped else []  # one C-level selection
+    if outside is not None and nodes:
+        # Scripts and styles go first, so that the boilerplate's text read next is visible text only.
+        for node in nodes:
+            if node.tag in _NOT_TEXT_TAGS and node.mem_id != root_id:
+                node.decompose()
+        nodes = [node for node in nodes if node.tag not in _NOT_TEXT_TAGS]
+        outside.extend(node.text(separator=" ") for node in outermost(nodes) if node.mem_id != root_id)
+    for node in nodes:
         # <html role="navigation"> cannot be removed (lexbor refuses to remove the root): the document's text
         # is not boilerplate because its root says so; its inner boilerplate still goes.
         if node.mem_id != root_id:
@@ -209,9 +234,33 @@ def _main_text(
             nodes = trusted
         text = joiner.join(node.text(separator=" ") for node in nodes)
         if _has_text(text):
+            if outside is not None:
+                _read_outside(nodes, outside)
             return text, True
     root = tree.body or tree.root
     return ("" if root is None else root.text(separator=" ")), False
+
+
+def _read_outside(nodes: list[LexborNode], outside: list[str | None]) -> None:
+    """Add to ``outside`` the text of the page outside its one main element (the siblings of it and of each of
+    its ancestors, up to the root): the sidebar and the rest of the template, without walking the main text
+    again; ``None`` for several main elements."""
+    if len(nodes) != 1:
+        outside.append(None)
+        return
+    node: LexborNode | None = nodes[0]
+    while node is not None and node.parent is not None:
+        sibling = node.prev
+        while sibling is not None:
+            if sibling.tag not in _NOT_TEXT_TAGS:
+                outside.append(sibling.text(separator=" "))
+            sibling = sibling.prev
+        sibling = node.next
+        while sibling is not None:
+            if sibling.tag not in _NOT_TEXT_TAGS:
+                outside.append(sibling.text(separator=" "))
+            sibling = sibling.next
+        node = node.parent
 
 
 _NOT_TEXT_CHARS = " \t\n\r\f" + "".join(map(chr, (BLOCK, LINK_START, LINK_END)))

@@ -14,13 +14,17 @@ import numpy as np
 from ..errors import IncompatibleSketches
 from . import index_file
 from .band_runs import BandRuns, keys_of
-from .match import Decision, Match, best_first
+from .match import Decision, Match, Sketched, best_first
 from .memory import resized
 from .page_keys import PageKeys
-from .sketch import Sketch
+from .sketch import SKETCHED, Sketch
 from .stored_signature import StoredSketch, band_bounds, band_sums, shared_counts, stored_values
 
 # Names other modules take from here (the index's home before it was split, and the types of its answers).
+
+# What of a kept page was sketched travels as a byte (0: not known, a page stored by an earlier version).
+_KIND_CODE = {name: code for code, name in enumerate(SKETCHED, start=1)}
+_KIND_BY_CODE = {code: name for name, code in _KIND_CODE.items()}
 
 class SketchIndex:
     """In-process index of kept sketches with exact t-of-k candidate retrieval (see module doc).
@@ -53,6 +57,9 @@ class SketchIndex:
         self._dead_count = 0
         # Pages whose key was kept or revisited in the current crawl (see the module doc: repeats).
         self._seen = np.zeros(1024, dtype=bool)
+        # What of each kept page was sketched (the kept side of a duplicate's evidence): kind code, words
+        # sketched, words of the page's whole text (0: not counted).
+        self._text = np.zeros((1024, 3), dtype=np.uint32)
         self._runs = BandRuns(self._band_starts)
 
     def __len__(self) -> int:
@@ -75,11 +82,11 @@ class SketchIndex:
 
     def add(self, key: str, sketch: Sketch | StoredSketch) -> None:
         """Keep ``sketch`` under ``key`` (no check: see :meth:`check_and_add`)."""
-        self._add(key, *self._values_of(sketch))
+        self._add(key, *self._values_of(sketch), _text_of(sketch))
 
-    def _add(self, key: str, values: np.ndarray, fingerprint: int) -> None:
+    def _add(self, key: str, values: np.ndarray, fingerprint: int, text: tuple[int, int, int] = (0, 0, 0)) -> None:
         keys = keys_of(band_sums(values, self._band_starts))
-        self._insert(key, values, keys, keys.tolist(), fingerprint)
+        self._insert(key, values, keys, keys.tolist(), fingerprint, text)
 
     def check_and_add(self, key: str, sketch: Sketch | StoredSketch) -> Match | None:
         """First seen is kept: return the best kept match, or keep ``sketch`` and return ``None``."""
@@ -89,7 +96,7 @@ class SketchIndex:
             match = self._best(values, candidates, fingerprint)
             if match is not None:
                 return match
-        self._insert(key, values, keys, band_keys, fingerprint)
+        self._insert(key, values, keys, band_keys, fingerprint, _text_of(sketch))
         return None
 
     def query_and_add(self, key: str, sketch: Sketch | StoredSketch) -> list[Match]:
@@ -99,7 +106,7 @@ class SketchIndex:
         values, fingerprint = self._values_of(sketch)
         candidates, keys, band_keys = self._candidates(values)
         matches = self._matches(values, candidates, fingerprint)
-        self._insert(key, values, keys, band_keys, fingerprint)
+        self._insert(key, values, keys, band_keys, fingerprint, _text_of(sketch))
         return matches
 
     # -- keys: recurring crawls (see page_keys) --------------------------------------------------------------
@@ -133,7 +140,7 @@ class SketchIndex:
             if int(self._fingerprints[doc]) == fingerprint and np.array_equal(self._values[doc], values):
                 return False
             self.remove(doc)
-        self._add(key, values, fingerprint)
+        self._add(key, values, fingerprint, _text_of(sketch))
         return True
 
     def delete(self, key: str) -> bool:
@@ -165,7 +172,7 @@ class SketchIndex:
         if own is None:
             if best is not None:
                 return Decision.duplicate(self._match(best[0], best[1], fingerprint))
-            self._insert(key, values, keys, band_keys, fingerprint)
+            self._insert(key, values, keys, band_keys, fingerprint, _text_of(sketch))
             self._seen[self._size - 1] = True
             return Decision.kept()
         if best is not None and best[0] != own:
@@ -177,7 +184,7 @@ class SketchIndex:
             self._seen[own] = True
             return Decision.revisit(False)
         self.remove(own)
-        self._insert(key, values, keys, band_keys, fingerprint)
+        self._insert(key, values, keys, band_keys, fingerprint, _text_of(sketch))
         self._seen[self._size - 1] = True
         return Decision.revisit(True)
 
@@ -219,6 +226,7 @@ class SketchIndex:
         self._values = self._values[:n][live]
         self._fingerprints = self._fingerprints[:n][live]
         self._seen = self._seen[:n][live]
+        self._text = self._text[:n][live]
         self._size = int(self._values.shape[0])
         self._dead = np.zeros(self._size, dtype=bool)
         self._dead_count = 0
@@ -229,7 +237,7 @@ class SketchIndex:
         not resident and not counted), plus the set of recent band keys at about 60 bytes a key."""
         n = self._size
         per_page = self._values[:n].nbytes + self._fingerprints[:n].nbytes
-        per_page += self._dead[:n].nbytes + self._seen[:n].nbytes
+        per_page += self._dead[:n].nbytes + self._seen[:n].nbytes + self._text[:n].nbytes
         return per_page + self._page_keys.memory_bytes() + self._runs.memory_bytes()
 
     # -- lookups ---------------------------------------------------------------------------------------------
@@ -304,11 +312,20 @@ class SketchIndex:
             shared=shared,
             resemblance=shared / self.num_perm,
             exact=int(self._fingerprints[doc]) == fingerprint,
+            kept=self.sketched(doc),
         )
+
+    def sketched(self, doc: int) -> Sketched | None:
+        """What of the ``doc``-th kept page was sketched (``None``: not known, stored by an earlier version)."""
+        kind, words, page_words = (int(v) for v in self._text[doc])
+        return Sketched(_KIND_BY_CODE[kind], words, page_words) if kind in _KIND_BY_CODE else None
 
     # -- inserts ---------------------------------------------------------------------------------------------
 
-    def _insert(self, key: str, values: np.ndarray, keys: np.ndarray, band_keys: list[int], fingerprint: int) -> None:
+    def _insert(
+        self, key: str, values: np.ndarray, keys: np.ndarray, band_keys: list[int], fingerprint: int,
+        text: tuple[int, int, int] = (0, 0, 0),
+    ) -> None:
         doc = self._size
         if doc >= self._values.shape[0]:
             self._grow(doc + 1)
@@ -317,6 +334,7 @@ class SketchIndex:
         self._page_keys.add(doc, key)
         self._dead[doc] = False
         self._seen[doc] = False
+        self._text[doc] = text
         self._size = doc + 1
         self._runs.insert(doc, keys, band_keys)
 
@@ -329,6 +347,8 @@ class SketchIndex:
             self._dead = resized(self._dead, capacity)
         if self._seen.shape[0] < capacity:
             self._seen = resized(self._seen, capacity)
+        if self._text.shape[0] < capacity:
+            self._text = resized(self._text, capacity)
 
     # -- persistence (see index_file) ------------------------------------------------------------------------
 
@@ -355,6 +375,8 @@ class SketchIndex:
             "key_blob": key_blob,
             # Which pages the current crawl kept or revisited (repeats; older versions ignore the array).
             "seen": self._seen[:n],
+            # What of each page was sketched (the kept side of the evidence; older versions ignore the array).
+            "sketched": self._text[:n],
             **run_arrays,
         }
         index_file.write(Path(path), (self.tag, self.num_perm, self.min_shared), n, arrays, runs, self.meta)
@@ -379,7 +401,18 @@ class SketchIndex:
         index._seen = np.zeros(max(size, 1024), dtype=bool)
         if "seen" in arrays:  # saved by this version (checked by index_file.read); earlier ones: none flagged
             index._seen[:size] = arrays["seen"]
+        index._text = np.zeros((max(size, 1024), 3), dtype=np.uint32)
+        if "sketched" in arrays:  # saved since evidence names the kept side; earlier files: not known
+            index._text[:size] = arrays["sketched"]
         index.meta = saved.meta
         if saved.runs is None or not index._runs.restore(saved.runs, arrays, index._values, size):
             index._runs.rebuild(index._values, size)
         return index
+
+
+def _text_of(page: Sketch | StoredSketch) -> tuple[int, int, int]:
+    """What of ``page`` was sketched, as the index keeps it: (kind code, words, page words)."""
+    return _KIND_CODE.get(page.sketched, 0), min(page.words, _MAX_U32), min(page.page_words, _MAX_U32)
+
+
+_MAX_U32 = (1 << 32) - 1

@@ -29,8 +29,9 @@ _READABLE_FORMATS = (1, 2, 3)
 _MAGIC = "scrapy-neardup-index"
 _ARRAYS = ("values", "fingerprints", "key_ends", "key_blob")
 _RUN_ARRAYS = ("band_low", "band_pages", "directory")
-# Saved since format 3 by later versions (a missing one is left out of what read() gives: see the module doc).
-_OPTIONAL_ARRAYS = ("seen",)
+# Saved since format 3 by later versions (a missing one is left out of what read() gives: see the module doc):
+# "seen" (repeats), "sketched" (per page: what was sketched, the kept side of the evidence).
+_OPTIONAL_ARRAYS = ("seen", "sketched")
 
 
 def parameters_differ(path: Any, saved: tuple[Any, Any, Any], used: tuple[str, int, int]) -> str:
@@ -131,6 +132,7 @@ def read(path: Path, num_perm: int, min_shared: int, tag: str) -> SavedIndex:
         or arrays["fingerprints"].shape != (size,)
         or (size and int(key_ends[-1]) != arrays["key_blob"].size)
         or ("seen" in arrays and (arrays["seen"].shape != (size,) or arrays["seen"].dtype != np.bool_))
+        or ("sketched" in arrays and (arrays["sketched"].shape != (size, 3) or arrays["sketched"].dtype != np.uint32))
     ):
         raise StateError(f"near-duplicate state file {path} is damaged: array shapes disagree with header")
     meta = header.get("meta")

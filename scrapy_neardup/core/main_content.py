@@ -26,13 +26,13 @@ from resiliparse.parse.html import ElementNode as RNode
 from resiliparse.parse.html import HTMLTree
 
 from .article import ARTICLE_SHARE
-from .html import marked_text as block_marked_text
+from .html import read_marked as block_read_marked
 from .html import strip_tags
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
 from .tag_scan import LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard
 
-__all__ = ["is_article_page", "marked_text"]
+__all__ = ["is_article_page", "marked_text", "read_marked"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,15 @@ _BLOCK_STR = chr(BLOCK)
 _NOT_TEXT_CHARS = " \t\n\r\f" + "".join(map(chr, (BLOCK, LINK_START, LINK_END)))
 
 
+def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, str | None]:
+    """:func:`marked_text`, and the visible text left out on the way where it was read
+    (:func:`scrapy_neardup.core.html.read_marked`); ``None`` for an article page (its extraction leaves text out
+    inside the main content too, and nothing counts it)."""
+    if not is_article_page(data):
+        return block_read_marked(data, tags)
+    return (*_article_text(data, tags), None)
+
+
 def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     """The text of UTF-8 HTML ``data`` (``tags``: where its ``<`` are) that ``"auto"`` mode starts from, with its
     block marks, and whether the page marks its main content.
@@ -74,7 +83,13 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     (:func:`is_article_page`) is read by :func:`scrapy_neardup.core.html.marked_text` instead.
     """
     if not is_article_page(data):
-        return block_marked_text(data, tags)
+        text, marked, _ = block_read_marked(data, tags)
+        return text, marked
+    return _article_text(data, tags)
+
+
+def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
+    """:func:`marked_text` of an article page."""
     data = data.translate(CLEAR_MARKS)
     scan = TagScan.of(data, tags)
     hazard, _, _ = parse_hazard(scan, tags.size)

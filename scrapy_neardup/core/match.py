@@ -16,6 +16,22 @@ Outcome = Literal["kept", "duplicate", "revisit", "repeat"]
 
 
 @dataclass(frozen=True, slots=True)
+class Sketched:
+    """What of a kept page was sketched, as its store remembers it (the evidence's kept side).
+
+    Attributes:
+        kind: one of :data:`scrapy_neardup.core.sketch.SKETCHED` (``"main content"``, ``"own text"``, ``"whole
+            text"``).
+        words: the words sketched (0: not counted).
+        page_words: the words of the page's whole text before anything was removed (0: not counted).
+    """
+
+    kind: str
+    words: int = 0
+    page_words: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Match:
     """A kept page that a query sketch near-duplicates.
 
@@ -24,12 +40,15 @@ class Match:
         shared: positions ``i`` of ``k`` where the signatures agree (``>= t``).
         resemblance: ``shared / k``, the estimated resemblance.
         exact: the normalized texts are identical (equal 64-bit fingerprints).
+        kept: what of the kept page was sketched, when its store remembers it (``None``: not known, e.g. a page
+            stored by an earlier version).
     """
 
     key: str
     shared: int
     resemblance: float
     exact: bool
+    kept: Sketched | None = None
 
 
 def best_first(

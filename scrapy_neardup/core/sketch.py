@@ -51,11 +51,20 @@ __all__ = [
     "jaccard",
     "make_tag",
     "parse_tag",
+    "removed_share",
 ]
 # Texts are shingled in groups of about this many characters: bounded temporary arrays.
 #: What :attr:`Sketch.sketched` may say.
 SKETCHED = ("main content", "own text", "whole text")
 _BATCH_CHARS = 1 << 20
+
+
+def removed_share(words: int, page_words: int) -> float | None:
+    """``1 - words / page_words`` rounded to 2 decimals (the share of a page's text left out of what was
+    sketched), ``None`` when ``page_words`` is 0 (not counted)."""
+    if page_words <= 0:
+        return None
+    return round(max(0.0, 1.0 - words / page_words), 2)
 
 Content = str | bytes | bytearray | memoryview
 
@@ -80,6 +89,11 @@ class Sketch:
             ``""`` when not known. Not part of the
             sketch's identity, nor is ``words``.
         words: ``"auto"`` mode: the words sketched (0 in the other modes).
+        page_words: ``"auto"`` mode: the words of the page's whole visible text (scripts and styles aside),
+            before its ``nav``/``header``/``footer``/``aside``, what lies outside its marked main content, its
+            host's template and its link lists were removed; 0 when not counted (an article page, whose extraction
+            also removes text inside its main content; several main elements; the other modes). The share of the
+            page removed before sketching is ``1 - words / page_words`` (:attr:`removed`).
     """
 
     signature: np.ndarray
@@ -90,6 +104,7 @@ class Sketch:
     blocks: np.ndarray | None = field(default=None, repr=False)
     sketched: str = ""
     words: int = 0
+    page_words: int = 0
     _hashable: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -99,6 +114,12 @@ class Sketch:
     def num_perm(self) -> int:
         """k, the number of signature positions."""
         return int(self.signature.size)
+
+    @property
+    def removed(self) -> float | None:
+        """The share of the page's text removed before sketching, ``1 - words / page_words`` (2 decimals), or
+        ``None`` when ``page_words`` was not counted."""
+        return removed_share(self.words, self.page_words)
 
     @property
     def empty(self) -> bool:
@@ -284,6 +305,7 @@ class Sketcher:
                     tag=self.tag, num_shingles=int(counts[i]), truncated=clean.truncated,
                     blocks=None if clean.marked else page.distinct_hashes,
                     sketched=sketched, words=int(units[i].size),
+                    page_words=0 if clean.outside_words is None else int(page.words.size) + clean.outside_words,
                 ))
         return sketches
 

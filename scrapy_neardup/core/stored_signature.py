@@ -176,6 +176,11 @@ class StoredSketch:
 
     signature: StoredSignature
     fingerprint: int
+    #: What of the page was sketched (:attr:`Sketch.sketched <scrapy_neardup.core.sketch.Sketch.sketched>`,
+    #: ``words``, ``page_words``), when the journal recorded it (``""``/0: not known).
+    sketched: str = ""
+    words: int = 0
+    page_words: int = 0
 
 
 def _padding(num_perm: int) -> int:

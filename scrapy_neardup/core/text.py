@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 
 from .html import looks_like_html, markup_to_text
-from .main_content import marked_text
+from .main_content import read_marked
 from .marks import BLOCK, MARKS
 from .normalize import MARKED, normalize_capped
 
@@ -73,11 +73,15 @@ class CleanText:
         truncated: the raw content was longer than the cap and only its head was used.
         marked: ``"auto"`` mode: the text is the main content the page marks (``<main>``, ``role="main"``,
             ``<article>``): what it says, with no template to learn.
+        outside_words: ``"auto"`` mode: the words of the page's visible text left out before ``utf8`` (its
+            ``nav``/``header``/``footer``/``aside``, what lies outside its marked main content), ``None`` where
+            they were not counted (an article page; several main elements).
     """
 
     utf8: bytes
     truncated: bool = False
     marked: bool = False
+    outside_words: int | None = 0
 
     @property
     def text(self) -> str:
@@ -128,11 +132,12 @@ def clean_text(
     if is_html is None:
         is_html = looks_like_html(raw)
     marked = False
+    outside: str | None = ""
     if is_html:
         data, tags, cut = _cap_tags(raw.encode("utf-8", "surrogatepass"), max(1, max_chars // CHARS_PER_TAG))
         truncated |= cut
         if mode == "auto":
-            raw, marked = marked_text(data, tags)
+            raw, marked, outside = read_marked(data, tags)
         else:
             raw = markup_to_text(data, tags, mode)
     elif mode == "auto":
@@ -141,7 +146,18 @@ def clean_text(
         utf8, cut = normalize_capped(raw, max_chars, MARKED)
     else:
         utf8, cut = normalize_capped(raw, max_chars)
-    return CleanText(utf8, truncated or cut, marked)
+    left_out = None if outside is None else count_words(outside) if outside else 0
+    return CleanText(utf8, truncated or cut, marked, left_out)
+
+
+# Every ASCII byte but a letter or a digit separates words (as in the normalized text); other bytes are kept.
+_SEPARATE = bytes(b if chr(b).isalnum() or b >= 0x80 else 0x20 for b in range(256))
+
+
+def count_words(text: str) -> int:
+    """The words of ``text`` much as its normalized text would hold them (ASCII punctuation separates words
+    there too), counted on its bytes without normalizing it (a page's text that is not sketched)."""
+    return len(text.encode("utf-8", "surrogatepass").translate(_SEPARATE).split())
 
 
 def _lines_to_blocks(raw: str) -> str:

@@ -29,7 +29,7 @@ from ..errors import BinaryContent, SketchWorkerError
 logger = logging.getLogger(__name__)
 
 _REQUEST = struct.Struct("<IBIIQ")
-_ANSWER = struct.Struct("<IBQQBBIII")
+_ANSWER = struct.Struct("<IBQQBBIIII")
 #: Templates both sides of the pipe keep (least recently used first out).
 TEMPLATE_CACHE = 1024
 _STR, _BYTES = 0, 1
@@ -102,17 +102,17 @@ def encode_answer(request_id: int, result: Sketch | BaseException) -> bytes:
     """One answer frame: the sketch and its page's block hashes, or the error that sketching raised
     (:class:`BinaryContent`: not text)."""
     if isinstance(result, BinaryContent):
-        return _ANSWER.pack(request_id, _BINARY, 0, 0, 0, 0, 0, 0, 0)
+        return _ANSWER.pack(request_id, _BINARY, 0, 0, 0, 0, 0, 0, 0, 0)
     if isinstance(result, Sketch):
         signature = np.ascontiguousarray(result.signature, dtype="<u4").tobytes()
         blocks = b"" if result.blocks is None else np.ascontiguousarray(result.blocks, dtype="<u8").tobytes()
         head = _ANSWER.pack(request_id, _OK, result.fingerprint, result.num_shingles, result.truncated,
-                            _SKETCHED_CODE.get(result.sketched, 0), result.words,
+                            _SKETCHED_CODE.get(result.sketched, 0), result.words, result.page_words,
                             len(blocks) // 8 if result.blocks is not None else _NO_BLOCKS,
                             len(signature) + len(blocks))
         return head + signature + blocks
     message = f"{type(result).__name__}: {result}".encode("utf-8", "replace")
-    return _ANSWER.pack(request_id, _ERROR, 0, 0, 0, 0, 0, 0, len(message)) + message
+    return _ANSWER.pack(request_id, _ERROR, 0, 0, 0, 0, 0, 0, 0, len(message)) + message
 
 
 class FrameReader:
@@ -327,13 +327,13 @@ class _WorkerProtocol(ProcessProtocol):
         return self.transport
 
     def _sketch(self, fields: tuple[Any, ...], body: bytes) -> Sketch:
-        _, _, fingerprint, shingles, truncated, sketched, words, blocks, _ = fields
+        _, _, fingerprint, shingles, truncated, sketched, words, page_words, blocks, _ = fields
         k = self.sketcher.num_perm
         signature = np.frombuffer(body, dtype="<u4", count=k).astype(np.uint32)
         hashes = None if blocks == _NO_BLOCKS else np.frombuffer(body, dtype="<u8", offset=4 * k).astype(np.uint64)
         return Sketch(signature=signature, fingerprint=fingerprint, tag=self.sketcher.tag,
                       num_shingles=shingles, truncated=bool(truncated), blocks=hashes,
-                      sketched=_SKETCHED_BY_CODE.get(sketched, ""), words=words)
+                      sketched=_SKETCHED_BY_CODE.get(sketched, ""), words=words, page_words=page_words)
 
     def outConnectionLost(self) -> None:  # noqa: N802 - Twisted's name
         # The child's stdout closed: it exited (or is about to). Without the reactor's SIGCHLD handling

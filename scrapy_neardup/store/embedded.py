@@ -18,7 +18,7 @@ from ..core.match import Match
 from ..errors import DirectoryLocked, StateError
 from .backend import Backend, Decision
 from .config import crawl_identity, job_state_dir, read_str, setting_bool
-from .journal import Journal
+from .journal import JOURNAL_FORMAT, Journal
 from .template_log import TemplateLog
 
 if TYPE_CHECKING:
@@ -268,10 +268,11 @@ class EmbeddedBackend(Backend):
             # Compact now, so that a crash later in this run replays only this run's changes (and a store of
             # an older version is rewritten in the current formats).
             self._checkpoint()
-        elif replay.torn or replay.absorbed or replay.crawl != self.crawl_id:
+        elif replay.torn or replay.absorbed or replay.crawl != self.crawl_id or replay.format != JOURNAL_FORMAT:
             # A new journal continuing the current snapshot: new records must follow intact ones only, a
             # journal already in the snapshot must not be continued, and the journal names this crawl (it
-            # holds no change then: every put and delete is replayed, and a checkpoint follows).
+            # holds no change then: every put and delete is replayed, and a checkpoint follows); a journal of an
+            # older format is not continued in the current one.
             self.journal.write_new(len(self.index), self.index.meta.get("id"))
 
     def _open_journal(self) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 from ..core.atomic_files import write_atomically
 from ..core.index import SketchIndex
 from ..core.index_file import parameters_differ
-from ..core.sketch import Sketch
+from ..core.sketch import SKETCHED, Sketch
 from ..core.stored_signature import StoredSignature, StoredSketch, stored_values
 from ..errors import DamagedRecord, JournalWriteError, StateError
 from . import records
@@ -28,15 +28,20 @@ from . import records
 logger = logging.getLogger(__name__)
 
 JOURNAL_MAGIC = b"NDUPJRNL"
-JOURNAL_FORMAT = 3
-_READABLE = (1, 2, 3)
-#: Record kinds (formats 2 and 3; SEEN: format 3).
+JOURNAL_FORMAT = 4
+_READABLE = (1, 2, 3, 4)
+#: Record kinds (formats 2 to 4; SEEN: format 3; PUT_SKETCHED: format 4, a put that also says what of the page
+#: was sketched, the kept side of a later duplicate's evidence).
 PUT = 1
 DELETE = 2
 SEEN = 3
+PUT_SKETCHED = 4
 
 _HEADER = struct.Struct("<8sIII")  # magic, format, params length, crc32(params)
 _FINGERPRINT = struct.Struct("<Q")
+_SKETCHED = struct.Struct("<BII")  # kind code (0: not known), words sketched, words of the page's whole text
+_KIND_CODE = {name: code for code, name in enumerate(SKETCHED, start=1)}
+_KIND_BY_CODE = {code: name for name, code in _KIND_CODE.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +50,7 @@ class Replay:
     were ``replayed`` (changes applied to the index: puts and deletes), the bytes of a ``torn`` tail (0: none),
     whether the journal was ``absorbed`` (already in the snapshot: skipped), whether it is of the ``legacy``
     format 1, the ``crawl`` its header names (``None``: none, format 1 or 2) and how many keys it flagged
-    ``seen`` in the index (its records replayed by that same crawl)."""
+    ``seen`` in the index (its records replayed by that same crawl), and its ``format``."""
 
     base: int
     records: int
@@ -55,6 +60,8 @@ class Replay:
     legacy: bool = False
     crawl: str | None = None
     seen: int = 0
+    #: the journal's format (one of an older format is not appended to: see the embedded store)
+    format: int = JOURNAL_FORMAT
 
 
 #: A parsed record: ``(kind, key, the stored sketch or None for a delete or a seen)``.
@@ -126,7 +133,7 @@ class Journal:
                             break
                         if not absorbed:
                             kind, key, content = record
-                            if kind == PUT:
+                            if kind in (PUT, PUT_SKETCHED):
                                 assert content is not None
                                 index.put(key, content)
                                 replayed += 1
@@ -137,7 +144,8 @@ class Journal:
                                 seen += 1
                         records += 1
                         offset += length
-                    return Replay(params["base"], records, replayed, torn, absorbed, crawl=crawl, seen=seen)
+                    return Replay(params["base"], records, replayed, torn, absorbed, crawl=crawl, seen=seen,
+                                  format=version)
         except OSError as exc:
             raise StateError(f"near-duplicate journal {path} is unreadable: {exc}") from exc
 
@@ -208,7 +216,7 @@ class Journal:
         if magic != JOURNAL_MAGIC:
             raise StateError(f"{path} is not a scrapy-neardup journal (or its header is damaged)")
         if version not in _READABLE:
-            raise StateError(f"{path} is a journal of format {version}; this version reads formats 1 to 3")
+            raise StateError(f"{path} is a journal of format {version}; this version reads formats 1 to 4")
         raw = data[_HEADER.size : _HEADER.size + length]
         if len(raw) != length or zlib.crc32(raw) != crc:
             raise StateError(f"near-duplicate journal {path} is damaged: header checksum mismatch")
@@ -239,13 +247,18 @@ class Journal:
         sketch_end = at + _FINGERPRINT.size + 4 * self.num_perm
         if kind == DELETE or kind == SEEN and version >= 3:
             return (kind, payload[at:].decode("utf-8", errors="surrogatepass"), None), length
-        if kind != PUT or size < sketch_end:  # intact (checksums agree) but not a record this version wrote
+        text = kind == PUT_SKETCHED and version >= 4
+        key_start = sketch_end + (_SKETCHED.size if text else 0)
+        if kind != PUT and not text or size < key_start:  # intact (checksums agree) but not a record we wrote
             raise self._damaged(offset, number, f"unknown record kind {kind} of {size} bytes")
         (fingerprint,) = _FINGERPRINT.unpack_from(payload, at)
         signature = np.frombuffer(payload, dtype="<u4", count=self.num_perm, offset=at + _FINGERPRINT.size)
-        key = payload[sketch_end:].decode("utf-8", errors="surrogatepass")
+        code, words, page_words = _SKETCHED.unpack_from(payload, sketch_end) if text else (0, 0, 0)
+        key = payload[key_start:].decode("utf-8", errors="surrogatepass")
         # Only non-empty sketches are kept and journaled; the index compares their stored form.
-        return (PUT, key, StoredSketch(StoredSignature(stored_values(signature), self.tag), fingerprint)), length
+        stored = StoredSketch(StoredSignature(stored_values(signature), self.tag), fingerprint,
+                              _KIND_BY_CODE.get(code, ""), words, page_words)
+        return (PUT, key, stored), length
 
     def _damaged(self, offset: int, number: int, what: str) -> StateError:
         return StateError(
@@ -279,9 +292,11 @@ class Journal:
                 intact ones.
         """
         self._write(key, b"".join((
-            bytes((PUT,)),
+            bytes((PUT_SKETCHED,)),
             _FINGERPRINT.pack(sketch.fingerprint),
             np.asarray(sketch.signature, dtype="<u4").tobytes(),
+            _SKETCHED.pack(_KIND_CODE.get(sketch.sketched, 0), min(sketch.words, 2**32 - 1),
+                           min(sketch.page_words, 2**32 - 1)),
             key.encode("utf-8", errors="surrogatepass"),
         )))
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from scrapy_neardup.cli.main import main
-from scrapy_neardup.core.evidence import describe_evidence, evidence, match_evidence
-from scrapy_neardup.core.match import Match
+from scrapy_neardup.core.evidence import describe_evidence, evidence, match_evidence, sides
+from scrapy_neardup.core.match import Match, Sketched
 from scrapy_neardup.core.sketch import Sketcher
 from scrapy_neardup.core.theory import _binomial_pmf, resemblance_interval
 
@@ -135,6 +135,28 @@ def test_dedupe_output_carries_the_evidence(tmp_path: Path, capsys: pytest.Captu
     assert fields["shared"] == round(second["resemblance"] * 128)
     # What of the duplicate was sketched: its body without the menu (a link list), 400 words.
     assert (fields["sketched"], fields["words"]) == ("own text", 400)
+    # And of the kept page (the first record), as the index remembers it; each page's share removed before
+    # sketching: its <nav> menu, 12 links of 2 words (24 of 424 words).
+    assert (fields["kept_sketched"], fields["kept_words"], fields["removed"], fields["kept_removed"]) == (
+        "own text", 400, round(1 - 400 / 424, 2), round(1 - 400 / 424, 2))
+
+
+def test_dedupe_output_names_the_share_of_each_page_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A kept page with a list of 25 links (75 words) around its 400 words, and its copy without: the kept side
+    says 75 of 475 words were removed (0.16), the copy's side none."""
+    words = " ".join(f"v{i}" for i in range(400))
+    links = "<ul>" + "".join(f'<li><a href="/{i}">see page {i}</a></li>' for i in range(25)) + "</ul>"
+    kept, copy = f"<html><body>{links}<p>{words}</p></body></html>", f"<html><body><p>{words}</p></body></html>"
+    path = tmp_path / "pages.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in ((1, kept), (2, copy))))
+    assert main(["dedupe", str(path)]) == 0
+    second = [json.loads(line) for line in capsys.readouterr().out.splitlines()][1]
+    fields = second["evidence"]
+    assert (fields["sketched"], fields["words"], fields["removed"]) == ("own text", 400, 0.0)
+    assert (fields["kept_sketched"], fields["kept_words"], fields["kept_removed"]) == ("own text", 400, 0.16)
+    assert fields["kept_removed"] == round(1 - 400 / 475, 2)
 
 
 def test_explain_fetches_pages_given_as_urls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,9 +241,12 @@ def test_report_and_explain_of_a_state_directory(tmp_path: Path, capsys: pytest.
     assert main(["report", str(state), "-o", str(report)]) == 0
     page = report.read_text()
     fields = evidence(shared, 128, "near_duplicate")
+    # With what of both stored pages was sketched (each: 400 of its 424 words, its <nav> menu left out).
+    side = Sketched("own text", 400, 424)
+    assert [(s.sketched, s.words, s.page_words) for s in sketcher.sketch_many([a, b])] == [("own text", 400, 424)] * 2
     assert (f"<tr><td>http://y.test/b</td><td>http://x.test/a</td><td>{shared / 128:.3f}</td>"
-            f"<td>{describe_evidence(fields)}<br><code>neardup explain --state {state} http://x.test/a "
-            "http://y.test/b</code></td></tr>") in page
+            f"<td>{describe_evidence({**fields, **sides(side, side)})}<br><code>neardup explain --state {state} "
+            "http://x.test/a http://y.test/b</code></td></tr>") in page
     assert '<div class="card"><b>3</b>pages</div>' in page and '<div class="card"><b>1</b>duplicates</div>' in page
     assert main(["explain", "--state", str(state), "http://x.test/a", "http://y.test/b", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -12,9 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from scrapy_neardup import Sketcher
+from scrapy_neardup.core.evidence import match_evidence
 from scrapy_neardup.core.index import SketchIndex
+from scrapy_neardup.core.match import Sketched
 from scrapy_neardup.core.theory import min_shared_for
 from scrapy_neardup.store.embedded import JOURNAL_FILE, STATE_FILE, EmbeddedBackend
+from scrapy_neardup.store.journal import JOURNAL_FORMAT
 
 SKETCHER = Sketcher()
 K, T = SKETCHER.num_perm, min_shared_for(0.9, SKETCHER.num_perm)
@@ -173,6 +176,7 @@ def _legacy_store(state: Path) -> list[tuple[str, object]]:
     header = json.loads(members["header.json"])
     header["format"] = 2
     del header["meta"]
+    del members["sketched.npy"], header["sha256"]["sketched"]  # no kept side recorded then
     members["header.json"] = json.dumps(header).encode()
     with zipfile.ZipFile(state / STATE_FILE, "w") as zf:
         for name, data in members.items():
@@ -195,9 +199,40 @@ def test_a_store_of_the_previous_formats_loads_and_is_rewritten(tmp_path: Path) 
     asyncio.run(store.open())
     assert store.open_stats == {"state_loaded": 3, "journal_replayed": 2}
     assert len(store.index) == 5 and all(store.index.find(key) is not None for key, _ in pages)
-    # Rewritten in the current formats: a snapshot with an identity, a format-3 journal continuing it.
+    # Rewritten in the current formats: a snapshot with an identity, a journal of the current format continuing it.
     assert store.index.meta.get("id")
-    assert int.from_bytes((tmp_path / JOURNAL_FILE).read_bytes()[8:12], "little") == 3
+    assert int.from_bytes((tmp_path / JOURNAL_FILE).read_bytes()[8:12], "little") == JOURNAL_FORMAT == 4
     decision = asyncio.run(store.check_and_add_many([(pages[0][0], pages[0][1])]))  # type: ignore[list-item]
     assert decision[0].outcome == "revisit"
+    # What was sketched of those pages was not recorded: a copy of one names no kept side in its evidence.
+    (copy,) = asyncio.run(store.check_and_add_many([("https://new.test/copy", pages[1][1])]))  # type: ignore[list-item]
+    assert copy.match is not None and copy.match.kept is None
+    assert not any(k.startswith("kept_") for k in match_evidence(copy.match, K, sketch=pages[1][1]))  # type: ignore[arg-type]
     asyncio.run(store.close())
+
+
+def test_the_kept_side_survives_a_kill_and_a_graceful_close(tmp_path: Path) -> None:
+    """What was sketched of a kept page comes back from the journal (a crawl killed: no snapshot) and from the
+    snapshot (closed gracefully)."""
+    import asyncio
+
+    page = SKETCHER.sketch("<html><body><ul>" + "".join(f'<li><a href="/{i}">see page {i}</a></li>'
+                                                      for i in range(20)) + f"</ul><p>{text(7)}</p></body></html>")
+    assert (page.sketched, page.words, page.page_words) == ("own text", 300, 360)
+    import shutil
+
+    store = EmbeddedBackend(K, T, SKETCHER.tag, state_dir=tmp_path / "state")
+    asyncio.run(store.open())
+    asyncio.run(store.check_and_add_many([("https://x.test/kept", page)]))
+    # Killed: the files as they are on disk while the crawl runs (the journal only).
+    shutil.copytree(tmp_path / "state", tmp_path / "killed", ignore=shutil.ignore_patterns("*.lock"))
+    asyncio.run(store.close())
+    for state in ("killed", "state"):
+        again = EmbeddedBackend(K, T, SKETCHER.tag, state_dir=tmp_path / state)
+        asyncio.run(again.open())
+        (copy,) = asyncio.run(again.check_and_add_many([("https://x.test/copy", sketch(7))]))
+        assert copy.match is not None and copy.match.key == "https://x.test/kept"
+        assert copy.match.kept == Sketched("own text", 300, 360)
+        assert match_evidence(copy.match, K)["kept_removed"] == round(1 - 300 / 360, 2) == 0.17
+        assert again.open_stats.get("journal_replayed") == (1 if state == "killed" else None)
+        asyncio.run(again.close())

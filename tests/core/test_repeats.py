@@ -87,7 +87,7 @@ def test_a_journal_of_another_crawl_is_rewritten_to_name_this_one(tmp_path: Path
     assert outcomes(second, PAGES[:2]) == ["revisit"] * 2
     die(second)
     data = (tmp_path / JOURNAL_FILE).read_bytes()
-    assert int.from_bytes(data[8:12], "little") == JOURNAL_FORMAT == 3 and b'"crawl": "b"' in data
+    assert int.from_bytes(data[8:12], "little") == JOURNAL_FORMAT == 4 and b'"crawl": "b"' in data
     assert outcomes(opened(tmp_path, "b"), PAGES[:3]) == ["repeat", "repeat", "revisit"]
 
 

@@ -24,6 +24,7 @@ from scrapy_neardup.core.stored_signature import stored_values
 from scrapy_neardup.core.theory import min_shared_for
 
 pytestmark = pytest.mark.es
+SIDES = ("sketched", "words", "removed", "kept_sketched", "kept_words", "kept_removed")
 
 K = 128
 T = min_shared_for(0.9, K)
@@ -150,7 +151,9 @@ def test_collapse_hits_helper(es_client: Elasticsearch, collapsed: dict[str, Any
             assert np.count_nonzero(sigs[hidden] == sigs[h.id]) >= T and rank[hidden] > rank[h.id]
             # Why it is hidden: the positions it shares with the hit shown, and the estimate's interval.
             shared = int(np.count_nonzero(sigs[hidden] == sigs[h.id]))
-            assert h.evidence[hidden] == {"resemblance": round(shared / K, 4), **evidence(shared, K, "near_duplicate")}
+            assert {k: v for k, v in h.evidence[hidden].items() if k not in SIDES} == {
+                "resemblance": round(shared / K, 4), **evidence(shared, K, "near_duplicate")}
+            assert h.evidence[hidden]["sketched"] == h.evidence[hidden]["kept_sketched"] == "own text"
     assert sum(len(h.evidence) for h in kept) == sum(h.omitted for h in kept) > 0
     # Same outcome as the groups here (every group is a clique of near-duplicates).
     assert {h.id for h in kept if h.id in sigs} == {
@@ -264,7 +267,13 @@ def test_hidden_pages_are_named_with_their_evidence(
             assert collapsed["groups"][doc_id] == hit.group and "apple" in records[doc_id]["text"].split()
             count = shared(hit.group, doc_id)  # the group id is its representative's _id
             rule = "near_duplicate" if count >= T else "transitive"
-            assert hit.evidence[doc_id] == {"resemblance": round(count / K, 4), **evidence(count, K, rule)}
+            fields = dict(hit.evidence[doc_id])
+            sides = {k: fields.pop(k) for k in SIDES if k in fields}
+            assert fields == {"resemblance": round(count / K, 4), **evidence(count, K, rule)}
+            # Both pages' sides, from their documents' stored fields (plain text records: nothing removed).
+            assert sides == {"sketched": "own text", "words": len(records[doc_id]["text"].split()), "removed": 0.0,
+                             "kept_sketched": "own text", "kept_words": len(records[hit.group]["text"].split()),
+                             "kept_removed": 0.0}
             named += 1
     representatives_not_matching = {g for g in (h.group for h in hits if h.hidden)
                                     if "pear" in records[g]["text"].split()}

@@ -223,6 +223,17 @@ def test_keep_rules(es_client: Elasticsearch, grouped: dict[str, Any]) -> None:
     assert sorted(sorted(g.members) for g in highest.groups) == sorted(sorted(g.members) for g in first.groups)
 
 
+SIDES = {"sketched", "words", "removed", "kept_sketched", "kept_words", "kept_removed"}
+
+
+def _side(es_client: Elasticsearch, index: str, doc_id: str, prefix: str) -> dict[str, Any]:
+    """What a document's stored fields say was sketched, as evidence fields named after ``prefix``."""
+    neardup = es_client.get(index=index, id=doc_id)["_source"]["neardup"]
+    words, whole = neardup["words"], neardup.get("page_words", 0)
+    return {prefix + "sketched": neardup["sketched"], prefix + "words": words,
+            **({prefix + "removed": round(1 - words / whole, 2)} if whole else {})}
+
+
 def _es_args(es_url: str, index: str) -> list[str]:
     # The fixture's index holds one document with other sketch parameters on purpose.
     return ["--es-url", es_url, "--index", index, "--ignore-other-tags"]
@@ -247,7 +258,13 @@ def test_cli_json_and_assign(
         assert obj["pages"][0]["evidence"] is None and obj["pages"][0]["resemblance"] is None
         for page in obj["pages"][1:]:
             shared = _shared(grouped, obj["representative"], page["id"])
-            assert page["evidence"] == evidence(shared, K, "near_duplicate") and shared >= T
+            sides = {k: v for k, v in page["evidence"].items() if k in SIDES}
+            assert {k: v for k, v in page["evidence"].items() if k not in SIDES} == evidence(
+                shared, K, "near_duplicate") and shared >= T
+            # What of the member and of the representative was sketched, from their documents' stored fields.
+            assert sides == {**_side(es_client, index, page["id"], ""),
+                             **_side(es_client, index, obj["representative"], "kept_")}
+            assert sides["sketched"] == sides["kept_sketched"] == "own text" and sides["words"] > 0
             assert page["resemblance"] == pytest.approx(shared / K, abs=1e-4)
             low, high = page["evidence"]["interval"]
             assert low <= page["resemblance"] <= high
@@ -309,7 +326,8 @@ def test_cli_transitive(es_url: str, grouped: dict[str, Any], capsys: pytest.Cap
         for page in obj["pages"][1:]:
             shared = _shared(grouped, obj["representative"], page["id"])
             rule = "near_duplicate" if shared >= T else "transitive"
-            assert page["evidence"] == evidence(shared, K, rule)
+            assert {k: v for k, v in page["evidence"].items() if k not in SIDES} == evidence(shared, K, rule)
+            assert page["evidence"]["sketched"] == page["evidence"]["kept_sketched"] == "own text"
             rules[rule] += 1
     assert rules["transitive"] > 0 and rules["near_duplicate"] > 0
     assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--json"]) == 0
@@ -324,8 +342,10 @@ def test_cli_text_output_and_errors(
     out, _ = capsys.readouterr()
     assert out.startswith("group ") and "keep " in out
     duplicates = [line for line in out.splitlines() if line.startswith("  duplicate ")]
-    assert duplicates and all(re.search(r"\(near_duplicate: \d+ of 128 positions shared, r in \[0\.\d+, [01]\.\d+\]\)$",
-                                        line) for line in duplicates)
+    # Each with its evidence and both pages' sides (plain text records: their words, nothing removed).
+    evidence_line = (r"\(near_duplicate: \d+ of 128 positions shared, r in \[0\.\d+, [01]\.\d+\]; "
+                     r"sketched: own text, \d+ words, 0% removed; kept: own text, \d+ words, 0% removed\)$")
+    assert duplicates and all(re.search(evidence_line, line) for line in duplicates)
     assert main(["es", "groups", *_es_args(es_url, grouped["index"]), "--keep", "highest"]) == 1
     assert "--value-field" in capsys.readouterr().err
     assert main(["es", "groups", *_es_args(es_url, "Bad*Index")]) == 1

@@ -35,6 +35,9 @@ EXPECTED_TYPES = {
     "duplicate_of": "keyword",
     "shared": "integer",
     "key": "keyword",
+    "sketched": "keyword",
+    "words": "integer",
+    "page_words": "integer",
 }
 
 
@@ -57,6 +60,9 @@ def _check_neardup_mapping(mapping: dict[str, Any]) -> None:
     assert props["bands"].get("doc_values") is False
     assert props["sig"].get("doc_values") is True  # read by the group sweep without _source
     assert props["group"].get("doc_values", True) is True  # collapse needs doc values
+    # What was sketched of a page: read as doc values by the evidence of collapse, never searched.
+    assert all(props[name].get("index") is False and props[name].get("doc_values", True)
+               for name in ("sketched", "words", "page_words"))
     assert mapping.get("dynamic") == "strict"
 
 

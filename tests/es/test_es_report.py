@@ -83,6 +83,10 @@ def test_report_of_an_index(es_url: str, assigned: dict[str, Any], tmp_path: Pat
         shared = _shared(assigned, of_id, page_id)
         assert float(resemblance) == pytest.approx(shared / K, abs=5e-4)
         assert html.unescape(ev).startswith(describe_evidence(evidence(shared, K, "near_duplicate")))
+        # Both pages' sides, from their documents (plain text records: their words, nothing removed).
+        words = [len(assigned["records"][i]["text"].split()) for i in (page_id, of_id)]
+        assert (f"; sketched: own text, {words[0]} words, 0% removed; kept: own text, {words[1]} words, 0% removed"
+                in html.unescape(ev))
         assert f"neardup es explain --index {index} " in ev
     assert '<div class="card"><b>17</b>pages</div>' in page and '<div class="card"><b>8</b>duplicates</div>' in page
     # Per host: b.test holds only copies.

@@ -80,7 +80,8 @@ def test_the_report_of_a_state_directory_reads_in_a_browser(tmp_path: Path, brow
     the pair with its evidence and the command that compares them."""
     from selenium.webdriver.common.by import By
 
-    from scrapy_neardup.core.evidence import describe_evidence, evidence
+    from scrapy_neardup.core.evidence import describe_evidence, evidence, sides
+    from scrapy_neardup.core.match import Sketched
     from scrapy_neardup.core.sketch import Sketcher
     from scrapy_neardup.store.embedded import EmbeddedBackend
 
@@ -111,7 +112,11 @@ def test_the_report_of_a_state_directory_reads_in_a_browser(tmp_path: Path, brow
     cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
     shared = sketcher.sketch(texts["http://news.test/0.html"]).shared_positions(sketcher.sketch(copy))
     assert cells[:3] == ["http://blog.test/2.html", "http://news.test/0.html", f"{shared / 128:.3f}"]
-    assert cells[3] == (f"{describe_evidence(evidence(shared, 128, 'near_duplicate'))}\nneardup explain --state "
-                        f"{state} http://news.test/0.html http://blog.test/2.html")
+    # Both pages' sides as the store remembers them: plain text, 300 words each, nothing removed.
+    both = sides(Sketched("own text", 300, 300), Sketched("own text", 300, 300))
+    assert "; sketched: own text, 300 words, 0% removed; kept: own text, 300 words, 0% removed" in cells[3]
+    described = describe_evidence({**evidence(shared, 128, "near_duplicate"), **both})
+    assert cells[3] == (f"{described}\nneardup explain --state {state} http://news.test/0.html "
+                        "http://blog.test/2.html")
     assert "none found" in browser.find_element(By.XPATH, "//h2[.='Mirror hosts']/following-sibling::table[1]").text
     browser.save_screenshot(str(tmp_path / "state.png"))

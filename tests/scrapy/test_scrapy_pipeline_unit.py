@@ -319,6 +319,8 @@ def test_mark_dict_items_get_the_field() -> None:
     # And what of the page was sketched: plain text, its own text (no template is known, it has no link list).
     assert second["dup"] == {"duplicate_of": "a", "resemblance": 1.0, "exact": True, "rule": "exact", "shared": k,
                              "k": k, "interval": [round(resemblance_interval(k, k)[0], 3), 1.0],
-                             "sketched": "own text", "words": len(ARTICLE.split())}
+                             "sketched": "own text", "words": len(ARTICLE.split()), "removed": 0.0,
+                             # the kept page's side, as the store remembers it: plain text, nothing removed
+                             "kept_sketched": "own text", "kept_words": len(ARTICLE.split()), "kept_removed": 0.0}
     assert stats(pipeline) == {"neardup/checked": 2, "neardup/kept": 1, "neardup/exact_duplicates": 1,
                                "neardup/marked": 1}

@@ -75,10 +75,10 @@ def test_worker_process_sketches_equal_in_process_sketches() -> None:
     assert [fields[0] for fields, _ in frames] == list(range(2 * len(contents)))
     expected = [sketcher.sketch(c) for c in contents] + [sketcher.sketch(c, template=template) for c in contents]
     for (fields, body), sketch in zip(frames, expected, strict=True):
-        _, status, fingerprint, shingles, truncated, sketched, words, blocks, _ = fields
+        _, status, fingerprint, shingles, truncated, sketched, words, page_words, blocks, _ = fields
         assert status == _OK
         assert (fingerprint, shingles, bool(truncated)) == (sketch.fingerprint, sketch.num_shingles, sketch.truncated)
-        assert (SKETCHED[sketched - 1], words) == (sketch.sketched, sketch.words)
+        assert (SKETCHED[sketched - 1], words, page_words) == (sketch.sketched, sketch.words, sketch.page_words)
         hashes = b"" if sketch.blocks is None else sketch.blocks.astype("<u8").tobytes()
         assert bytes(body) == sketch.signature.astype("<u4").tobytes() + hashes
         assert blocks == (0xFFFFFFFF if sketch.blocks is None else sketch.blocks.size)
@@ -87,6 +87,8 @@ def test_worker_process_sketches_equal_in_process_sketches() -> None:
     # is sketched without one.
     assert expected[1].fingerprint != expected[len(contents) + 1].fingerprint
     assert expected[0].blocks is None and expected[0] == expected[len(contents)]
+    # The words of each page's whole text travel too (counted for the plain text, whole: nothing removed).
+    assert expected[1].page_words == expected[1].words > 0
 
 
 def test_worker_tells_binary_content_from_text() -> None:
