@@ -22,7 +22,7 @@ import json
 import os
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,8 +109,8 @@ def run(only: tuple[str, ...] = ()) -> dict[str, str]:
     main_mode, char = Sketcher(content="main"), Sketcher(shingle="char")
     small = Sketcher(max_chars=3000)
 
-    def record(group: str, keys: list[str], label: str, fn: Callable[[], list[Sketch]]) -> None:
-        for key, sketch in zip(keys, fn(), strict=True):
+    def record(group: str, keys: list[str], label: str, sketches: list[Sketch]) -> None:
+        for key, sketch in zip(keys, sketches, strict=True):
             out[f"{group}|{key}|{label}"] = digest(sketch)
 
     for group, items in [*pages(only), ("odd", [(f"odd{i}", t.encode("utf-8", "surrogatepass"))
@@ -119,22 +119,22 @@ def run(only: tuple[str, ...] = ()) -> dict[str, str]:
             continue
         keys = [k for k, _ in items]
         htmls = [h for _, h in items]
-        record(group, keys, "html-auto", lambda: auto.sketch_many(htmls))
-        record(group, keys, "html-body", lambda: body.sketch_many(htmls))
+        record(group, keys, "html-auto", auto.sketch_many(htmls))
+        record(group, keys, "html-body", body.sketch_many(htmls))
         as_str = [h.decode("utf-8", "surrogatepass") for h in htmls]
         if group == "odd":
             texts = as_str
         else:
             texts = [html_to_text(h) for h in as_str]
-            record(group, keys, "html-auto-str", lambda: auto.sketch_many(as_str))
-            record(group, keys, "html-main", lambda: main_mode.sketch_many(htmls))
-        record(group, keys, "text-auto", lambda: auto.sketch_many(texts))
-        record(group, keys, "text-auto-nohtml", lambda: auto.sketch_many(texts, is_html=False))
-        record(group, keys, "text-body", lambda: body.sketch_many(texts, is_html=False))
+            record(group, keys, "html-auto-str", auto.sketch_many(as_str))
+            record(group, keys, "html-main", main_mode.sketch_many(htmls))
+        record(group, keys, "text-auto", auto.sketch_many(texts))
+        record(group, keys, "text-auto-nohtml", auto.sketch_many(texts, is_html=False))
+        record(group, keys, "text-body", body.sketch_many(texts, is_html=False))
         few = slice(None, None, max(1, len(items) // 20))
-        record(group, keys[few], "text-char", lambda: char.sketch_many(texts[few], is_html=False))
-        record(group, keys[few], "html-small", lambda: small.sketch_many(htmls[few]))
-        record(group, keys[few], "text-small", lambda: small.sketch_many(texts[few], is_html=False))
+        record(group, keys[few], "text-char", char.sketch_many(texts[few], is_html=False))
+        record(group, keys[few], "html-small", small.sketch_many(htmls[few]))
+        record(group, keys[few], "text-small", small.sketch_many(texts[few], is_html=False))
         for key, blocks in zip(keys[few], auto.block_hashes(htmls[few]), strict=True):
             out[f"{group}|{key}|block_hashes"] = "-" if blocks is None else hashlib.md5(blocks.tobytes()).hexdigest()
         for key, html in zip(keys[few], htmls[few], strict=True):

@@ -248,10 +248,10 @@ def _split_matches(
     for node in matches:
         tag = node.tag
         role = node.attrs.get("role") if roles else None
-        if tag in dropped_names or role in _BOILERPLATE_ROLE_VALUES:
-            if node.mem_id != root_id and node.mem_id not in removed_ids:
-                removed_ids.add(node.mem_id)
-                removed.append(node)
+        dropped = tag in dropped_names or role in _BOILERPLATE_ROLE_VALUES
+        if dropped and node.mem_id != root_id and node.mem_id not in removed_ids:
+            removed_ids.add(node.mem_id)
+            removed.append(node)
         if (main_name and tag == "main") or role == "main":
             mains.append(node)
     if not removed_ids:
