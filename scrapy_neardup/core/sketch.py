@@ -226,7 +226,10 @@ class Sketcher:
                 ``None`` (the URL a "not found" page names:
                 :func:`scrapy_neardup.core.soft404_templates.url_words`); ignored in the other modes.
         """
-        cleaned = [clean_text(c, is_html, self.max_chars, self.content) for c in contents]
+        if self.content == "auto":  # words are read from the text: its runs of spaces need no collapsing
+            cleaned = [clean_text(c, is_html, self.max_chars, "auto", collapse=False) for c in contents]
+        else:
+            cleaned = [clean_text(c, is_html, self.max_chars, self.content) for c in contents]
         if self.content == "auto":
             nothing: list[np.ndarray | None] = [None] * len(cleaned)
             return self._sketch_auto(cleaned, templates if templates is not None else nothing,
@@ -293,7 +296,7 @@ class Sketcher:
         is sketched without a template (``Sketch.blocks`` is ``None`` too)."""
         if self.content != "auto":
             raise ValueError(f"block hashes belong to 'auto' sketches; this sketcher's content is {self.content!r}")
-        cleaned = [clean_text(c, is_html, self.max_chars, "auto") for c in contents]
+        cleaned = [clean_text(c, is_html, self.max_chars, "auto", collapse=False) for c in contents]
         pages = split_blocks_many([c.utf8 for c in cleaned])
         return [None if c.marked else page.distinct_hashes for c, page in zip(cleaned, pages, strict=True)]
 
