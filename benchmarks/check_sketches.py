@@ -5,7 +5,8 @@ Pages: the prepared documentation corpora of ``tests/accuracy`` (served and stri
 other languages and scripts of ``tests/accuracy/folding.py`` (as they are and altered by each of its trick families),
 the article pages of ``benchmarks/bench_openweb.py`` when present, and a few hostile or odd texts. Each page is
 sketched from its HTML (default settings, and ``content="body"``), from the text ``html_to_text`` extracts (default
-settings with sniffing, ``is_html=False``, and ``content="body"``), and a sample with ``shingle="char"``. Every field
+settings with sniffing, ``is_html=False``, and ``content="body"``), with the template learned over the group's pages
+and a word run left out, and a sample with ``shingle="char"`` and a small ``max_chars``. Every field
 of a :class:`~scrapy_neardup.core.sketch.Sketch` counts (signature, fingerprint, shingle count, truncation, block
 hashes, what was sketched, words), so do :meth:`Sketcher.block_hashes` and :meth:`Sketcher.text`.
 
@@ -25,13 +26,22 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "accuracy"))
 
 from scrapy_neardup import Sketcher  # noqa: E402
+from scrapy_neardup.core.host_template import learn_template  # noqa: E402
 from scrapy_neardup.core.html import html_to_text  # noqa: E402
+from scrapy_neardup.core.shingles import join_texts, tokens, word_hashes  # noqa: E402
 from scrapy_neardup.core.sketch import Sketch  # noqa: E402
+
+
+def _words(text: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
+    buffer, _ = join_texts([text])
+    return (buffer, *tokens(buffer))
 
 _ODD_TEXTS = [
     "", " ", "\n\n\n", "a", "one two three four", "one two three four five six",
@@ -135,6 +145,13 @@ def run(only: tuple[str, ...] = ()) -> dict[str, str]:
         record(group, keys[few], "text-char", char.sketch_many(texts[few], is_html=False))
         record(group, keys[few], "html-small", small.sketch_many(htmls[few]))
         record(group, keys[few], "text-small", small.sketch_many(texts[few], is_html=False))
+        # With the template learned over the group's pages, and a word run left out of every page.
+        learned = [b for b in auto.block_hashes(htmls) if b is not None]
+        template = learn_template(learned).hashes if learned else None
+        leave = np.array(word_hashes(*_words(b"index python the")), dtype=np.uint64)
+        record(group, keys, "html-template", auto.sketch_many(htmls, templates=[template] * len(htmls),
+                                                              leave_out=[leave] * len(htmls)))
+        record(group, keys[few], "text-template", auto.sketch_many(texts[few], templates=[template] * len(texts[few])))
         for key, blocks in zip(keys[few], auto.block_hashes(htmls[few]), strict=True):
             out[f"{group}|{key}|block_hashes"] = "-" if blocks is None else hashlib.md5(blocks.tobytes()).hexdigest()
         for key, html in zip(keys[few], htmls[few], strict=True):

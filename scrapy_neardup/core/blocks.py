@@ -205,8 +205,10 @@ def _block_hashes(words: np.ndarray, in_link: np.ndarray, block: np.ndarray, cou
 def link_lists(blocks: Blocks) -> np.ndarray:
     """``bool[n]``: the blocks that belong to a link list (see the module doc): runs of at least
     :data:`LINK_RUN` link blocks, where blocks without words neither count nor break a run."""
-    rows = np.flatnonzero(blocks.counts > 0)
     out = np.zeros(blocks.counts.size, dtype=bool)
+    if not blocks.link_chars.any():  # no link text (plain text): no link block
+        return out
+    rows = np.flatnonzero(blocks.counts > 0)
     if rows.size == 0:
         return out
     runs = blocks.link_chars[rows] >= LINK_SHARE * blocks.chars[rows]

@@ -263,12 +263,15 @@ class Sketcher:
             # A page that marks its main content is read without its host's template (the page says what it says).
             selections = [own_selection(page, None if c.marked else template)
                           for page, c, template in zip(pages, cleaned[lo:hi], templates[lo:hi], strict=True)]
-            kept = [blocks[page.block] if page.block.size else np.zeros(0, dtype=bool)
-                    for page, (blocks, _) in zip(pages, selections, strict=True)]
-            for keep, page, words in zip(kept, pages, leave_out[lo:hi], strict=True):
+            # None: every word kept (plain text without a template): no selection to make.
+            kept: list[np.ndarray | None] = []
+            for page, (blocks, _), words in zip(pages, selections, leave_out[lo:hi], strict=True):
+                keep = None if (blocks | (page.counts == 0)).all() else blocks[page.block]
                 if words is not None and words.size:
-                    keep &= ~_occurrences(page.words, words)
-            units = [page.words[keep] for page, keep in zip(pages, kept, strict=True)]
+                    left = ~_occurrences(page.words, words)
+                    keep = left if keep is None else keep & left
+                kept.append(keep)
+            units = [page.words if keep is None else page.words[keep] for page, keep in zip(pages, kept, strict=True)]
             if self.shingle == "word":
                 hashes, counts = window_hashes(
                     np.concatenate(units) if units else np.empty(0, dtype=np.uint64),
