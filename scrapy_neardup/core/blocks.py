@@ -121,7 +121,10 @@ def split_blocks_many(texts: Sequence[bytes]) -> list[Blocks]:
     hashes = word_hashes(buffer, starts, lengths)
     counts = np.bincount(block, minlength=total)
     chars = np.bincount(block, weights=lengths, minlength=total).astype(np.int64)
-    link_chars = np.bincount(block[in_link], weights=lengths[in_link], minlength=total).astype(np.int64)
+    if in_link.any():
+        link_chars = np.bincount(block[in_link], weights=lengths[in_link], minlength=total).astype(np.int64)
+    else:
+        link_chars = np.zeros(total, dtype=np.int64)
     block_hashes = _block_hashes(hashes, in_link, block, counts)
     words_before = np.searchsorted(starts, ends)
     out = []
@@ -154,28 +157,25 @@ def _read_marks(
     closing = codes == BLOCK
     boundaries = separators[closing]
     closing[np.searchsorted(separators, ends)] = True  # text ends are separators too
-    # Token k runs from separator k - 1 (exclusive) to separator k; the blocks closed before it: those up to k - 1.
+    # Token k runs from separator k - 1 (exclusive) to separator k; marks next to spaces leave empty tokens, so only
+    # the separators that end a word are kept (those more than one byte after the previous separator).
+    gaps = np.diff(separators, prepend=-1)
+    word_ends = np.flatnonzero(gaps > 1)
+    lengths = gaps[word_ends] - 1
+    starts = separators[word_ends] - lengths
+    # The blocks closed before a word: the closing separators among 0 .. k - 1.
     closed = np.cumsum(closing.view(np.uint8), dtype=np.int64)  # counting bytes: twice as fast as bools
-    starts = np.empty_like(separators)
-    starts[0] = 0
-    np.add(separators[:-1], 1, out=starts[1:])
-    lengths = separators - starts
-    block = np.empty_like(separators)
-    block[0] = 0
-    block[1:] = closed[:-1]
+    block = closed[word_ends] - closing[word_ends]
     opens = codes == LINK_START
     if opens.any():
         closing |= codes == LINK_END
         latest = np.where(opens | closing, np.arange(separators.size), -1)
         np.maximum.accumulate(latest, out=latest)
-        in_link = np.zeros(separators.size, dtype=bool)
         # Token k is link text when the latest mark among separators 0 .. k - 1 opens a link.
-        in_link[1:] = (latest[:-1] >= 0) & opens[np.maximum(latest[:-1], 0)]
+        before = latest[np.maximum(word_ends - 1, 0)]
+        in_link = (word_ends > 0) & (before >= 0) & opens[np.maximum(before, 0)]
     else:
-        in_link = np.zeros(separators.size, dtype=bool)
-    nonempty = np.flatnonzero(lengths)  # marks next to spaces leave empty tokens
-    if nonempty.size < lengths.size:
-        starts, lengths, block, in_link = starts[nonempty], lengths[nonempty], block[nonempty], in_link[nonempty]
+        in_link = np.zeros(word_ends.size, dtype=bool)
     return starts, lengths, block, in_link, boundaries
 
 
@@ -188,7 +188,11 @@ def _block_hashes(words: np.ndarray, in_link: np.ndarray, block: np.ndarray, cou
         return hashes
     first = np.cumsum(counts) - counts  # each block's first word (words of a block are contiguous)
     rank = np.arange(1, words.size + 1, dtype=np.int64) - first[block]
-    key = words ^ (rank.astype(np.uint64) * _RANK) ^ (in_link.astype(np.uint64) * _LINK)
+    key = rank.astype(np.uint64)
+    key *= _RANK
+    key ^= words
+    if in_link.any():
+        key ^= in_link.astype(np.uint64) * _LINK
     fmix64_inplace(key)
     running = np.cumsum(key, dtype=np.uint64)
     present = counts > 0
@@ -201,8 +205,10 @@ def _block_hashes(words: np.ndarray, in_link: np.ndarray, block: np.ndarray, cou
 def link_lists(blocks: Blocks) -> np.ndarray:
     """``bool[n]``: the blocks that belong to a link list (see the module doc): runs of at least
     :data:`LINK_RUN` link blocks, where blocks without words neither count nor break a run."""
-    rows = np.flatnonzero(blocks.counts > 0)
     out = np.zeros(blocks.counts.size, dtype=bool)
+    if not blocks.link_chars.any():  # no link text (plain text): no link block
+        return out
+    rows = np.flatnonzero(blocks.counts > 0)
     if rows.size == 0:
         return out
     runs = blocks.link_chars[rows] >= LINK_SHARE * blocks.chars[rows]

@@ -210,23 +210,34 @@ def _main_text(
     page's article (:func:`scrapy_neardup.core.article.the_article`); teaser cards leave the page unmarked.
     ``outside``: receives the visible text left out (the boilerplate elements, and what lies outside the one main
     element; ``None`` when several main elements leave it unread)."""
+    names = [name for name in dropped.split(",") if name]
     dropped = ",".join(part for part in (dropped, landmarks.boilerplate()) if part)
     root_id = tree.root.mem_id if tree.root is not None else None
-    nodes = tree.css(dropped) if dropped else []  # one C-level selection
-    if outside is not None and nodes:
+    candidates = landmarks.main_candidates()
+    first: list[LexborNode] | None = None
+    if dropped and candidates and candidates[0] != "article":
+        # One walk of the tree finds what goes and the first main candidates (a walk costs about as much whatever
+        # the selectors); each node found is told apart by its name and role, as the selectors read them.
+        first, removed = _split_matches(tree.css(dropped + "," + candidates[0]), landmarks,
+                                        frozenset(names) | landmarks.names & _BOILERPLATE_NAMES, root_id)
+    else:
+        removed = [node for node in tree.css(dropped) if node.mem_id != root_id] if dropped else []
+    if outside is not None and removed:
         # Scripts and styles go first, so that the boilerplate's text read next is visible text only.
-        for node in nodes:
-            if node.tag in _NOT_TEXT_TAGS and node.mem_id != root_id:
+        for node in removed:
+            if node.tag in _NOT_TEXT_TAGS:
                 node.decompose()
-        nodes = [node for node in nodes if node.tag not in _NOT_TEXT_TAGS]
-        outside.extend(node.text(separator=" ") for node in outermost(nodes) if node.mem_id != root_id)
-    for node in nodes:
-        # <html role="navigation"> cannot be removed (lexbor refuses to remove the root): the document's text
-        # is not boilerplate because its root says so; its inner boilerplate still goes.
-        if node.mem_id != root_id:
-            node.decompose()
-    for selector in landmarks.main_candidates():
-        nodes = outermost(tree.css(selector))
+        removed = [node for node in removed if node.tag not in _NOT_TEXT_TAGS]
+        outside.extend(node.text(separator=" ") for node in outermost(removed))
+    # <html role="navigation"> cannot be removed (lexbor refuses to remove the root): the document's text is not
+    # boilerplate because its root says so; its inner boilerplate still goes.
+    for node in removed:
+        node.decompose()
+    for selector in candidates:
+        if first is not None:
+            nodes, first = outermost(first), None
+        else:
+            nodes = outermost(tree.css(selector))
         if articles and selector == "article":
             trusted = the_article(nodes)
             if trusted is None:
@@ -261,6 +272,46 @@ def _read_outside(nodes: list[LexborNode], outside: list[str | None]) -> None:
                 outside.append(sibling.text(separator=" "))
             sibling = sibling.next
         node = node.parent
+
+
+_BOILERPLATE_NAMES = frozenset(("nav", "header", "footer", "aside"))
+_BOILERPLATE_ROLE_VALUES = frozenset(("navigation", "banner", "contentinfo", "complementary"))
+
+
+def _split_matches(
+    matches: list[LexborNode], landmarks: _Landmarks, dropped_names: frozenset[str], root_id: int | None,
+) -> tuple[list[LexborNode], list[LexborNode]]:
+    """The nodes of one selection of the dropped elements, the boilerplate and the main elements
+    (``landmarks.main_candidates()[0]``), in document order: the main elements that survive the removal of the
+    others, and the nodes to remove (the root excepted).
+
+    A node is dropped when its name is one of ``dropped_names`` or its ``role`` one of the boilerplate roles
+    (exact, case-sensitive, as the attribute selectors compare), main when it is ``<main>`` (``main`` present) or
+    has ``role="main"``; a main element inside a removed one is removed with it.
+    """
+    roles, main_name = landmarks.roles, "main" in landmarks.names
+    removed: list[LexborNode] = []
+    removed_ids: set[int] = set()
+    mains: list[LexborNode] = []
+    for node in matches:
+        tag = node.tag
+        role = node.attrs.get("role") if roles else None
+        dropped = tag in dropped_names or role in _BOILERPLATE_ROLE_VALUES
+        if dropped and node.mem_id != root_id and node.mem_id not in removed_ids:
+            removed_ids.add(node.mem_id)
+            removed.append(node)
+        if (main_name and tag == "main") or role == "main":
+            mains.append(node)
+    if not removed_ids:
+        return mains, removed
+    kept = []
+    for node in mains:
+        parent: LexborNode | None = node
+        while parent is not None and parent.mem_id not in removed_ids:
+            parent = parent.parent
+        if parent is None:
+            kept.append(node)
+    return kept, removed
 
 
 _NOT_TEXT_CHARS = " \t\n\r\f" + "".join(map(chr, (BLOCK, LINK_START, LINK_END)))

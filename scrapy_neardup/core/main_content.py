@@ -66,7 +66,7 @@ def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, str | None]:
     """:func:`marked_text`, and the visible text left out on the way where it was read
     (:func:`scrapy_neardup.core.html.read_marked`); ``None`` for an article page (its extraction leaves text out
     inside the main content too, and nothing counts it)."""
-    if not is_article_page(data):
+    if not is_article_page(data, tags):
         return block_read_marked(data, tags)
     return (*_article_text(data, tags), None)
 
@@ -82,7 +82,7 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     already in ``data`` become spaces first. A page that does not declare itself an article
     (:func:`is_article_page`) is read by :func:`scrapy_neardup.core.html.marked_text` instead.
     """
-    if not is_article_page(data):
+    if not is_article_page(data, tags):
         text, marked, _ = block_read_marked(data, tags)
         return text, marked
     return _article_text(data, tags)
@@ -168,22 +168,54 @@ def _words(text: str) -> int:
     return len(text.split())  # the marks are Unicode whitespace
 
 
-def is_article_page(data: bytes) -> bool:
+def is_article_page(data: bytes, tags: np.ndarray | None = None) -> bool:
     """Whether HTML ``data`` declares itself an article: an ``og:type`` of ``article``, a schema.org ``Article``,
     ``NewsArticle``, ``BlogPosting``... in its JSON-LD, or an ``<article>`` element. Documentation pages, which are
     read faster and whole by :func:`scrapy_neardup.core.html.marked_text` (their lists and signatures are their
-    content), do not."""
+    content), do not. ``tags``: where the ``<`` of ``data`` are, when known (:func:`~.tag_scan.tag_positions`)."""
     # Substring searches run at memory speed; a regular expression over the whole page would cost a tenth of
     # the page's sketching. Only the bytes after each marker are matched.
-    if b"<article" in data:  # upper-case tags are rare enough to be read the other way
+    if _has_article_tag(data, tags):  # upper-case tags are rare enough to be read the other way
         return True
-    for marker, after in _DECLARATIONS:
-        at = data.find(marker)
-        while at >= 0:
-            if after.match(data, at + len(marker), at + len(marker) + 64):
-                return True
-            at = data.find(marker, at + 1)
+    marker, after = _DECLARATIONS[0]
+    if _declared(data, marker, after, data.find(marker)):
+        return True
+    # '"@type"': the '@' are found by memchr (few on a page), each checked in place; a page with many is searched
+    # for the whole marker instead.
+    marker, after = _DECLARATIONS[1]
+    at = data.find(b"@")
+    for _ in range(_AT_SIGNS):
+        if at < 0:
+            return False
+        if data.startswith(marker, at - 1) and _declared(data, marker, after, at - 1):
+            return True
+        at = data.find(b"@", at + 1)
+    return _declared(data, marker, after, data.find(marker, max(at - 1, 0)) if at >= 0 else -1)
+
+
+# '@' checked one by one before the search for '"@type"' takes over.
+_AT_SIGNS = 64
+_ARTICLE_TAG = b"<article"
+
+
+def _declared(data: bytes, marker: bytes, after: re.Pattern[bytes], at: int) -> bool:
+    """Whether one of the occurrences of ``marker`` in ``data`` from ``at`` on (-1: none) is followed by ``after``."""
+    while at >= 0:
+        if after.match(data, at + len(marker), at + len(marker) + 64):
+            return True
+        at = data.find(marker, at + 1)
     return False
+
+
+def _has_article_tag(data: bytes, tags: np.ndarray | None) -> bool:
+    """``b"<article" in data``, read at the ``<`` (``tags``) when they are known: the tags whose next two bytes are
+    ``ar`` (few: ``<a `` is not), each compared whole."""
+    if tags is None:
+        return _ARTICLE_TAG in data
+    arr = np.frombuffer(data, dtype=np.uint8)
+    near = tags[tags + 2 < arr.size]
+    near = near[(arr[near + 1] == ord("a")) & (arr[near + 2] == ord("r"))]
+    return any(data.startswith(_ARTICLE_TAG, at) for at in near.tolist())
 
 
 def _retagged(data: bytes, tags: np.ndarray, scan: TagScan) -> bytes:

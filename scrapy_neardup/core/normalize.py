@@ -92,9 +92,12 @@ def normalize_utf8(text: str) -> bytes:
     return normalize_capped(text, None)[0]
 
 
-def normalize_capped(text: str, max_chars: int | None, folding: Folding = PLAIN) -> tuple[bytes, bool]:
+def normalize_capped(
+    text: str, max_chars: int | None, folding: Folding = PLAIN, collapse: bool = True,
+) -> tuple[bytes, bool]:
     """:func:`normalize_utf8`, with NFKC's output cut at ``max_chars`` characters (and whether it was), under
-    ``folding`` (:data:`MARKED` keeps the marker bytes).
+    ``folding`` (:data:`MARKED` keeps the marker bytes). ``collapse=False`` leaves runs of spaces (and spaces at
+    either end) as they are: the same words, one pass fewer, for callers that only read words.
 
     Every step is local, so most of the work is done on bytes: ASCII letters are lower-cased and ASCII
     separators turned into spaces by one ``bytes.translate``, and runs of spaces collapsed with numpy. Only
@@ -102,17 +105,18 @@ def normalize_capped(text: str, max_chars: int | None, folding: Folding = PLAIN)
     text (:func:`_fold_sparse`), over the whole text otherwise (:func:`_fold_dense`). A text long enough for
     NFKC to reach ``max_chars`` (18 characters out per character in at most) takes the capped path.
     """
+    spaces = collapse_spaces if collapse else bytes
     if text.isascii():
-        return collapse_spaces(text.encode("ascii").translate(folding.fold)), False
+        return spaces(text.encode("ascii").translate(folding.fold)), False
     try:
         raw = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates become U+FFFD
         text = text.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
         raw = text.encode("utf-8")
     if max_chars is None or len(text) * _NFKC_MAX_GROWTH <= max_chars:
-        return collapse_spaces(_fold_non_ascii(raw, folding)), False
+        return spaces(_fold_non_ascii(raw, folding)), False
     text, cut = _nfkc(before_nfkc(text), max_chars)
-    return collapse_spaces(fold_utf8(text.encode("utf-8")).translate(folding.fold)), cut
+    return spaces(fold_utf8(text.encode("utf-8")).translate(folding.fold)), cut
 
 
 def collapse_spaces(folded: bytes) -> bytes:

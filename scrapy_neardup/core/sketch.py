@@ -247,7 +247,10 @@ class Sketcher:
                 ``None`` (the URL a "not found" page names:
                 :func:`scrapy_neardup.core.soft404_templates.url_words`); ignored in the other modes.
         """
-        cleaned = [clean_text(c, is_html, self.max_chars, self.content) for c in contents]
+        if self.content == "auto":  # words are read from the text: its runs of spaces need no collapsing
+            cleaned = [clean_text(c, is_html, self.max_chars, "auto", collapse=False) for c in contents]
+        else:
+            cleaned = [clean_text(c, is_html, self.max_chars, self.content) for c in contents]
         if self.content == "auto":
             nothing: list[np.ndarray | None] = [None] * len(cleaned)
             return self._sketch_auto(cleaned, templates if templates is not None else nothing,
@@ -281,12 +284,15 @@ class Sketcher:
             # A page that marks its main content is read without its host's template (the page says what it says).
             selections = [own_selection(page, None if c.marked else template)
                           for page, c, template in zip(pages, cleaned[lo:hi], templates[lo:hi], strict=True)]
-            kept = [blocks[page.block] if page.block.size else np.zeros(0, dtype=bool)
-                    for page, (blocks, _) in zip(pages, selections, strict=True)]
-            for keep, page, words in zip(kept, pages, leave_out[lo:hi], strict=True):
+            # None: every word kept (plain text without a template): no selection to make.
+            kept: list[np.ndarray | None] = []
+            for page, (blocks, _), words in zip(pages, selections, leave_out[lo:hi], strict=True):
+                keep = None if (blocks | (page.counts == 0)).all() else blocks[page.block]
                 if words is not None and words.size:
-                    keep &= ~_occurrences(page.words, words)
-            units = [page.words[keep] for page, keep in zip(pages, kept, strict=True)]
+                    left = ~_occurrences(page.words, words)
+                    keep = left if keep is None else keep & left
+                kept.append(keep)
+            units = [page.words if keep is None else page.words[keep] for page, keep in zip(pages, kept, strict=True)]
             if self.shingle == "word":
                 hashes, counts = window_hashes(
                     np.concatenate(units) if units else np.empty(0, dtype=np.uint64),
@@ -315,7 +321,7 @@ class Sketcher:
         is sketched without a template (``Sketch.blocks`` is ``None`` too)."""
         if self.content != "auto":
             raise ValueError(f"block hashes belong to 'auto' sketches; this sketcher's content is {self.content!r}")
-        cleaned = [clean_text(c, is_html, self.max_chars, "auto") for c in contents]
+        cleaned = [clean_text(c, is_html, self.max_chars, "auto", collapse=False) for c in contents]
         pages = split_blocks_many([c.utf8 for c in cleaned])
         return [None if c.marked else page.distinct_hashes for c, page in zip(cleaned, pages, strict=True)]
 

@@ -114,6 +114,8 @@ def clean_text(
     is_html: bool | None = None,
     max_chars: int = DEFAULT_MAX_CHARS,
     mode: ContentMode = "body",
+    *,
+    collapse: bool = True,
 ) -> CleanText:
     """Raw page content to normalized text.
 
@@ -127,6 +129,8 @@ def clean_text(
             (:func:`scrapy_neardup.core.html.html_to_text`), plain text whole. ``"auto"``: the text that mode starts
             from (:func:`scrapy_neardup.core.html.marked_text`), its block marks kept, plain text one block a line;
             :func:`scrapy_neardup.core.blocks.split_blocks` reads the blocks.
+        collapse: ``False``: runs of spaces in the normalized text are left as they are (the same words, one pass
+            over the text fewer, for callers that read words only, as sketching does).
     """
     raw, truncated = _head(content, max_chars)
     if is_html is None:
@@ -143,9 +147,9 @@ def clean_text(
     elif mode == "auto":
         raw = _lines_to_blocks(raw)
     if mode == "auto":
-        utf8, cut = normalize_capped(raw, max_chars, MARKED)
+        utf8, cut = normalize_capped(raw, max_chars, MARKED, collapse)
     else:
-        utf8, cut = normalize_capped(raw, max_chars)
+        utf8, cut = normalize_capped(raw, max_chars, collapse=collapse)
     left_out = None if outside is None else count_words(outside) if outside else 0
     return CleanText(utf8, truncated or cut, marked, left_out)
 
