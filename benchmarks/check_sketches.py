@@ -8,7 +8,7 @@ sketched from its HTML (default settings, and ``content="body"``), from the text
 settings with sniffing, ``is_html=False``, and ``content="body"``), with the template learned over the group's pages
 and a word run left out, and a sample with ``shingle="char"`` and a small ``max_chars``. Every field
 of a :class:`~scrapy_neardup.core.sketch.Sketch` counts (signature, fingerprint, shingle count, truncation, block
-hashes, what was sketched, words), so do :meth:`Sketcher.block_hashes` and :meth:`Sketcher.text`.
+hashes, what was sketched, words, page words), so do :meth:`Sketcher.block_hashes` and :meth:`Sketcher.text`.
 
     python benchmarks/check_sketches.py --save FILE      # record
     python benchmarks/check_sketches.py --compare FILE   # exit 1 on any difference, naming the pages
@@ -66,7 +66,7 @@ def digest(sketch: Sketch) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(sketch.signature.tobytes())
     h.update(repr((sketch.fingerprint, sketch.tag, sketch.num_shingles, sketch.truncated, sketch.sketched,
-                   sketch.words, sketch.signature.dtype.str)).encode())
+                   sketch.words, sketch.page_words, sketch.signature.dtype.str)).encode())
     h.update(b"-" if sketch.blocks is None else sketch.blocks.tobytes())
     return h.hexdigest()
 
