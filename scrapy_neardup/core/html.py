@@ -118,7 +118,7 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     return text, marked
 
 
-def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, str | None]:
+def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None]:
     """The text of UTF-8 HTML ``data`` (``tags``: where its ``<`` are) that ``"auto"`` mode starts from, with its
     block marks, and whether the page marks its main content.
 
@@ -126,10 +126,10 @@ def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, str | None]:
     ``footer``, ``aside`` and their ARIA roles removed, then ``<main>``/``role="main"``, else ``<article>``, else
     ``<body>``), :data:`~scrapy_neardup.core.marks.BLOCK` at every boundary of a block element and link text
     bracketed by :data:`~scrapy_neardup.core.marks.LINK_START` / :data:`~scrapy_neardup.core.marks.LINK_END`.
-    Marker bytes already in ``data`` become spaces first. Third, the visible text left out on the way (the
-    ``nav``/``header``/``footer``/``aside`` elements, and what lies outside a marked main content), read from the
-    parsed tree only where that costs no walk of the page's main text; ``None`` when it was not read (several
-    main elements).
+    Marker bytes already in ``data`` become spaces first. Third, the words of the visible text left out on the
+    way (the ``nav``/``header``/``footer``/``aside`` elements, and what lies outside a marked main content,
+    :func:`count_words`), read from the parsed tree only where that costs no walk of the page's main text;
+    ``None`` when it was not read (several main elements).
     """
     data = data.translate(CLEAR_MARKS)
     scan = TagScan.of(data, tags)
@@ -138,14 +138,14 @@ def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, str | None]:
     data = insert_marks(data, tags, scan, marks)
     if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
-        return strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False, ""
+        return strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False, 0
     tree = LexborHTMLParser(data)
     landmarks = _Landmarks.of(data, marks, scan)
     if not landmarks.any:
-        return _body_text(tree, dropped, start_tags), False, ""
+        return _body_text(tree, dropped, start_tags), False, 0
     outside: list[str | None] = []
     text, marked = _main_text(tree, dropped, _BLOCK_STR, landmarks, articles=True, outside=outside)
-    return text, marked, None if None in outside else " ".join(cast("list[str]", outside))
+    return text, marked, None if None in outside else count_words(" ".join(cast("list[str]", outside)))
 
 
 _BLOCK_STR = chr(BLOCK)
@@ -197,6 +197,7 @@ def _body_text(tree: LexborHTMLParser, dropped: str, start_tags: int) -> str:
 
 _NOT_TEXT_TAGS = frozenset(("script", "style", "template", "noscript", "svg", "math", "iframe", "object", "title",
                             "head", "_comment"))
+_NOT_TEXT_SELECTOR = "script,style,template,noscript,svg,math,iframe,object"
 
 
 def _main_text(
@@ -345,6 +346,26 @@ def _drop(tree: LexborHTMLParser, dropped: str, start_tags: int) -> None:
             return
     for node in tree.css(dropped):
         node.decompose()
+
+
+# Every ASCII byte but a letter or a digit separates words (as in the normalized text); other bytes are kept.
+_SEPARATE = bytes(b if chr(b).isalnum() or b >= 0x80 else 0x20 for b in range(256))
+def count_words(text: str) -> int:
+    """The words of ``text`` much as its normalized text would hold them (ASCII punctuation separates words
+    there too), counted on its bytes without normalizing it (a page's text that is not sketched)."""
+    return len(text.encode("utf-8", "surrogatepass").translate(_SEPARATE).split())
+
+
+def visible_words(data: bytes) -> int:
+    """The words of the visible text of UTF-8 HTML ``data`` (its body, scripts, styles and the other non-text
+    elements aside) as :func:`count_words` counts them: for a page whose main content was read by a parser that
+    also leaves text out inside it (an article's extraction), so that the share removed can still be told. A
+    lexbor parse of its own: about half the time of tag-stripping expressions on news pages."""
+    tree = LexborHTMLParser(data)
+    for node in tree.css(_NOT_TEXT_SELECTOR):
+        node.decompose()
+    body = tree.body
+    return 0 if body is None else count_words(body.text(separator=" "))
 
 
 def strip_tags(html: str) -> str:

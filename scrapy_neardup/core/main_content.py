@@ -26,8 +26,8 @@ from resiliparse.parse.html import ElementNode as RNode
 from resiliparse.parse.html import HTMLTree
 
 from .article import ARTICLE_SHARE
+from .html import count_words, strip_tags, visible_words
 from .html import read_marked as block_read_marked
-from .html import strip_tags
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
 from .tag_scan import LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard
@@ -62,13 +62,16 @@ _BLOCK_STR = chr(BLOCK)
 _NOT_TEXT_CHARS = " \t\n\r\f" + "".join(map(chr, (BLOCK, LINK_START, LINK_END)))
 
 
-def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, str | None]:
-    """:func:`marked_text`, and the visible text left out on the way where it was read
-    (:func:`scrapy_neardup.core.html.read_marked`); ``None`` for an article page (its extraction leaves text out
-    inside the main content too, and nothing counts it)."""
+def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None]:
+    """:func:`marked_text`, and the words of the visible text left out on the way where they were counted
+    (:func:`scrapy_neardup.core.html.read_marked`). An article's extraction also leaves out text inside the main
+    content (comment threads, teasers): there, the page's visible words (:func:`~.html.visible_words`) less the
+    words kept."""
     if not is_article_page(data, tags):
         return block_read_marked(data, tags)
-    return (*_article_text(data, tags), None)
+    text, marked = _article_text(data, tags)
+    # str.split() splits at the marks (Unicode whitespace), count_words at ASCII punctuation too
+    return text, marked, max(0, visible_words(data) - count_words(" ".join(text.split())))
 
 
 def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:

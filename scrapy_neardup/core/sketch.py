@@ -91,8 +91,9 @@ class Sketch:
         words: ``"auto"`` mode: the words sketched (0 in the other modes).
         page_words: ``"auto"`` mode: the words of the page's whole visible text (scripts and styles aside),
             before its ``nav``/``header``/``footer``/``aside``, what lies outside its marked main content, its
-            host's template and its link lists were removed; 0 when not counted (an article page, whose extraction
-            also removes text inside its main content; several main elements; the other modes). The share of the
+            host's template and its link lists were removed (an article page: its body's visible words, since its
+            extraction also removes comment threads and teasers inside the main content); 0 when not counted
+            (several main elements; the other modes). The share of the
             page removed before sketching is ``1 - words / page_words`` (:attr:`removed`).
     """
 

@@ -75,7 +75,7 @@ class CleanText:
             ``<article>``): what it says, with no template to learn.
         outside_words: ``"auto"`` mode: the words of the page's visible text left out before ``utf8`` (its
             ``nav``/``header``/``footer``/``aside``, what lies outside its marked main content), ``None`` where
-            they were not counted (an article page; several main elements).
+            they were not counted (several main elements).
     """
 
     utf8: bytes
@@ -136,7 +136,7 @@ def clean_text(
     if is_html is None:
         is_html = looks_like_html(raw)
     marked = False
-    outside: str | None = ""
+    outside: int | None = 0
     if is_html:
         data, tags, cut = _cap_tags(raw.encode("utf-8", "surrogatepass"), max(1, max_chars // CHARS_PER_TAG))
         truncated |= cut
@@ -150,18 +150,7 @@ def clean_text(
         utf8, cut = normalize_capped(raw, max_chars, MARKED, collapse)
     else:
         utf8, cut = normalize_capped(raw, max_chars, collapse=collapse)
-    left_out = None if outside is None else count_words(outside) if outside else 0
-    return CleanText(utf8, truncated or cut, marked, left_out)
-
-
-# Every ASCII byte but a letter or a digit separates words (as in the normalized text); other bytes are kept.
-_SEPARATE = bytes(b if chr(b).isalnum() or b >= 0x80 else 0x20 for b in range(256))
-
-
-def count_words(text: str) -> int:
-    """The words of ``text`` much as its normalized text would hold them (ASCII punctuation separates words
-    there too), counted on its bytes without normalizing it (a page's text that is not sketched)."""
-    return len(text.encode("utf-8", "surrogatepass").translate(_SEPARATE).split())
+    return CleanText(utf8, truncated or cut, marked, outside)
 
 
 def _lines_to_blocks(raw: str) -> str:

@@ -22,7 +22,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 
 from ..core.dedupe import SKIP_EMPTY, SKIP_NOT_TEXT, skip_reason
 from ..core.theory import describe_rule
-from ..errors import BackendError, BinaryContent
+from ..errors import BackendError, BinaryContent, NearDupError
 from .batcher import CheckBatcher
 from .canonical import CanonicalLinks
 from .check_failures import CheckFailures
@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class _Unchecked(Exception):
+class _Unchecked(NearDupError):
     """The backend could not check the page, and the outage policy does not try again: it passes through."""
 
 

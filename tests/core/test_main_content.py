@@ -71,3 +71,19 @@ def test_a_page_whose_main_content_is_short_is_read_whole() -> None:
     html = page('<div class=site-footer><p>Uses of Widget: no usage of Widget in this library</p></div>')
     out = text(html)
     assert len(out.split()) >= MIN_MAIN_WORDS - 1 and "no usage of widget" in out
+
+
+def test_an_article_pages_removed_share_counts_the_comment_thread_it_left_out() -> None:
+    """An article's extraction leaves text out inside the page too (here a comment thread): the page's words are
+    its visible words (scripts aside), so the evidence's share removed counts the thread."""
+    thread = "".join(f"<li class=comment>Reader {i} wrote a long reply about parking</li>" for i in range(10))
+    head = f'{OG}<script>var tracking = "{"x " * 200}";</script>'
+    plain = page(f"<article><h1>River walk</h1><p>{STORY}</p></article>", head)
+    commented = page(f"<article><h1>River walk</h1><p>{STORY}</p></article><ol class=comment-list>{thread}</ol>",
+                     head)
+    story_words = 2 + len(STORY.replace(",", " ").replace(".", " ").split())  # the heading, then the story
+    thread_words = 10 * 8  # "reader N wrote a long reply about parking"
+    a, b = Sketcher().sketch_many([plain, commented])
+    assert (a.sketched, a.words, a.page_words, a.removed) == ("main content", story_words, story_words, 0.0)
+    assert (b.words, b.page_words) == (story_words, story_words + thread_words)
+    assert b.removed == round(1 - story_words / (story_words + thread_words), 2)
