@@ -22,8 +22,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from es_integration.client import ConnectionSettings, make_client
 from es_integration.collapse import search_with_collapse
+from es_integration.mapping import stored_sketched
 from scrapy_neardup.cli.explain import Side, explain, render_html
-from scrapy_neardup.core.evidence import describe_evidence, evidence
+from scrapy_neardup.core.evidence import describe_evidence, evidence, sides
 from scrapy_neardup.core.params import SketchParams
 from scrapy_neardup.core.sketch import Sketcher
 
@@ -31,7 +32,8 @@ STYLE = ("body{font-family:sans-serif;max-width:46em;margin:2em auto}li{margin:1
          "mark{background:#ff6}.similar{font-size:90%}.why{font-size:85%;color:#555}")
 
 #: What a group's page shows of each page's ``neardup`` fields: the crawl's decision and what it rests on.
-EVIDENCE_SOURCE = ["neardup.status", "neardup.shared", "neardup.tag", "neardup.fingerprint"]
+EVIDENCE_SOURCE = ["neardup.status", "neardup.shared", "neardup.tag", "neardup.fingerprint", "neardup.sketched",
+                   "neardup.words", "neardup.page_words"]
 
 
 def search_body(q: str, group: str | None = None) -> dict[str, Any]:
@@ -52,13 +54,16 @@ def search_body(q: str, group: str | None = None) -> dict[str, Any]:
 def why_grouped(page: dict[str, Any], kept: dict[str, Any] | None) -> dict[str, Any] | None:
     """The evidence of a duplicate's grouping from its ``neardup`` fields (``page`` and the group's ``kept`` page
     ``_source``): the positions of ``k`` it shared with the kept page when the crawl decided (``neardup.shared``),
-    and the rule (``exact`` for equal fingerprints). None for the kept page."""
+    the rule (``exact`` for equal fingerprints), and what of each page was sketched (``sketched``, ``words``,
+    ``removed``, and the same of the kept page) where the index holds it. None for the kept page."""
     fields = page.get("neardup") or {}
     if fields.get("status") != "duplicate" or not isinstance(fields.get("shared"), int):
         return None
+    kept_fields = (kept or {}).get("neardup") or {}
     num_perm = SketchParams.from_tag(str(fields.get("tag"))).num_perm
-    exact = kept is not None and (kept.get("neardup") or {}).get("fingerprint") == fields.get("fingerprint")
-    return evidence(fields["shared"], num_perm, "exact" if exact else "near_duplicate")
+    exact = kept is not None and kept_fields.get("fingerprint") == fields.get("fingerprint")
+    found = evidence(fields["shared"], num_perm, "exact" if exact else "near_duplicate")
+    return {**found, **sides(stored_sketched(fields), stored_sketched(kept_fields))}
 
 
 def _kept_page(client: Any, index: str, group: str, hits: list[Any]) -> tuple[str | None, dict[str, Any] | None]:
@@ -104,8 +109,8 @@ def render(client: Any, index: str, q: str, group: str | None) -> str:
             if fields and kept_id is not None:
                 here = "/?" + urlencode({"q": q, "group": group or ""})
                 link = "/why?" + urlencode({"a": kept_id, "b": hit.id, "back": here})
-                similar = (f'<div class="why">grouped: {html.escape(describe_evidence(fields))} with the kept '
-                           f'page &middot; <a class="why" href="{html.escape(link)}">why grouped</a></div>')
+                similar = (f'<div class="why">grouped with the kept page: {html.escape(describe_evidence(fields))} '
+                           f'&middot; <a class="why" href="{html.escape(link)}">why grouped</a></div>')
             items.append(f'<li class="hit"><a class="title" href="{url}">{html.escape(str(source.get("title", url)))}'
                          f'</a><div class="url">{url}</div><div class="snippet">{snippet}</div>{similar}</li>')
         back = f'<p><a class="back" href="/?{html.escape(urlencode({"q": q}))}">back to all results</a></p>'

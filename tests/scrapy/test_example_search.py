@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from test_example_project import PROJECT, clean_env, report_section
 
+from scrapy_neardup.core.sketch import removed_share
+
 pytestmark = pytest.mark.es
 
 STORY = "/news/harbor-bridge-reopens.html"
@@ -116,13 +118,21 @@ def test_the_search_page_shows_each_story_once_and_expands_its_copies(
         for row in rows[1:]:
             url = row.find_element(By.CSS_SELECTOR, ".url").text
             why = row.find_element(By.CSS_SELECTOR, "div.why").text
-            found = re.fullmatch(r"grouped: (near_duplicate|exact): (\d+) of 128 positions shared, r in "
-                                 r"\[(0\.\d{3}|1\.000), (0\.\d{3}|1\.000)\] with the kept page · why grouped", why)
+            found = re.fullmatch(r"grouped with the kept page: (near_duplicate|exact): (\d+) of 128 positions shared, "
+                                 r"r in \[(0\.\d{3}|1\.000), (0\.\d{3}|1\.000)\]; sketched: (.+); kept: (.+) · "
+                                 r"why grouped", why)
             assert found is not None, why
             stored = es_client.search(index=demo["index"], query={"term": {"neardup.key": url}},
                                       source=["neardup"])["hits"]["hits"][0]["_source"]["neardup"]
             assert int(found.group(2)) == stored["shared"] and stored["duplicate_of"] == rows_id(es_client, demo)
             assert float(found.group(3)) <= stored["shared"] / 128 <= float(found.group(4))
+            # What of each page was sketched, as the index holds it for the copy and for the kept page.
+            kept = es_client.search(index=demo["index"], query={"term": {"neardup.key": demo["story"]}},
+                                    source=["neardup"])["hits"]["hits"][0]["_source"]["neardup"]
+            for side, values in ((found.group(5), stored), (found.group(6), kept)):
+                removed = removed_share(values["words"], values["page_words"])
+                assert removed is not None and side == (
+                    f"{values['sketched']}, {values['words']} words, {removed:.0%} removed"), (side, values)
         browser.save_screenshot(str(tmp_path / "similar.png"))
 
         # The side-by-side view of the story and a copy.
