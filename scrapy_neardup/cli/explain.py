@@ -132,14 +132,22 @@ def explain(sketcher: Sketcher, min_shared: int, sides: list[Side]) -> dict[str,
     decision = "exact" if exact else ("near_duplicate" if shared >= min_shared else "kept")
     fields = evidence(shared, k, "exact" if exact else "near_duplicate")
     return {
-        "pages": [{"name": s.name, "sketched": s.how, "words_sketched": len(s.sketched.split()),
-                   "words_whole": len(s.whole.split()), "removed_share": round(s.removed_share, 3),
-                   "shingles": int(n[0]), "text": s.sketched, "left_out": _left_out(s)} for s, n in zip(sides, sets,
-                                                                                                    strict=True)],
+        "pages": [{"name": s.name, "sketched": s.how, **_counts(s, sketch), "shingles": int(n[0]),
+                   "text": s.sketched, "left_out": _left_out(s)}
+                  for s, sketch, n in zip(sides, sketches, sets, strict=True)],
         "shared": shared, "k": k, "t": min_shared, "resemblance": shared / k, "interval": fields["interval"],
         **_overlap(sketcher, a.sketched, b.sketched), "decision": decision,
         "diff": _diff(a.sketched.split(), b.sketched.split()),
     }
+
+
+def _counts(side: Side, sketch: Sketch) -> dict[str, Any]:
+    """Words sketched, words of the whole page and the share removed: the sketch's own counts where it has them
+    (so that they are the evidence's ``words`` and ``removed``), else counted on the texts shown."""
+    if sketch.removed is not None:
+        return {"words_sketched": sketch.words, "words_whole": sketch.page_words, "removed_share": sketch.removed}
+    return {"words_sketched": len(side.sketched.split()), "words_whole": len(side.whole.split()),
+            "removed_share": round(side.removed_share, 3)}
 
 
 def compare_stored(names: list[str], values: np.ndarray, fingerprints: list[int] | np.ndarray, min_shared: int,

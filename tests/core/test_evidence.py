@@ -101,6 +101,9 @@ def test_explain_two_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert [c[1] for c in changes] == ["changed", "other"]
     page = result["pages"][0]
     assert page["words_sketched"] == 400 and page["words_whole"] > 400  # the link list is left out
+    # the counts are the evidence's: what a drop of b in favour of a would say of each page
+    assert (page["words_sketched"], page["words_whole"], page["removed_share"]) == (sa.words, sa.page_words,
+                                                                                     sa.removed)
     assert any("link 0" in run for run in page["left_out"])
     shown = report.read_text()
     assert "<ins>changed</ins>" in shown and "Near-duplicates" in shown and "http" not in shown.split("<body>")[0]
