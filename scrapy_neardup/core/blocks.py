@@ -1,31 +1,9 @@
 """A page's words in blocks, and what of it is the page's own: link lists and its host's template taken out.
 
-The normalized text of ``"auto"`` mode keeps the marks of :mod:`scrapy_neardup.core.marks`: a block boundary
-at each block element (paragraph, list item, table cell, heading, ``div``...) and brackets around link text.
-:func:`split_blocks` reads a batch of such texts at once, with numpy passes over their *words* (the same tokens
-and 64-bit word hashes as shingling, :mod:`scrapy_neardup.core.shingles`), never a Python loop per block:
+:func:`split_blocks` reads a batch of ``"auto"`` texts (their block and link marks) with numpy passes over their
+words; :func:`own_words` keeps what a page says itself.
 
-* each word's block, and whether it is link text (inside ``<a>``);
-* each block's **hash**: ``sum_j fmix64(u_j xor (j + 1) * C xor l_j * L) mod 2**64`` over its words
-  ``u_0, u_1, ...`` (word hashes; ``l_j`` is 1 for link text), equal for the same words in the same order, as
-  links or not alike, on any page, whatever other markup and spacing is around them: what a host's template is
-  made of (:mod:`scrapy_neardup.core.host_template`). A heading and a link of the same words differ: a page's title is
-  not its sidebar's entry for it;
-* its words, word bytes (``chars``) and word bytes inside links (``link_chars``).
-
-:func:`own_words` then keeps what the page says itself. A block goes when its host's template holds its hash
-(the host repeats it on many pages: navigation, footers, "Skip to content"), or when it belongs to a *link list*:
-a run of at least :data:`LINK_RUN` consecutive blocks that are each mostly link text (share >= :data:`LINK_SHARE`):
-menus, sidebars, tables of contents, breadcrumbs and tag clouds are such runs on pages that mark nothing, while a
-heading or a sentence with a link inside the content stands alone and stays. Short pages keep their own words:
-
-1. the blocks that are neither template nor link list, when they hold at least :data:`MIN_OWN_WORDS` words;
-2. else the blocks that are not template (an index page's own content *is* its list of links);
-3. else, the page being all template, every block: such pages say nothing of their own and are alike.
-
-So a page with any word of its own is never sketched as an empty text, and two pages are compared on what each
-says. The kept words go on to shingling as they are (their hashes are not computed twice). Plain text (no
-markup) has one block per line and no links.
+Design notes: docs/architecture.md#scrapy_neardupcoreblocks
 """
 
 from __future__ import annotations
