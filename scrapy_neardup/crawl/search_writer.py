@@ -93,20 +93,50 @@ class DecidedItems:
     """The pipeline's decisions waiting for their items to reach the search writer.
 
     Found by the item object itself (its identity: items are mutable, often unhashable dicts). Each entry holds its
-    item, so while it waits no other object can take that identity, and :meth:`take` hands an entry only to the
-    very object it was parked with.
+    item, so while it waits no other object can take that identity. A pipeline between the two may hand on a new
+    object in place of the item (a copy, an item of another class): its decision is then found by the item's URL
+    field, the one the pipeline keyed it by.
+
+    Args:
+        url_field: the item field holding the page's URL.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, url_field: str) -> None:
+        self.url_field = url_field
         self._by_item: dict[int, Decided] = {}
+        #: URL -> the identity of the item last parked with it
+        self._by_url: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_item)
 
     def park(self, decided: Decided) -> None:
         self._by_item[id(decided.item)] = decided
+        url = self._url(decided.item)
+        if url is not None:
+            self._by_url[url] = id(decided.item)
 
     def take(self, item: Any) -> Decided | None:
-        """The decision parked with ``item`` (removed), or ``None``: the pipeline did not decide it."""
+        """The decision parked with ``item``, or with an item of its URL that ``item`` replaced (removed), or
+        ``None``: the pipeline did not decide it."""
         decided = self._by_item.pop(id(item), None)
-        return decided if decided is not None and decided.item is item else None
+        if decided is None:
+            url = self._url(item)
+            parked = self._by_url.get(url) if url is not None else None
+            decided = self._by_item.pop(parked, None) if parked is not None else None
+            if decided is None:
+                return None
+        url = self._url(decided.item)
+        if url is not None and self._by_url.get(url) == id(decided.item):
+            del self._by_url[url]
+        return decided
+
+    def _url(self, item: Any) -> str | None:
+        try:
+            url = ItemAdapter(item).get(self.url_field)
+        except TypeError:  # not an item Scrapy knows
+            return None
+        return str(url) if url not in (None, "") else None
 
 
 class SearchIndexPipeline:
@@ -130,7 +160,7 @@ class SearchIndexPipeline:
         self.counts: dict[str, int] = {}
         self.failures = 0
         #: the pipeline's decisions, each with its item, until the item comes by
-        self._decided = DecidedItems()
+        self._decided = DecidedItems(self.url_field)
         #: key -> the kept page that named it its canonical URL (from the pipeline's observers' hook)
         self._representatives: dict[str, str] = {}
         self._encoder = ScrapyJSONEncoder(ensure_ascii=False)
@@ -174,6 +204,12 @@ class SearchIndexPipeline:
         finally:
             if self._failed_file is not None:
                 self._failed_file.close()
+            if self._decided:  # a pipeline in between replaced these items with objects of another URL
+                self.count("search_unmatched_decisions", len(self._decided))
+                logger.warning("Search index %s: %d decisions of the near-duplicate pipeline found neither their item "
+                               "nor its URL at the search writer (a pipeline in between replaced the item and its URL "
+                               "field); those items were written without their near-duplicate fields",
+                               self.config.index, len(self._decided))
             c = self.counts.get
             logger.log(logging.WARNING if self.failures else logging.INFO,
                        "Search index %s: %d documents written, %d removed, %d items not written%s", self.config.index,

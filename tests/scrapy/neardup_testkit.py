@@ -582,6 +582,14 @@ class UnlockedSlowBackendPipeline(SlowBackendPipeline):
         return decision
 
 
+class CopyingPipeline:
+    """A user's pipeline that hands on a new object in place of each item (a plain dict copy), as pipelines that
+    convert items do."""
+
+    def process_item(self, item: Any, spider: Any = None) -> Any:
+        return dict(item)
+
+
 class OutageBackend(Backend):
     """An in-process store that goes down after ``NEARDUP_TEST_FAIL_AFTER`` pages checked, for
     ``NEARDUP_TEST_DOWN_FOR`` seconds (unset: for good): every check (and template load or save) then raises

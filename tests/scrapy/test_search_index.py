@@ -120,6 +120,27 @@ def test_a_crawl_fills_a_multi_shard_index_that_a_collapsed_search_shows_once_pe
     assert {h.group for h in plain.hits} == {doc_id_of(server.url + original)}
 
 
+def test_items_replaced_by_a_pipeline_in_between_keep_their_near_duplicate_fields(
+    es_url: str, es_client: Any, search_index: str, run_crawl: Any, serve_kinds_site: Any,
+) -> None:
+    """A pipeline between the near-duplicate pipeline (300) and the search writer (900) hands on a copy of each
+    item: every document still carries the decision taken of its page, found by the item's URL."""
+    site = kinds_site()
+    server = serve_kinds_site(site)
+    settings = search_settings(es_url, search_index, ITEM_PIPELINES={"neardup_testkit.CopyingPipeline": 500})
+    result = run_crawl(settings=settings, spider={"start_url": server.url + "/"})
+    assert result.returncode == 0, result.log[-3000:]
+    kept, drops = set(result.kept_urls), near_duplicate_drops(result)
+    assert len(kept) == len(site.distinct) and len(drops) == len(site.original_of)
+    docs = documents(es_client, search_index)
+    assert set(docs) == {doc_id_of(url) for url in kept | set(drops)}
+    status = {doc["_source"]["url"]: doc["_source"].get("neardup", {}).get("status") for doc in docs.values()}
+    assert status == {url: "duplicate" if url in drops else "kept" for url in kept | set(drops)}
+    # with their sketches: a page written without its decision would have no tag
+    assert all(doc["_source"]["neardup"].get("tag") for doc in docs.values())
+    assert "found neither their item" not in result.log and result.stat("neardup/search_unmatched_decisions") == 0
+
+
 def test_a_recrawl_updates_changed_pages_in_place_and_skip_leaves_duplicates_out(
     es_url: str, es_client: Any, search_index: str, run_crawl: Any, serve_kinds_site: Any, tmp_path: Path,
 ) -> None:
