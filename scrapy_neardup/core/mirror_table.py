@@ -7,6 +7,7 @@ Design notes: docs/architecture.md#scrapy_neardupcoremirror_table
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -32,7 +33,15 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 def host_of(url: str) -> str | None:
     """``scheme://hostname:port`` of ``url`` (lower case, the default port made explicit); ``None`` when the URL
-    has no host (e.g. the ``no-url:`` keys the pipeline gives items without a URL)."""
+    has no host (e.g. the ``no-url:`` keys the pipeline gives items without a URL).
+
+    Cached without the fragment: a crawl asks it of every request scheduled (and refused), three or four times
+    over, and of the same links from page to page, which differ only by their fragments."""
+    return _host_of(url.partition("#")[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_of(url: str) -> str | None:
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -12,6 +12,7 @@ from .canonical import CanonicalLinkMiddleware
 from .crawl_report import CrawlReport
 from .exporters import CSV_EXPORTER
 from .mirrors import MirrorHostsMiddleware
+from .parse_trees import ParseTreeRelease
 from .pipeline import NearDuplicatePipeline
 from .search_writer import SearchIndexPipeline
 from .soft404 import Soft404Middleware
@@ -22,6 +23,9 @@ PIPELINE_PRIORITY = 300
 MIRRORS_PRIORITY = 60
 SOFT404_PRIORITY = 70
 CANONICAL_PRIORITY = 75
+#: The spider middleware nearest the engine (below Scrapy's own, 50 and up): it sees a callback's output last, once
+#: every other middleware is done with it.
+PARSE_TREES_PRIORITY = 10
 #: Where the search-index writer runs: after the project's pipelines, so that it writes the items they made.
 SEARCH_INDEX_PRIORITY = 900
 
@@ -36,6 +40,7 @@ class NearDuplicateAddon:
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", MirrorHostsMiddleware, MIRRORS_PRIORITY)
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", Soft404Middleware, SOFT404_PRIORITY)
         _add_component(settings, "DOWNLOADER_MIDDLEWARES", CanonicalLinkMiddleware, CANONICAL_PRIORITY)
+        _add_component(settings, "SPIDER_MIDDLEWARES", ParseTreeRelease, PARSE_TREES_PRIORITY)
         if settings.get("NEARDUP_REPORT"):
             _add_component(settings, "EXTENSIONS", CrawlReport, 0)
         if settings.get("NEARDUP_SEARCH_INDEX"):

@@ -5,6 +5,7 @@ Design notes: docs/architecture.md#scrapy_neardupcrawlorder
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -88,7 +89,8 @@ class KeepOrder:
 
     def request_dropped(self, request: Any, spider: Any = None) -> None:
         """The scheduler refused a request (a duplicate): it brings no page."""
-        self._add(request.url, -1)
+        if self.wait > 0:
+            self._add(request.url, -1)
 
     def response_received(self, response: Any, request: Any, spider: Any = None) -> None:
         """A request was answered: its page, if any, comes as an item (:meth:`enter`) once the spider parsed it;
@@ -210,7 +212,12 @@ class KeepOrder:
 
 
 def _where(url: str) -> tuple[str, str] | None:
-    """``(path and query, host)`` of ``url``."""
+    """``(path and query, host)`` of ``url`` (cached without the fragment, as :func:`host_of` is)."""
+    return _where_cached(url.partition("#")[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _where_cached(url: str) -> tuple[str, str] | None:
     host = host_of(url)
     if host is None:
         return None

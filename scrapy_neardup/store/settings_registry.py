@@ -155,6 +155,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("NEARDUP_WORKER", "bool", True,
             "sketch in one child process, off the crawl's reactor thread; `False`: in the crawl's own process",
             _PIPELINE),
+    Setting("NEARDUP_FREE_PARSE_TREES", "bool", True,
+            "the add-on frees each response's parsed tree (`response.selector`) once the spider's callback is done "
+            "with it: responses whose items wait for their check hold their text, not their tree", _PIPELINE),
     Setting("NEARDUP_THRESHOLD", "float", DEFAULT_THRESHOLD,
             "target resemblance r\\*: `t` is the largest that flags r\\* with probability ≥ 0.99 "
             "([the threshold](threshold.md))", _SKETCH, low=0.0, high=1.0, low_open=True,
