@@ -95,14 +95,17 @@ class DecidedItems:
     Found by the item object itself (its identity: items are mutable, often unhashable dicts). Each entry holds its
     item, so while it waits no other object can take that identity. A pipeline between the two may hand on a new
     object in place of the item (a copy, an item of another class): its decision is then found by the item's URL
-    field, the one the pipeline keyed it by.
+    field, the one the pipeline keyed it by, when the new object has text in the text field (an item without text,
+    which the pipeline passed on undecided, never takes the decision of another item of its URL).
 
     Args:
         url_field: the item field holding the page's URL.
+        text_field: the item field holding the page's text.
     """
 
-    def __init__(self, url_field: str) -> None:
+    def __init__(self, url_field: str, text_field: str) -> None:
         self.url_field = url_field
+        self.text_field = text_field
         self._by_item: dict[int, Decided] = {}
         #: URL -> the identity of the item last parked with it
         self._by_url: dict[str, int] = {}
@@ -121,7 +124,7 @@ class DecidedItems:
         ``None``: the pipeline did not decide it."""
         decided = self._by_item.pop(id(item), None)
         if decided is None:
-            url = self._url(item)
+            url = self._url(item) if self._has_text(item) else None
             parked = self._by_url.get(url) if url is not None else None
             decided = self._by_item.pop(parked, None) if parked is not None else None
             if decided is None:
@@ -130,6 +133,12 @@ class DecidedItems:
         if url is not None and self._by_url.get(url) == id(decided.item):
             del self._by_url[url]
         return decided
+
+    def _has_text(self, item: Any) -> bool:
+        try:
+            return bool(ItemAdapter(item).get(self.text_field))
+        except TypeError:  # not an item Scrapy knows
+            return False
 
     def _url(self, item: Any) -> str | None:
         try:
@@ -160,7 +169,7 @@ class SearchIndexPipeline:
         self.counts: dict[str, int] = {}
         self.failures = 0
         #: the pipeline's decisions, each with its item, until the item comes by
-        self._decided = DecidedItems(self.url_field)
+        self._decided = DecidedItems(self.url_field, self.text_field)
         #: key -> the kept page that named it its canonical URL (from the pipeline's observers' hook)
         self._representatives: dict[str, str] = {}
         self._encoder = ScrapyJSONEncoder(ensure_ascii=False)

@@ -324,3 +324,26 @@ def test_mark_dict_items_get_the_field() -> None:
                              "kept_sketched": "own text", "kept_words": len(ARTICLE.split()), "kept_removed": 0.0}
     assert stats(pipeline) == {"neardup/checked": 2, "neardup/kept": 1, "neardup/exact_duplicates": 1,
                                "neardup/marked": 1}
+
+
+def test_decided_items_are_found_by_their_object_then_by_url_and_never_by_an_item_without_text() -> None:
+    """The search writer's hand-over: an item by its own object; a copy a pipeline in between made, by its URL; an
+    item of the same URL the pipeline passed on undecided (no text) never takes another item's decision."""
+    from scrapy_neardup.crawl.search_writer import Decided, DecidedItems
+
+    sketch = Sketcher(num_perm=16).sketch("one two three four five six seven")
+    decided = DecidedItems("url", "text")
+    page = {"url": "http://a/1", "text": "one two three four five six seven"}
+    entry = Decided(page, "http://a/1", sketch, None)
+    decided.park(entry)
+    assert decided.take({"url": "http://a/1"}) is None  # no text: passed on undecided, not this page's copy
+    assert decided.take({"url": "http://a/1", "text": ""}) is None
+    assert len(decided) == 1
+    assert decided.take(dict(page)) is entry and len(decided) == 0  # a copy: found by its URL
+    assert decided.take(page) is None  # taken once
+    decided.park(entry)
+    assert decided.take(page) is entry and decided.take(dict(page)) is None  # by the object itself
+    other = Decided({"url": "http://a/2", "text": "x"}, "http://a/2", sketch, None)
+    decided.park(other)
+    assert decided.take({"url": "http://a/3", "text": "x"}) is None and len(decided) == 1  # another URL
+    assert decided.take(object()) is None  # not an item
