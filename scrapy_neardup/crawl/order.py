@@ -70,7 +70,7 @@ class KeepOrder:
         """Follow ``crawler``'s requests (what is pending where), and let at most ``room`` characters of pages
         wait at once, the scraper's room grown by them while they wait."""
         self.room, self.grow = room, ScraperRoom(crawler).grow
-        crawler.signals.connect(self.request_scheduled, signal=signals.request_scheduled)
+        self.hooks.scheduled.append(self.request_scheduled)
         crawler.signals.connect(self.request_dropped, signal=signals.request_dropped)
         crawler.signals.connect(self.response_received, signal=signals.response_received)
 
@@ -80,10 +80,7 @@ class KeepOrder:
         """A request was scheduled: its page is pending (a redirect's target takes over from its source)."""
         if self.wait <= 0:
             return
-        host = host_of(request.url)
-        if host is not None:
-            self.hooks.meet(host)
-        self._add(request.url, 1)
+        self._add(request.url, 1)  # (the hooks met its host first)
         for source in request.meta.get("redirect_urls", [])[-1:]:
             self._add(source, -1)
 
