@@ -107,7 +107,7 @@ class DecidedItems:
         self.url_field = url_field
         self.text_field = text_field
         self._by_item: dict[int, Decided] = {}
-        #: URL -> the identity of the item last parked with it
+        #: page key (the URL) -> the identity of the item last parked with it
         self._by_url: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -115,37 +115,30 @@ class DecidedItems:
 
     def park(self, decided: Decided) -> None:
         self._by_item[id(decided.item)] = decided
-        url = self._url(decided.item)
-        if url is not None:
-            self._by_url[url] = id(decided.item)
+        self._by_url[decided.key] = id(decided.item)  # the pipeline's key is the item's URL field as text
 
     def take(self, item: Any) -> Decided | None:
         """The decision parked with ``item``, or with an item of its URL that ``item`` replaced (removed), or
         ``None``: the pipeline did not decide it."""
         decided = self._by_item.pop(id(item), None)
         if decided is None:
-            url = self._url(item) if self._has_text(item) else None
+            url = self._url_with_text(item)
             parked = self._by_url.get(url) if url is not None else None
             decided = self._by_item.pop(parked, None) if parked is not None else None
             if decided is None:
                 return None
-        url = self._url(decided.item)
-        if url is not None and self._by_url.get(url) == id(decided.item):
-            del self._by_url[url]
+        if self._by_url.get(decided.key) == id(decided.item):
+            del self._by_url[decided.key]
         return decided
 
-    def _has_text(self, item: Any) -> bool:
+    def _url_with_text(self, item: Any) -> str | None:
+        """The URL field of ``item`` as text, when it has one and text in the text field."""
         try:
-            return bool(ItemAdapter(item).get(self.text_field))
-        except TypeError:  # not an item Scrapy knows
-            return False
-
-    def _url(self, item: Any) -> str | None:
-        try:
-            url = ItemAdapter(item).get(self.url_field)
+            adapter = ItemAdapter(item)
         except TypeError:  # not an item Scrapy knows
             return None
-        return str(url) if url not in (None, "") else None
+        url = adapter.get(self.url_field)
+        return str(url) if url not in (None, "") and adapter.get(self.text_field) else None
 
 
 class SearchIndexPipeline:
