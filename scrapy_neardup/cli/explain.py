@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.blocks import own_text, split_blocks
 from ..core.evidence import evidence
 from ..core.host_template import learn_hosts
 from ..core.sketch import Sketch, Sketcher, jaccard
@@ -45,13 +46,17 @@ class Side:
     sketched: str = ""
     whole: str = ""
     marked: bool = False
+    prose: bool = False
 
     @property
     def how(self) -> str:
-        """What was sketched: the marked main content, the text left after template removal, or the whole body."""
+        """What was sketched: the marked main content, the text left after template removal, or the whole body;
+        of it, only the passages of prose where those were read (:func:`scrapy_neardup.core.blocks.passages`)."""
         if self.marked:
-            return "main content"
-        return "text left after template removal" if self.template is not None else "whole body (link lists out)"
+            how = "main content"
+        else:
+            how = "text left after template removal" if self.template is not None else "whole body (link lists out)"
+        return f"{how}, its passages of prose" if self.prose else how
 
     @property
     def removed_share(self) -> float:
@@ -123,6 +128,9 @@ def explain(sketcher: Sketcher, min_shared: int, sides: list[Side]) -> dict[str,
         cleaned = clean_text(side.content, None, sketcher.max_chars, sketcher.content)
         side.marked = cleaned.marked
         side.sketched = sketcher.text(side.content, template=side.template).decode("utf-8")
+        if sketcher.content == "auto":  # were passages of prose read? (the same text without them differs)
+            template = None if cleaned.marked else side.template
+            side.prose = own_text(split_blocks(cleaned.utf8), template).decode("utf-8") != side.sketched
         side.whole = clean_text(side.content, None, sketcher.max_chars, "body").text
     sketches: list[Sketch] = sketcher.sketch_many([a.content, b.content], templates=[a.template, b.template])
     k = sketcher.num_perm

@@ -1,4 +1,5 @@
-"""A page's words in blocks, and what of it is the page's own: link lists and its host's template taken out.
+"""A page's words in blocks, and what of it is the page's own: link lists and its host's template taken out, and
+on pages with prose, the passages of prose (the article, not the widgets around it).
 
 :func:`split_blocks` reads a batch of ``"auto"`` texts (their block and link marks) with numpy passes over their
 words; :func:`own_words` keeps what a page says itself.
@@ -25,6 +26,29 @@ LINK_SHARE = 0.7
 LINK_RUN = 3
 #: Fewer words than this left after taking template and link lists out: link lists are put back (step 2).
 MIN_OWN_WORDS = 10
+#: A block of at least this many word bytes, less than :data:`PROSE_LINK_SHARE` of them link text, is prose (a
+#: paragraph, not a byline, a caption, a button or a headline).
+PROSE_CHARS = 100
+PROSE_LINK_SHARE = 0.3
+#: Prose blocks with at most this many words of links and short lines between them belong to one passage.
+PASSAGE_GAP = 40
+#: Passages of fewer prose blocks than this in all, and fewer than :data:`LONE_PROSE_WORDS` words, are not trusted:
+#: one paragraph may be a sidebar's blurb, longer than a short post's lines.
+MIN_PROSE_BLOCKS = 2
+LONE_PROSE_WORDS = 100
+#: Blocks of at least this many words (not links) join the prose around them: a short paragraph, a quote.
+BRIDGE_WORDS = 10
+#: A page whose passages hold fewer words of prose than this keeps all its own words (a short post, a table).
+MIN_PASSAGE_WORDS = 50
+#: Passages whose prose holds at least this share of the largest one's are kept with it (an article and a comment
+#: thread of its size: both, rather than the wrong one).
+PASSAGE_SHARE = 0.5
+#: The passages kept must hold at least this share of the page's own words (link blocks and the blocks right after
+#: them aside); else the page keeps them all (its content is a table or a list, and its prose a sidebar's).
+PASSAGES_OF_PAGE = 0.4
+#: A passage of which at least this share of the prose blocks follow a link block is a list of teasers (headline,
+#: then excerpt), not the page's text.
+TEASER_SHARE = 0.5
 # Bytes that separate words in normalized text (spaces and the marks).
 _SEPARATOR = 32
 _MARKS_TO_SPACES = bytes(32 if b in MARKS else b for b in range(256))
@@ -199,21 +223,96 @@ def link_lists(blocks: Blocks) -> np.ndarray:
     return out
 
 
-def own_blocks(blocks: Blocks, template: np.ndarray | None = None) -> np.ndarray:
+def own_blocks(blocks: Blocks, template: np.ndarray | None = None, prose: bool = False) -> np.ndarray:
     """``bool[n]``: the blocks of what the page says itself (see the module doc), its host's template being
-    ``template`` (sorted uint64 block hashes; None: none known)."""
-    return own_selection(blocks, template)[0]
+    ``template`` (sorted uint64 block hashes; None: none known); with ``prose``, only its :func:`passages` of
+    prose when it has such passages (:func:`reads_prose`)."""
+    return own_selection(blocks, template, prose)[0]
 
 
-def own_selection(blocks: Blocks, template: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+def reads_prose(article: bool, marked: bool, template: np.ndarray | None) -> bool:
+    """Whether a page is read for its :func:`passages` of prose: a page that declares itself an article, and a page
+    that neither marks its main content nor has a host template to remove (a print version, a host of a few
+    pages). Documentation pages, whose signatures and lists are their content, mark their main content or share
+    a host template with their site, and are read whole."""
+    return article or (not marked and (template is None or template.size == 0))
+
+
+def own_selection(blocks: Blocks, template: np.ndarray | None = None, prose: bool = False) -> tuple[np.ndarray, bool]:
     """:func:`own_blocks` and :func:`thin` in one pass."""
     has_words = blocks.counts > 0
     own = has_words & ~_in_template(blocks.hashes, template)
     keep = own & ~link_lists(blocks)
     words = int(blocks.counts[keep].sum())
     if words >= MIN_OWN_WORDS:
-        return keep, False
+        kept = passages(blocks, keep) if prose else None
+        return (keep if kept is None else kept), False
     return (own if own.any() else has_words), words > 0
+
+
+def passages(blocks: Blocks, keep: np.ndarray) -> np.ndarray | None:
+    """``bool[n]``: the blocks of ``keep`` that lie in the page's passages of prose, or None when the page keeps
+    all of ``keep`` (docs/content.md, "How auto reads a page", step 5).
+
+    A prose block has at least :data:`PROSE_CHARS` word bytes, under :data:`PROSE_LINK_SHARE` of them in links.
+    Prose blocks with at most :data:`PASSAGE_GAP` words between them of blocks that are not text (link blocks, and
+    lines of fewer than :data:`BRIDGE_WORDS` words) form a passage, which spans from its first prose block to its
+    last, the blocks between them included (subheadings, short paragraphs), link blocks excluded. A passage whose
+    prose blocks mostly (:data:`TEASER_SHARE`) follow a link block is a list of teasers and counts for nothing, and
+    a passage ends at its last prose block that does not follow a link block. The largest passage is kept with
+    every passage of at least :data:`PASSAGE_SHARE` of its prose words. None when the prose is too little to
+    trust: the largest passage under :data:`MIN_PASSAGE_WORDS` words; fewer than :data:`MIN_PROSE_BLOCKS` prose
+    blocks kept and under :data:`LONE_PROSE_WORDS` words (a sidebar's blurb); the passages under
+    :data:`PASSAGES_OF_PAGE` of the words of ``keep`` that are neither link blocks nor right after one (a table
+    or a list, whose prose is a sidebar's); and on pages without link text (plain text: every line is what the
+    text says).
+    """
+    counts, chars, link_chars = blocks.counts, blocks.chars, blocks.link_chars
+    if not link_chars.any():
+        return None
+    prose = np.flatnonzero(keep & (chars >= PROSE_CHARS) & (link_chars < PROSE_LINK_SHARE * chars))
+    if prose.size == 0 or int(counts[prose].sum()) < MIN_PASSAGE_WORDS:
+        return None
+    worded = np.flatnonzero(counts > 0)
+    link_block = np.zeros(counts.size, dtype=bool)
+    link_block[worded] = link_chars[worded] >= LINK_SHARE * chars[worded]
+    after_link = np.zeros(counts.size, dtype=bool)
+    after_link[worded[1:]] = link_block[worded[:-1]]
+    # Words of the blocks between two prose blocks that are not text: links, and lines too short to be a sentence.
+    apart = np.cumsum(np.where(keep & (link_block | (counts < BRIDGE_WORDS)), counts, 0))
+    between = apart[prose[1:] - 1] - apart[prose[:-1]]
+    cut = np.flatnonzero(between > PASSAGE_GAP) + 1
+    first = np.concatenate(([0], cut))  # each passage's first prose block (an index into `prose`)
+    size = np.add.reduceat(counts[prose], first)
+    teasers = np.add.reduceat(after_link[prose].astype(np.int64), first) >= TEASER_SHARE * np.diff(
+        np.append(first, prose.size))
+    size[teasers] = 0
+    if int(size.max()) < MIN_PASSAGE_WORDS:
+        return None
+    # A passage ends at its last prose block that does not follow a link block: teasers after an article go.
+    end = np.append(cut, prose.size) - 1
+    plain = np.where(~after_link[prose], np.arange(prose.size), -1)
+    last = np.maximum(np.maximum.accumulate(plain)[end], first)
+    chosen = size >= PASSAGE_SHARE * size.max()
+    if int((last[chosen] - first[chosen] + 1).sum()) < MIN_PROSE_BLOCKS and size.max() < LONE_PROSE_WORDS:
+        return None
+    out: np.ndarray = keep & _spans(counts.size, prose[first[chosen]], prose[last[chosen]]) & ~link_block
+    # The share is of what could be the page's text: link blocks and what follows them (teasers under their
+    # headlines) are not.
+    if counts[out].sum() < PASSAGES_OF_PAGE * counts[keep & ~link_block & ~after_link].sum():
+        return None
+    return out
+
+
+def _spans(n: int, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+    """``bool[n]``: the union of the ranges ``firsts[i] .. lasts[i]`` (inclusive; empty where ``lasts[i] <
+    firsts[i]``)."""
+    valid = lasts >= firsts
+    edges = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(edges, firsts[valid], 1)
+    np.add.at(edges, lasts[valid] + 1, -1)
+    inside: np.ndarray = np.cumsum(edges[:-1]) > 0
+    return inside
 
 
 def thin(blocks: Blocks, template: np.ndarray | None = None) -> bool:
@@ -223,14 +322,14 @@ def thin(blocks: Blocks, template: np.ndarray | None = None) -> bool:
     return own_selection(blocks, template)[1]
 
 
-def own_words(blocks: Blocks, template: np.ndarray | None = None) -> np.ndarray:
+def own_words(blocks: Blocks, template: np.ndarray | None = None, prose: bool = False) -> np.ndarray:
     """``bool[w]``: the words of the blocks :func:`own_blocks` keeps."""
-    return own_blocks(blocks, template)[blocks.block] if blocks.block.size else np.zeros(0, dtype=bool)
+    return own_blocks(blocks, template, prose)[blocks.block] if blocks.block.size else np.zeros(0, dtype=bool)
 
 
-def own_text(blocks: Blocks, template: np.ndarray | None = None) -> bytes:
+def own_text(blocks: Blocks, template: np.ndarray | None = None, prose: bool = False) -> bytes:
     """The normalized text of what the page says itself (its words of :func:`own_words`, single spaces)."""
-    return blocks.text(own_words(blocks, template))
+    return blocks.text(own_words(blocks, template, prose))
 
 
 def _in_template(hashes: np.ndarray, template: np.ndarray | None) -> np.ndarray:

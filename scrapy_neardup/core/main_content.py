@@ -62,16 +62,16 @@ _BLOCK_STR = chr(BLOCK)
 _NOT_TEXT_CHARS = " \t\n\r\f" + "".join(map(chr, (BLOCK, LINK_START, LINK_END)))
 
 
-def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None]:
-    """:func:`marked_text`, and the words of the visible text left out on the way where they were counted
-    (:func:`scrapy_neardup.core.html.read_marked`). An article's extraction also leaves out text inside the main
-    content (comment threads, teasers): there, the page's visible words (:func:`~.html.visible_words`) less the
-    words kept."""
+def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None, bool]:
+    """:func:`marked_text`, the words of the visible text left out on the way where they were counted
+    (:func:`scrapy_neardup.core.html.read_marked`), and whether the page declares itself an article
+    (:func:`is_article_page`). An article's extraction also leaves out text inside the main content (comment
+    threads, teasers): there, the page's visible words (:func:`~.html.visible_words`) less the words kept."""
     if not is_article_page(data, tags):
-        return block_read_marked(data, tags)
+        return (*block_read_marked(data, tags), False)
     text, marked = _article_text(data, tags)
     # str.split() splits at the marks (Unicode whitespace), count_words at ASCII punctuation too
-    return text, marked, max(0, visible_words(data) - count_words(" ".join(text.split())))
+    return text, marked, max(0, visible_words(data) - count_words(" ".join(text.split()))), True
 
 
 def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:

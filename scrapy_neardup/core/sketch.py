@@ -14,7 +14,7 @@ import mmh3
 import numpy as np
 
 from ..errors import IncompatibleSketches
-from .blocks import own_selection, own_text, split_blocks, split_blocks_many
+from .blocks import Blocks, own_selection, own_text, reads_prose, split_blocks, split_blocks_many
 from .minhash import OnePermutationHasher
 from .params import (  # the tag codec is re-exported: it was defined here in earlier versions
     BODY_SCHEME_VERSION,
@@ -283,7 +283,7 @@ class Sketcher:
         for lo, hi in _batches([c.utf8 for c in cleaned]):
             pages = split_blocks_many([c.utf8 for c in cleaned[lo:hi]])
             # A page that marks its main content is read without its host's template (the page says what it says).
-            selections = [own_selection(page, None if c.marked else template)
+            selections = [_own_selection(page, c, template)
                           for page, c, template in zip(pages, cleaned[lo:hi], templates[lo:hi], strict=True)]
             # None: every word kept (plain text without a template): no selection to make.
             kept: list[np.ndarray | None] = []
@@ -331,7 +331,8 @@ class Sketcher:
         cleaned = clean_text(content, is_html, self.max_chars, self.content)
         if self.content != "auto":
             return cleaned.utf8
-        return own_text(split_blocks(cleaned.utf8), None if cleaned.marked else template)
+        template = None if cleaned.marked else template
+        return own_text(split_blocks(cleaned.utf8), template, reads_prose(cleaned.article, cleaned.marked, template))
 
     def signatures(self, texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
         """Raw signatures of already normalized UTF-8 texts: ``(uint32[n, k], shingle counts[n])``."""
@@ -346,6 +347,13 @@ class Sketcher:
     def jaccard(self, a: Content, b: Content, is_html: bool | None = None) -> float:
         """Exact resemblance ``|A ∩ B| / |A ∪ B|`` of two pages' shingle sets (1.0 when both are empty)."""
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
+
+
+def _own_selection(page: Blocks, cleaned: CleanText, template: np.ndarray | None) -> tuple[np.ndarray, bool]:
+    """:func:`~scrapy_neardup.core.blocks.own_selection` of a page as ``"auto"`` reads it: a page that marks its
+    main content without its host's template (the page says what it says), prose pages by their passages."""
+    template = None if cleaned.marked else template
+    return own_selection(page, template, reads_prose(cleaned.article, cleaned.marked, template))
 
 
 def _occurrences(words: np.ndarray, run: np.ndarray) -> np.ndarray:

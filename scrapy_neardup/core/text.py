@@ -76,12 +76,16 @@ class CleanText:
         outside_words: ``"auto"`` mode: the words of the page's visible text left out before ``utf8`` (its
             ``nav``/``header``/``footer``/``aside``, what lies outside its marked main content), ``None`` where
             they were not counted (several main elements).
+        article: ``"auto"`` mode: the page declares itself an article
+            (:func:`scrapy_neardup.core.main_content.is_article_page`): its passages of prose are what it says
+            (:func:`scrapy_neardup.core.blocks.passages`).
     """
 
     utf8: bytes
     truncated: bool = False
     marked: bool = False
     outside_words: int | None = 0
+    article: bool = False
 
     @property
     def text(self) -> str:
@@ -135,13 +139,13 @@ def clean_text(
     raw, truncated = _head(content, max_chars)
     if is_html is None:
         is_html = looks_like_html(raw)
-    marked = False
+    marked = article = False
     outside: int | None = 0
     if is_html:
         data, tags, cut = _cap_tags(raw.encode("utf-8", "surrogatepass"), max(1, max_chars // CHARS_PER_TAG))
         truncated |= cut
         if mode == "auto":
-            raw, marked, outside = read_marked(data, tags)
+            raw, marked, outside, article = read_marked(data, tags)
         else:
             raw = markup_to_text(data, tags, mode)
     elif mode == "auto":
@@ -150,7 +154,7 @@ def clean_text(
         utf8, cut = normalize_capped(raw, max_chars, MARKED, collapse)
     else:
         utf8, cut = normalize_capped(raw, max_chars, collapse=collapse)
-    return CleanText(utf8, truncated or cut, marked, outside)
+    return CleanText(utf8, truncated or cut, marked, outside, article)
 
 
 def _lines_to_blocks(raw: str) -> str:

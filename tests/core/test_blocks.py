@@ -5,7 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scrapy_neardup.core.blocks import LINK_RUN, MIN_OWN_WORDS, link_lists, own_text, split_blocks
+from scrapy_neardup.core.blocks import (
+    LINK_RUN,
+    MIN_OWN_WORDS,
+    MIN_PASSAGE_WORDS,
+    PASSAGE_GAP,
+    PROSE_CHARS,
+    link_lists,
+    own_text,
+    passages,
+    reads_prose,
+    split_blocks,
+)
 from scrapy_neardup.core.html import marked_text, tag_positions
 from scrapy_neardup.core.marks import BLOCK, LINK_END, LINK_START
 from scrapy_neardup.core.sketch import Sketcher
@@ -111,3 +122,71 @@ def test_every_mode_reads_main_role_main_once(mode: str) -> None:
     html = f'<body><nav><a href=/>home</a></nav><main role="main"><p>{words}</p></main></body>'
     text = Sketcher(content=mode).text(html).decode()
     assert text.count("w39") == 1
+
+
+# Passages of prose: what an article page says, without the widgets around it.
+def _paragraph(tag: str, words: int = 40) -> str:
+    return _block(" ".join(f"{tag}{i}" for i in range(words)))
+
+
+def _gap() -> str:
+    """More than PASSAGE_GAP words in short blocks (a byline, a caption...): no prose."""
+    return "".join(_block(f"g{i} short line") for i in range(PASSAGE_GAP // 3 + 1))
+
+
+def _prose(text: str) -> bytes:
+    return own_text(_marked(text), None, prose=True)
+
+
+def test_an_article_keeps_its_passage_without_dateline_share_block_and_comment_count() -> None:
+    assert _marked(_paragraph("a")).chars.max() >= PROSE_CHARS
+    article = _paragraph("a") + _block("a short subheading") + _paragraph("b") + _paragraph("c")
+    page = (_block("updated november 3 2026") + _block("share on facebook share on twitter", link=True)
+            + article + _block("17 comments", link=True) + _block("by jane doe photo by john roe"))
+    assert _prose(page) == _prose(article)
+    assert b"a short subheading" in _prose(page)
+    # Read whole (a documentation page), everything but the link list stays.
+    assert b"updated november" in own_text(_marked(page))
+
+
+def test_teasers_are_not_the_passage_and_trailing_teasers_go() -> None:
+    teasers = "".join(_block(f"headline {i} of another story", link=True) + _paragraph(f"t{i}x", 62) for i in range(2))
+    article = _paragraph("a") + _paragraph("b") + _paragraph("c")
+    # A list of teasers with more prose than the article is not chosen over it ...
+    assert _prose(teasers + _gap() + article) == _prose(article)
+    # ... and teasers right after the article do not stretch its passage.
+    assert _prose(article + teasers) == _prose(article)
+
+
+def test_passages_of_comparable_size_are_all_kept_a_small_far_one_is_not() -> None:
+    gap = _gap()
+    article = _paragraph("a") + _paragraph("b") + _paragraph("c")
+    comments = _paragraph("x") + _paragraph("y") + _block("reply", link=True)
+    kept = _prose(article + gap + comments).split()
+    assert b"a0" in kept and b"x0" in kept and b"g0" not in kept
+    promo = _paragraph("p") + _block("subscribe", link=True)
+    assert _prose(article + gap + promo) == _prose(article)
+
+
+def test_short_prose_tables_and_plain_text_are_read_whole() -> None:
+    # Too little prose for a passage: a short post keeps everything it says.
+    assert MIN_PASSAGE_WORDS > 40  # _paragraph's words
+    short = _block("posted by jane") + _paragraph("a") + _block("2 comments", link=False)
+    assert _prose(short) == own_text(_marked(short))
+    # A table page whose only prose is a sidebar's: the passage would hold too little of the page.
+    cells = "".join(_block(f"row{i} cell value") for i in range(60))
+    table = cells + _block("about us", link=True) + _paragraph("s", 60)
+    assert passages(_marked(table), _marked(table).counts > 0) is None
+    assert _prose(table) == own_text(_marked(table))
+    # Plain text (no link marks): every line is what the text says.
+    plain = split_blocks(clean_text("a title\n" + " ".join(f"w{i}" for i in range(80)) + "\nfooter", False,
+                                    mode="auto").utf8)
+    assert passages(plain, plain.counts > 0) is None
+
+
+def test_which_pages_are_read_for_their_prose() -> None:
+    empty, learned = np.zeros(0, dtype=np.uint64), np.array([7], dtype=np.uint64)
+    assert reads_prose(True, True, None) and reads_prose(True, False, learned)  # articles, always
+    assert reads_prose(False, False, None) and reads_prose(False, False, empty)  # nothing marked, no template
+    assert not reads_prose(False, True, None)  # a documentation page that marks its main content
+    assert not reads_prose(False, False, learned)  # a page of a site whose template is known

@@ -274,3 +274,20 @@ def test_largest_groups_break_ties_by_key_whatever_the_input_order() -> None:
     other = Counter({"t3": 3, "big": 5, "t1": 3, "t2": 3})
     assert largest(one) == largest(other) == [("big", 5), ("t1", 3), ("t2", 3), ("t3", 3)]
     assert largest(one, 2) == [("big", 5), ("t1", 3)]
+
+
+def test_explain_says_when_a_page_was_read_for_its_passages_of_prose(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    rng = random.Random(5)
+    paragraphs = "".join(f"<p>{' '.join(f'word{rng.randint(0, 9000)}' for _ in range(40))}</p>" for _ in range(4))
+    widgets = ("<div class=c1>Updated November 3, 2026 at 4:15 pm</div>"
+               "<div class=c2><a href=/f>Facebook</a> <a href=/t>Twitter</a></div>")
+    (tmp_path / "a.html").write_text(f"<html><body>{widgets}{paragraphs}<div><a href=#c>17 comments</a></div>"
+                                     f"</body></html>")
+    (tmp_path / "b.html").write_text(f"<html><body><a href=#>Print this page</a>{paragraphs}</body></html>")
+    assert main(["explain", str(tmp_path / "a.html"), str(tmp_path / "b.html"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    served, printed = result["pages"]
+    assert served["sketched"] == "whole body (link lists out), its passages of prose"
+    assert any("updated november 3" in run for run in served["left_out"])
+    assert result["decision"] == "exact"

@@ -87,3 +87,59 @@ def test_an_article_pages_removed_share_counts_the_comment_thread_it_left_out() 
     assert (a.sketched, a.words, a.page_words, a.removed) == ("main content", story_words, story_words, 0.0)
     assert (b.words, b.page_words) == (story_words, story_words + thread_words)
     assert b.removed == round(1 - story_words / (story_words + thread_words), 2)
+
+
+# Passages of prose: the widgets that class names do not give away (names here say nothing: c1, c2...).
+PARAGRAPHS = [
+    "The county board approved a budget on Monday that raises spending on roads and bridges by nine percent, "
+    "the largest increase since the recession, after a meeting that ran late into the night.",
+    "Board members said the money would go first to the three bridges inspectors rated as poor last spring, "
+    "including the span over the creek that carries most of the traffic into the town centre.",
+    "Residents who spoke at the meeting were divided, with some asking for more money for the library and the "
+    "parks while others said the roads had waited long enough and should come before anything else.",
+    "The budget also sets aside money for two new snow ploughs and a salt barn, which the roads department has "
+    "asked for since the old barn was damaged in a storm three winters ago.",
+]
+ARTICLE = "".join(f"<p>{p}</p>" for p in PARAGRAPHS)
+
+
+def _widgets(n: int) -> str:
+    """A date line, a share bar, a comment count and related-story teasers that differ from page to page."""
+    teasers = "".join(f"<li><a href=/s{n}{i}>Headline number {n}{i} of another story today</a><p>Teaser {n}{i} of "
+                      f"another story that says something else about another place in twenty or so words.</p></li>"
+                      for i in range(3))
+    return (f"<div class=c1>Updated November {n}, 2026 at {n}:15 pm</div>"
+            f"<div class=c2><a href=/f>Facebook</a> <a href=/t>Twitter</a> <a href=/e>Email</a></div>",
+            f"<div class=c3><a href=#c>{n * 7 + 3} comments</a></div><div class=c4><h3>Related stories</h3>"
+            f"<ul>{teasers}</ul></div>")
+
+
+def test_an_article_and_its_print_copy_are_one_page_whatever_widgets_surround_it() -> None:
+    before, after = _widgets(1)
+    served = page(f"<div class=c5><a href=/>Home</a> <a href=/news>News</a></div>{before}<div class=c6><h1>Roads "
+                  f"budget</h1>{ARTICLE}</div>{after}", head="")
+    before, after = _widgets(2)
+    again = page(f"{before}<div class=c6><h1>Roads budget</h1>{ARTICLE}</div>{after}", head=OG)
+    printed = page(f"<div class=p1><a href='javascript:print()'>Print this page</a> <a href=#>Close window</a></div>"
+                   f"<h1>Roads budget</h1>{ARTICLE}<div class=p2>Find this article at: https://example.org/roads "
+                   f"Copyright 2026 example.org. All rights reserved.</div>", head="")
+    out = text(served)
+    assert out == text(again) == text(printed)
+    assert "county board approved" in out and "salt barn" in out
+    for gone in ("updated november", "comments", "teaser", "print this page", "all rights reserved"):
+        assert gone not in out, gone
+
+
+def test_distinct_articles_under_one_long_sidebar_blurb_stay_distinct() -> None:
+    """A sidebar's paragraph (an "about us" blurb) longer than a short post's lines is not taken for the post."""
+    blurb = ("<div class=c7><p>The Valley Gazette has covered the towns of the upper valley since 1921, with reporters "
+             "in every county seat, a newsroom that answers to its readers and nobody else, and a weekly edition that "
+             "still goes to every farm on the rural routes, as it did when the paper was founded by the Miller "
+             "family.</p><a href=/about>About us</a></div>")
+    stories = [f"<div class=c6><p>{first}</p><p>{second}</p></div>" for first, second in
+               (("Snow closed the pass.", "Crews expect to reopen it by noon."),
+                ("The mill fire is out.", "Nobody was hurt, the fire chief said."))]
+    one, two = (page(story + blurb, head="") for story in stories)
+    assert "snow closed the pass" in text(one) and "mill fire" in text(two)
+    # Both posts say the blurb: alike, but not near-duplicates (the default threshold is 0.9).
+    assert Sketcher().jaccard(one, two) < 0.8
