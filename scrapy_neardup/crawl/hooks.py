@@ -56,6 +56,9 @@ class CrawlHooks:
         #: raise ``IgnoreRequest``, which ignores the request and skips the rest). One signal handler for all of
         #: them: Scrapy's dispatch costs more per handler than these do, on every link a spider schedules.
         self.scheduled: list[Callable[[Any], None]] = []
+        #: called with each request that was scheduled and will not be downloaded after all (the mirror middleware
+        #: hands a mirror's request back to be refused): no page comes of it.
+        self.withdrawn: list[Callable[[Any], None]] = []
         self._canonical_links: OrderedDict[str, str] = OrderedDict()
         self._ranks: dict[str, int] = {}
 

@@ -118,6 +118,8 @@ class MirrorHostsMiddleware:
             # came here through the scheduler's duplicate filter, so what is counted is downloads saved, not
             # links: a mirror's page linked ten times is one request skipped.
             request.meta[_SKIPPED] = decision.original
+            for withdrawn in self._hooks.withdrawn:  # scheduled once, it brings no page
+                withdrawn(request)
             return request
         return None
 

@@ -71,6 +71,7 @@ class KeepOrder:
         wait at once, the scraper's room grown by them while they wait."""
         self.room, self.grow = room, ScraperRoom(crawler).grow
         self.hooks.scheduled.append(self.request_scheduled)
+        self.hooks.withdrawn.append(self.request_dropped)
         crawler.signals.connect(self.request_dropped, signal=signals.request_dropped)
         crawler.signals.connect(self.response_received, signal=signals.response_received)
 
@@ -85,7 +86,8 @@ class KeepOrder:
             self._add(source, -1)
 
     def request_dropped(self, request: Any, spider: Any = None) -> None:
-        """The scheduler refused a request (a duplicate): it brings no page."""
+        """The scheduler refused a request (a duplicate), or the mirror middleware withdrew it (a mirror's page):
+        it brings no page."""
         if self.wait > 0:
             self._add(request.url, -1)
 

@@ -13,6 +13,7 @@ the mirror. Real crawls over HTTP on loopback hosts, each in its own process, re
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,3 +277,43 @@ def test_without_waiting_the_host_whose_pages_were_kept_is_the_original(
     assert result.stat("neardup/copy_waits") == 0
     assert _outcome(result).mirror_decisions in ((), ((first.url, second.url),))
     assert set(second.requests) >= set(second.pages)  # never skipped
+
+
+def test_a_mirrors_request_withdrawn_before_download_is_no_longer_waited_for(tmp_path: Path) -> None:
+    """The mirror middleware hands a request to a mirror back (to be refused when scheduled again): scheduled
+    once, it brings no page, and a later host's page at its path does not wait for it."""
+    import asyncio
+
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_neardup.core.mirror_table import host_of
+    from scrapy_neardup.crawl.context import CrawlContext
+    from scrapy_neardup.crawl.mirrors import MirrorHostsMiddleware
+    from scrapy_neardup.crawl.order import MAX_EXTRA_WAIT, KeepOrder
+
+    crawler = get_crawler(settings_dict={"NEARDUP_COPY_WAIT": 0.2, "NEARDUP_MIRROR_MIN_PAGES": 3,
+                                         "NEARDUP_STATE_DIR": str(tmp_path)})
+    mirrors = MirrorHostsMiddleware.from_crawler(crawler)
+    context = CrawlContext.of(crawler)
+    order = KeepOrder(context)
+    order.follow(crawler, room=10**6)
+    hooks = context.hooks
+    a, b, c = "http://a.test", "http://b.test", "http://c.test"
+    for host in (a, b, c):
+        hooks.request_scheduled(Request(f"{host}/"))
+    for i in range(3):  # b serves a's pages: a mirror
+        mirrors.page_checked(f"{a}/p{i}", None)
+        mirrors.page_checked(f"{b}/p{i}", f"{a}/p{i}")
+    assert mirrors.table.mirror_of(host_of(b)) is not None  # type: ignore[arg-type]
+    request = Request(f"{b}/x")
+    hooks.request_scheduled(request)  # pending: c's page at /x would wait for it
+    handed_back = mirrors.process_request(request)
+    assert handed_back is request
+    with pytest.raises(IgnoreRequest):
+        hooks.request_scheduled(request)  # the engine schedules it again: refused
+    assert MAX_EXTRA_WAIT > 5 * 0.2
+    started = time.monotonic()
+    asyncio.run(asyncio.wait_for(order.wait_turn(f"{c}/x", 10), MAX_EXTRA_WAIT))
+    assert time.monotonic() - started < 2.0  # the copy wait (0.2 s), not the wait for a page to come
