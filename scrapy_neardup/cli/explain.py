@@ -24,7 +24,7 @@ import numpy as np
 from ..core.blocks import own_text, split_blocks
 from ..core.evidence import evidence
 from ..core.host_template import learn_hosts
-from ..core.sketch import Sketch, Sketcher, jaccard
+from ..core.sketch import Sketch, Sketcher, auto_reading, jaccard
 from ..core.text import clean_text
 from ..errors import CommandError
 from .jsonl import ID_FIELD_HELP, choose_id_field, open_input, read_records, record_host, record_pages
@@ -129,8 +129,8 @@ def explain(sketcher: Sketcher, min_shared: int, sides: list[Side]) -> dict[str,
         side.marked = cleaned.marked
         side.sketched = sketcher.text(side.content, template=side.template).decode("utf-8")
         if sketcher.content == "auto":  # were passages of prose read? (the same text without them differs)
-            template = None if cleaned.marked else side.template
-            side.prose = own_text(split_blocks(cleaned.utf8), template).decode("utf-8") != side.sketched
+            template, prose = auto_reading(cleaned, side.template)
+            side.prose = prose and own_text(split_blocks(cleaned.utf8), template).decode("utf-8") != side.sketched
         side.whole = clean_text(side.content, None, sketcher.max_chars, "body").text
     sketches: list[Sketch] = sketcher.sketch_many([a.content, b.content], templates=[a.template, b.template])
     k = sketcher.num_perm

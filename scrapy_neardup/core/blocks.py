@@ -204,16 +204,24 @@ def _block_hashes(words: np.ndarray, in_link: np.ndarray, block: np.ndarray, cou
     return hashes
 
 
-def link_lists(blocks: Blocks) -> np.ndarray:
+def link_blocks(blocks: Blocks) -> np.ndarray:
+    """``bool[n]``: the link blocks, blocks with words of which at least :data:`LINK_SHARE` (in bytes) is link
+    text."""
+    is_link: np.ndarray = (blocks.counts > 0) & (blocks.link_chars >= LINK_SHARE * blocks.chars)
+    return is_link
+
+
+def link_lists(blocks: Blocks, is_link: np.ndarray | None = None) -> np.ndarray:
     """``bool[n]``: the blocks that belong to a link list (see the module doc): runs of at least
-    :data:`LINK_RUN` link blocks, where blocks without words neither count nor break a run."""
+    :data:`LINK_RUN` link blocks, where blocks without words neither count nor break a run. ``is_link``: the
+    page's :func:`link_blocks`, when known."""
     out = np.zeros(blocks.counts.size, dtype=bool)
     if not blocks.link_chars.any():  # no link text (plain text): no link block
         return out
     rows = np.flatnonzero(blocks.counts > 0)
     if rows.size == 0:
         return out
-    runs = blocks.link_chars[rows] >= LINK_SHARE * blocks.chars[rows]
+    runs = (link_blocks(blocks) if is_link is None else is_link)[rows]
     # Label each run of link blocks (among the blocks with words) and count its members.
     previous = np.zeros(runs.size, dtype=bool)
     previous[1:] = runs[:-1]
@@ -242,15 +250,16 @@ def own_selection(blocks: Blocks, template: np.ndarray | None = None, prose: boo
     """:func:`own_blocks` and :func:`thin` in one pass."""
     has_words = blocks.counts > 0
     own = has_words & ~_in_template(blocks.hashes, template)
-    keep = own & ~link_lists(blocks)
+    is_link = link_blocks(blocks) if blocks.link_chars.any() else None  # None: no link text (plain text)
+    keep = own & ~link_lists(blocks, is_link)
     words = int(blocks.counts[keep].sum())
     if words >= MIN_OWN_WORDS:
-        kept = passages(blocks, keep) if prose else None
+        kept = passages(blocks, keep, is_link) if prose and is_link is not None else None
         return (keep if kept is None else kept), False
     return (own if own.any() else has_words), words > 0
 
 
-def passages(blocks: Blocks, keep: np.ndarray) -> np.ndarray | None:
+def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None) -> np.ndarray | None:
     """``bool[n]``: the blocks of ``keep`` that lie in the page's passages of prose, or None when the page keeps
     all of ``keep`` (docs/content.md, "How auto reads a page", step 5).
 
@@ -265,7 +274,7 @@ def passages(blocks: Blocks, keep: np.ndarray) -> np.ndarray | None:
     blocks kept and under :data:`LONE_PROSE_WORDS` words (a sidebar's blurb); the passages under
     :data:`PASSAGES_OF_PAGE` of the words of ``keep`` that are neither link blocks nor right after one (a table
     or a list, whose prose is a sidebar's); and on pages without link text (plain text: every line is what the
-    text says).
+    text says). ``is_link``: the page's :func:`link_blocks`, when known.
     """
     counts, chars, link_chars = blocks.counts, blocks.chars, blocks.link_chars
     if not link_chars.any():
@@ -273,9 +282,8 @@ def passages(blocks: Blocks, keep: np.ndarray) -> np.ndarray | None:
     prose = np.flatnonzero(keep & (chars >= PROSE_CHARS) & (link_chars < PROSE_LINK_SHARE * chars))
     if prose.size == 0 or int(counts[prose].sum()) < MIN_PASSAGE_WORDS:
         return None
+    link_block = link_blocks(blocks) if is_link is None else is_link
     worded = np.flatnonzero(counts > 0)
-    link_block = np.zeros(counts.size, dtype=bool)
-    link_block[worded] = link_chars[worded] >= LINK_SHARE * chars[worded]
     after_link = np.zeros(counts.size, dtype=bool)
     after_link[worded[1:]] = link_block[worded[:-1]]
     # Words of the blocks between two prose blocks that are not text: links, and lines too short to be a sentence.

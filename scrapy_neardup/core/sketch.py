@@ -14,7 +14,7 @@ import mmh3
 import numpy as np
 
 from ..errors import IncompatibleSketches
-from .blocks import Blocks, own_selection, own_text, reads_prose, split_blocks, split_blocks_many
+from .blocks import own_selection, own_text, reads_prose, split_blocks, split_blocks_many
 from .minhash import OnePermutationHasher
 from .params import (  # the tag codec is re-exported: it was defined here in earlier versions
     BODY_SCHEME_VERSION,
@@ -282,8 +282,7 @@ class Sketcher:
         sketches: list[Sketch] = []
         for lo, hi in _batches([c.utf8 for c in cleaned]):
             pages = split_blocks_many([c.utf8 for c in cleaned[lo:hi]])
-            # A page that marks its main content is read without its host's template (the page says what it says).
-            selections = [_own_selection(page, c, template)
+            selections = [own_selection(page, *auto_reading(c, template))
                           for page, c, template in zip(pages, cleaned[lo:hi], templates[lo:hi], strict=True)]
             # None: every word kept (plain text without a template): no selection to make.
             kept: list[np.ndarray | None] = []
@@ -331,8 +330,7 @@ class Sketcher:
         cleaned = clean_text(content, is_html, self.max_chars, self.content)
         if self.content != "auto":
             return cleaned.utf8
-        template = None if cleaned.marked else template
-        return own_text(split_blocks(cleaned.utf8), template, reads_prose(cleaned.article, cleaned.marked, template))
+        return own_text(split_blocks(cleaned.utf8), *auto_reading(cleaned, template))
 
     def signatures(self, texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
         """Raw signatures of already normalized UTF-8 texts: ``(uint32[n, k], shingle counts[n])``."""
@@ -349,11 +347,12 @@ class Sketcher:
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
 
 
-def _own_selection(page: Blocks, cleaned: CleanText, template: np.ndarray | None) -> tuple[np.ndarray, bool]:
-    """:func:`~scrapy_neardup.core.blocks.own_selection` of a page as ``"auto"`` reads it: a page that marks its
-    main content without its host's template (the page says what it says), prose pages by their passages."""
+def auto_reading(cleaned: CleanText, template: np.ndarray | None) -> tuple[np.ndarray | None, bool]:
+    """How ``"auto"`` reads a cleaned page whose host's template is ``template``: the template it is read under
+    (none for a page that marks its main content: the page says what it says), and whether it is read for its
+    passages of prose (:func:`~scrapy_neardup.core.blocks.reads_prose`)."""
     template = None if cleaned.marked else template
-    return own_selection(page, template, reads_prose(cleaned.article, cleaned.marked, template))
+    return template, reads_prose(cleaned.article, cleaned.marked, template)
 
 
 def _occurrences(words: np.ndarray, run: np.ndarray) -> np.ndarray:
