@@ -97,8 +97,9 @@ class PageSketcher:
         if templates is None or host is None:
             return await maybe_deferred_to_future(self._sketch(content, worker))
         page = _HostPage(content, worker, url, host)
-        sketched = templates.known(host).addCallback(self._under_known, templates, page)
-        return cast("Sketch", await maybe_deferred_to_future(sketched))
+        with templates.on_the_way():
+            sketched = templates.known(host).addCallback(self._under_known, templates, page)
+            return cast("Sketch", await maybe_deferred_to_future(sketched))
 
     def _under_known(self, template: HostTemplate | None, templates: HostTemplates, page: _HostPage,
                      ) -> Deferred[Sketch]:

@@ -6,7 +6,8 @@ Design notes: docs/architecture.md#scrapy_neardupcrawltemplate_wait
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from ..errors import BackendError
 
 if TYPE_CHECKING:
     import numpy as np
+    from twisted.internet.interfaces import IReactorTime
 
     from ..core.host_template import HostTemplate
     from ..store.backend import Backend
@@ -27,9 +29,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at whether the crawl still brings pages.
 CHECK_INTERVAL = 0.5
-#: Looks in a row without a download in flight after which the hosts still learning are learned from what they
-#: have.
-IDLE_TICKS = 2
+#: Looks in a row at a stalled crawl (no download in flight, and every page on its way to a sample held) after
+#: which the hosts still learning are learned from what they have.
+STALLED_TICKS = 2
 #: Pages held at most over all hosts; beyond, the host holding most is learned from what it has.
 MAX_HELD = 2048
 #: Characters of content held at most over all hosts; beyond, the host holding most is learned from what it has.
@@ -60,6 +62,8 @@ class HostTemplates:
         downloads_idle: whether no download is in flight (``None``: not in a crawl; pages are never held).
         max_held: pages held at most.
         max_held_size: characters of content held at most.
+        clock: the reactor the stall check runs on (a test's ``twisted.internet.task.Clock``); ``None``: the
+            running one.
         room: called with ``+size`` when a page of ``size`` characters begins to wait and ``-size`` when it is
             released (:meth:`scrapy_neardup.crawl.scraper_room.ScraperRoom.grow`); ``None``: nothing to tell.
     """
@@ -67,8 +71,9 @@ class HostTemplates:
     def __init__(
         self, backend: Backend, sample_pages: int, count: Callable[[str, int], Any],
         downloads_idle: Callable[[], bool] | None, max_held: int = MAX_HELD, max_held_size: int = MAX_HELD_SIZE,
-        room: Callable[[int], None] | None = None,
+        room: Callable[[int], None] | None = None, clock: IReactorTime | None = None,
     ) -> None:
+        self._clock = clock
         self._room = room
         self.backend = backend
         self.sample_pages = sample_pages
@@ -84,7 +89,8 @@ class HostTemplates:
         self._loading: dict[str, list[Deferred[HostTemplate | None]]] = {}
         self._held = 0
         self._held_size = 0
-        self._idle_ticks = 0
+        self._on_the_way = 0
+        self._stalled_ticks = 0
         self._watch: LoopingCall | None = None
 
     @property
@@ -125,6 +131,16 @@ class HostTemplates:
             self._missing.add(host)
         for waiter in self._loading.pop(host):
             waiter.callback(template)
+
+    @contextmanager
+    def on_the_way(self) -> Iterator[None]:
+        """Within this block a page is on its way to a sample: it is being sketched, waits for its host's template,
+        or is held. The crawl is stalled only when every such page is held (see :meth:`_stalled`)."""
+        self._on_the_way += 1
+        try:
+            yield
+        finally:
+            self._on_the_way -= 1
 
     def add(self, host: str, key: str, blocks: np.ndarray) -> None:
         """Add page ``key`` (its distinct block hashes ``blocks``) to ``host``'s sample, unless the host's template
@@ -218,12 +234,14 @@ class HostTemplates:
         if not self._held:
             self._stop_watching()
 
-    # -- the idle check --------------------------------------------------------------------------------------
+    # -- the stall check -------------------------------------------------------------------------------------
 
     def _start_watching(self) -> None:
         if self._watch is None and self._downloads_idle is not None:
-            self._idle_ticks = 0
+            self._stalled_ticks = 0
             self._watch = LoopingCall(self._tick)
+            if self._clock is not None:
+                self._watch.clock = self._clock
             self._watch.start(CHECK_INTERVAL, now=False).addErrback(
                 lambda failure: logger.error("host template check failed: %s", failure.getErrorMessage())
             )
@@ -233,13 +251,20 @@ class HostTemplates:
         if watch is not None and watch.running:
             watch.stop()
 
-    def _tick(self) -> None:
+    def _stalled(self) -> bool:
+        """Whether the crawl brings no new page to the samples now: no download is in flight and every page on
+        its way is held. A page still being sketched (a large one, or one queued behind others in the sketch
+        worker) will reach its sample: Scrapy may have stopped downloading until such pages go on (its scraper's
+        bound), which is no reason to learn a host's template from fewer pages."""
         assert self._downloads_idle is not None
-        self._idle_ticks = self._idle_ticks + 1 if self._downloads_idle() else 0
-        if self._idle_ticks >= IDLE_TICKS and self._samples:
-            logger.debug("no download in flight: learning the templates of %d hosts from the pages they have",
+        return self._downloads_idle() and self._on_the_way <= self._held
+
+    def _tick(self) -> None:
+        self._stalled_ticks = self._stalled_ticks + 1 if self._stalled() else 0
+        if self._stalled_ticks >= STALLED_TICKS and self._samples:
+            logger.debug("the crawl brings no new page: learning the templates of %d hosts from the pages they have",
                          len(self._samples))
-            self._idle_ticks = 0
+            self._stalled_ticks = 0
             self.learn_all()
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
+from twisted.internet.task import Clock
 
 from scrapy_neardup.core.host_template import HostTemplate
-from scrapy_neardup.crawl.template_wait import HostTemplates
+from scrapy_neardup.crawl.template_wait import CHECK_INTERVAL, STALLED_TICKS, HostTemplates
 from scrapy_neardup.errors import BackendError
 
 
@@ -120,5 +122,39 @@ def test_the_scrapers_room_grows_by_the_pages_held_and_shrinks_when_they_go_on()
         backend.saves[0].set_result(None)
         await settle()
         assert room[3:] == [-390] and sum(room) == 0  # released: all given back
+
+    run(scenario)
+
+
+def test_a_host_is_learned_from_fewer_pages_only_when_no_page_is_on_its_way() -> None:
+    """Scrapy stops downloading while its scraper is full; pages still being sketched then are on their way to the
+    sample, and learning the template without them would learn it from fewer pages than the crawl brings."""
+    async def scenario() -> None:
+        backend = HeldAnswers()
+        clock = Clock()
+        downloads: list[int] = []
+        host_templates = HostTemplates(backend, 100, lambda stat, n: None,  # type: ignore[arg-type]
+                                       downloads_idle=lambda: not downloads, clock=clock)
+        released: list[int] = []
+        with ExitStack() as held_pages:
+            for page in range(5):
+                held_pages.enter_context(host_templates.on_the_way())
+                host_templates.add("a.test", f"http://a.test/{page}", np.array([1, 2, page + 10], dtype=np.uint64))
+                host_templates.wait("a.test", 100).addCallback(lambda template, page=page: released.append(page))
+            with host_templates.on_the_way():  # a page being sketched, no download in flight
+                clock.pump([CHECK_INTERVAL] * (STALLED_TICKS + 3))
+                await settle()
+                assert backend.saves == []
+            downloads.append(1)  # that page went on; a download in flight
+            clock.pump([CHECK_INTERVAL] * (STALLED_TICKS + 3))
+            await settle()
+            assert backend.saves == []
+            downloads.clear()  # stalled: every page on its way is held
+            clock.pump([CHECK_INTERVAL] * STALLED_TICKS)
+            await settle()
+            assert len(backend.saves) == 1
+            backend.saves[0].set_result(None)
+            await settle()
+            assert released == [0, 1, 2, 3, 4]
 
     run(scenario)
