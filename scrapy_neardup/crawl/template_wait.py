@@ -62,10 +62,10 @@ class HostTemplates:
         downloads_idle: whether no download is in flight (``None``: not in a crawl; pages are never held).
         max_held: pages held at most.
         max_held_size: characters of content held at most.
-        clock: the reactor the stall check runs on (a test's ``twisted.internet.task.Clock``); ``None``: the
-            running one.
         room: called with ``+size`` when a page of ``size`` characters begins to wait and ``-size`` when it is
             released (:meth:`scrapy_neardup.crawl.scraper_room.ScraperRoom.grow`); ``None``: nothing to tell.
+        clock: the reactor the stall check runs on (a test's ``twisted.internet.task.Clock``); ``None``: the
+            running one.
     """
 
     def __init__(
