@@ -126,7 +126,7 @@ def test_a_crawl_with_the_default_settings_drops_no_distinct_page(
     for key in missing:
         reached[key] = ("kept", None)
     scores = evaluate(corpus, reached, labels=labels[name])
-    learned = [line for line in result.log.splitlines() if "template of" in line]
+    learned = {name: value for name, value in result.stats.items() if "template" in name}
     assert scores.false_drops == 0 and scores.precision >= PRECISION, f"{_describe(scores)}; {learned}"
     assert scores.recall >= RECALL, f"{scores.whole} of {scores.real_pairs} real pairs left whole; {learned}"
     assert result.stat("neardup/templates_learned") == len(corpus.hosts)
