@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -131,10 +132,15 @@ def account(results: dict[int, CrawlResult], pages: dict[str, Page], group_of: d
 
 
 def index_docs(client: Any, index: str) -> dict[str, dict[str, Any]]:
+    """_id -> the ``neardup`` object (key, status) of every document of the index, after a refresh; a search that
+    did not reach every shard copy it asked, or saw fewer hits than it counted, fails here rather than later."""
     client.indices.refresh(index=index)
-    response = client.search(index=index, size=10_000, query={"match_all": {}},
+    response = client.search(index=index, size=10_000, query={"match_all": {}}, track_total_hits=True,
                              source=["neardup.key", "neardup.status"])
-    return {hit["_id"]: hit["_source"]["neardup"] for hit in response["hits"]["hits"]}
+    hits = response["hits"]["hits"]
+    assert response["_shards"]["failed"] == 0 and not response.get("timed_out"), response["_shards"]
+    assert len(hits) == response["hits"]["total"]["value"], response["hits"]["total"]
+    return {hit["_id"]: hit["_source"]["neardup"] for hit in hits}
 
 
 def shard_copies(client: Any, index: str) -> list[dict[str, Any]]:
@@ -238,8 +244,9 @@ def test_crawlers_and_groups_on_a_cluster(es_cluster: Any, cluster_client: Any, 
     for key in keys:
         clusters.setdefault(root(key), []).append(key)
     expected = sorted(sorted(members) for members in clusters.values() if len(members) > 1)
-    assert found_groups == expected
-    assert found_groups, "no group found"
+    statuses = Counter(doc.get("status") for doc in docs.values())
+    assert found_groups == expected, statuses
+    assert found_groups, f"no group found; documents by status: {dict(statuses)}"
     print(f"\ncluster, {CRAWLERS} crawlers: {len(pages)} pages, kept {len(outcome['kept'])}, dropped "
           f"{len(outcome['dropped'])}, {len(found_groups)} groups found in {len(docs)} documents; {elapsed:.1f}s")
     ledger.record(
