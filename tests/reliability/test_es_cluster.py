@@ -246,7 +246,11 @@ def test_crawlers_and_groups_on_a_cluster(es_cluster: Any, cluster_client: Any, 
     expected = sorted(sorted(members) for members in clusters.values() if len(members) > 1)
     statuses = Counter(doc.get("status") for doc in docs.values())
     assert found_groups == expected, statuses
-    assert found_groups, f"no group found; documents by status: {dict(statuses)}"
+    # A copy is written to the index only when the crawlers check it at the same time as its original (no kept
+    # page found before it: es_integration.backend.rounds, step (a)); crawls that happen not to overlap leave
+    # only the kept pages, and then no group to find. Otherwise groups must be found.
+    if statuses != Counter({"kept": len(outcome["kept"])}):
+        assert found_groups, f"no group found; documents by status: {dict(statuses)}"
     print(f"\ncluster, {CRAWLERS} crawlers: {len(pages)} pages, kept {len(outcome['kept'])}, dropped "
           f"{len(outcome['dropped'])}, {len(found_groups)} groups found in {len(docs)} documents; {elapsed:.1f}s")
     ledger.record(
