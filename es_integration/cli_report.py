@@ -76,7 +76,7 @@ def add_report_commands(commands: Any) -> None:
         "explain", help="why two documents of an index are (or are not) near-duplicates",
         description="Compare two documents (by _id, or by their page key neardup.key): side by side as they are "
         "sketched when both hold their text in --text-field, with the differences, shared positions, the "
-        "estimate with its 95%% interval and the decision; else by their stored signatures.",
+        "estimate with its 95% interval and the decision; else by their stored signatures.",
     )
     p.add_argument("pages", nargs=2, metavar="ID", help="two document ids (or page keys)")
     p.add_argument("--text-field", default="text", help="field holding the text or HTML (default: text)")

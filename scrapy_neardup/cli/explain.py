@@ -70,7 +70,7 @@ def add_explain(sub: Any) -> None:
     p = sub.add_parser(
         "explain", help="why two pages are (or are not) near-duplicates: texts, differences, evidence",
         description="Show two pages as they are sketched, side by side: the text sketched (and what was left out), "
-        "their word differences, the shared positions of k, the estimated resemblance with its 95%% interval, the "
+        "their word differences, the shared positions of k, the estimated resemblance with its 95% interval, the "
         "exact Jaccard and the decision the settings take. A and B are files or http(s) URLs; or give a JSON-lines "
         "file and two record ids: neardup explain pages.jsonl ID1 ID2.",
     )

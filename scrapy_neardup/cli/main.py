@@ -93,7 +93,7 @@ def _add_dedupe(sub: Any) -> None:
         help="mark or drop near-duplicate records of a JSON-lines file",
         description="Read JSON lines; write every record back in input order with 'duplicate_of' (id of the kept "
         "record it near-duplicates, or null), 'resemblance' (estimated, or null) and 'evidence' (rule, shared "
-        "positions of k, 95%% interval of the resemblance; or null). First seen is kept. "
+        "positions of k, 95% interval of the resemblance; or null). First seen is kept. "
         "Records without usable text are kept with duplicate_of null and counted in the summary.",
     )
     p.add_argument("input", help="JSON-lines file, or - for stdin")

@@ -168,11 +168,14 @@ def test_curve_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("command", [[], ["dedupe"], ["compare"], ["curve"]])
+@pytest.mark.parametrize("command", [[], ["dedupe"], ["compare"], ["curve"], ["explain"], ["report"],
+                                     ["es", "explain"], ["es", "report"], ["es", "groups"]])
 def test_help(command: list[str]) -> None:
     result = subprocess.run(["neardup", *command, "--help"], capture_output=True, text=True)
     assert result.returncode == 0
     assert "usage: neardup" in result.stdout
+    # argparse %-formats help= strings but prints a description as written: a "%%" there reaches the user
+    assert "%%" not in result.stdout
 
 
 def test_version_and_module_entry_point() -> None:
