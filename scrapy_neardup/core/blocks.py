@@ -291,16 +291,16 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     between = apart[prose[1:] - 1] - apart[prose[:-1]]
     cut = np.flatnonzero(between > PASSAGE_GAP) + 1
     first = np.concatenate(([0], cut))  # each passage's first prose block (an index into `prose`)
-    size = np.add.reduceat(counts[prose], first)
-    teasers = np.add.reduceat(after_link[prose].astype(np.int64), first) >= TEASER_SHARE * np.diff(
-        np.append(first, prose.size))
-    size[teasers] = 0
-    if int(size.max()) < MIN_PASSAGE_WORDS:
-        return None
-    # A passage ends at its last prose block that does not follow a link block: teasers after an article go.
+    # A passage ends at its last prose block that does not follow a link block: teasers after an article go
+    # (before the passage is measured, so that a footer's teasers do not make the article before them a list).
     end = np.append(cut, prose.size) - 1
     plain = np.where(~after_link[prose], np.arange(prose.size), -1)
     last = np.maximum(np.maximum.accumulate(plain)[end], first)
+    size = _sums(counts[prose], first, last)
+    teasers = _sums(after_link[prose].astype(np.int64), first, last) >= TEASER_SHARE * (last - first + 1)
+    size[teasers] = 0
+    if int(size.max()) < MIN_PASSAGE_WORDS:
+        return None
     chosen = size >= PASSAGE_SHARE * size.max()
     if int((last[chosen] - first[chosen] + 1).sum()) < MIN_PROSE_BLOCKS and size.max() < LONE_PROSE_WORDS:
         return None
@@ -310,6 +310,13 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     if counts[out].sum() < PASSAGES_OF_PAGE * counts[keep & ~link_block & ~after_link].sum():
         return None
     return out
+
+
+def _sums(values: np.ndarray, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+    """The sums of ``values[firsts[i] .. lasts[i]]`` (inclusive; ``lasts >= firsts``)."""
+    running = np.concatenate(([0], np.cumsum(values)))
+    sums: np.ndarray = running[lasts + 1] - running[firsts]
+    return sums
 
 
 def _spans(n: int, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:

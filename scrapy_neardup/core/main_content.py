@@ -25,7 +25,7 @@ from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import ElementNode as RNode
 from resiliparse.parse.html import HTMLTree
 
-from .article import ARTICLE_SHARE
+from .article import page_article
 from .html import count_words, strip_tags, visible_words
 from .html import read_marked as block_read_marked
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
@@ -279,14 +279,18 @@ def _marked_part(body: RNode, has_main: bool, has_article: bool) -> list[RNode]:
 
 def _page_article(nodes: list[RNode]) -> list[RNode] | None:
     """The outermost ``<article>`` elements ``nodes`` reduced to the page's article: all of them if there is one,
-    the largest if it holds :data:`ARTICLE_SHARE` of their text, else None (teaser cards, a list of posts)."""
+    else the one :func:`scrapy_neardup.core.article.page_article` names, else None (teaser cards, a list of
+    posts)."""
     if len(nodes) < 2:
         return nodes
-    sizes = [len(_text(node).split()) for node in nodes]
-    largest = max(range(len(nodes)), key=sizes.__getitem__)
-    if sizes[largest] >= ARTICLE_SHARE * sum(sizes):
-        return [nodes[largest]]
-    return None
+    chosen = page_article([_own_words(node) for node in nodes])
+    return None if chosen is None else [nodes[chosen]]
+
+
+def _own_words(node: RNode) -> int:
+    """Words of ``node`` outside the ``<article>`` elements nested in it."""
+    nested = _outermost(node.query_selector_all("article"))
+    return len(_text(node).split()) - sum(len(_text(inner).split()) for inner in nested)
 
 
 def _outermost(nodes: Iterable[RNode]) -> list[RNode]:

@@ -27,17 +27,20 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: 6: ``"auto"`` content read by main-content extraction (:mod:`scrapy_neardup.core.main_content`).
 #: 7: ``"auto"`` content of article pages (and of pages without marked content or template) read by its passages of
 #: prose (:func:`scrapy_neardup.core.blocks.passages`).
-SCHEME_VERSION = 7
+#: 8: ``"auto"``: an ``<article>`` measured by its words outside the ``<article>`` elements nested in it
+#: (:func:`scrapy_neardup.core.article.page_article`), and a passage measured once the teasers after it are cut off.
+SCHEME_VERSION = 8
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode.
 BODY_SCHEME_VERSION = 5
-#: The scheme ``"main"`` sketches carry: 6 and 7 changed ``"auto"`` only.
+#: The scheme ``"main"`` sketches carry: 6, 7 and 8 changed ``"auto"`` only.
 MAIN_SCHEME_VERSION = 5
 #: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it).
 _SCHEME_CHANGES = {
     5: "no folding of accents, lookalike letters and invisible characters",
     6: "no main-content extraction of its own text",
     7: "no passages of prose: an article read with the widgets around it",
+    8: "teaser cards nested in an <article> counted for it, and a short article before teasers read whole",
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a

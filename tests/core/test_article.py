@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scrapy_neardup.core.article import ARTICLE_SHARE
 from scrapy_neardup.core.sketch import Sketcher
 
@@ -63,3 +65,13 @@ def test_distinct_articles_of_a_site_whose_articles_are_teaser_cards_stay_distin
     a = page(f"<div>{paragraphs(STORY)}</div><div class=sidebar-box>{cards}</div>")
     b = page(f"<div>{paragraphs(OTHER)}</div><div class=sidebar-box>{cards}</div>")
     assert Sketcher().jaccard(a, b) < 0.5
+
+
+@pytest.mark.parametrize("tag", ["article", "ARTICLE"])  # read by the article extraction / by the lexbor walk
+def test_cards_nested_in_an_article_do_not_count_for_it(tag: str) -> None:
+    """A post beside an ``<article>`` of "you may also like" cards, each card an ``<article>`` inside it (a real
+    blog's layout): the wrapper is measured by its own words, so the post is the page's article, however long the
+    cards' teasers are."""
+    cards = "".join(f"<{tag}><h3><a href=/c{i}>Card {i}</a></h3>{paragraphs(OTHER)}</{tag}>" for i in range(4))
+    out = text(page(f"<{tag}>{paragraphs(STORY)}</{tag}><{tag}><h2>You may also like</h2>{cards}</{tag}>"))
+    assert "council voted" in out and "bakery" not in out

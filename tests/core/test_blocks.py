@@ -156,6 +156,10 @@ def test_teasers_are_not_the_passage_and_trailing_teasers_go() -> None:
     assert _prose(teasers + _gap() + article) == _prose(article)
     # ... and teasers right after the article do not stretch its passage.
     assert _prose(article + teasers) == _prose(article)
+    # As many teasers after a shorter article as it has paragraphs: the passage is measured once the teasers are
+    # cut off, so the article is not taken for a list of teasers (the page would be read whole).
+    short = _paragraph("a") + _paragraph("b")
+    assert _prose(short + teasers) == _prose(short) == own_text(_marked(short))
 
 
 def test_passages_of_comparable_size_are_all_kept_a_small_far_one_is_not() -> None:
