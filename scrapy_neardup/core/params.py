@@ -28,7 +28,8 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: 7: ``"auto"`` content of article pages (and of pages without marked content or template) read by its passages of
 #: prose (:func:`scrapy_neardup.core.blocks.passages`).
 #: 8: ``"auto"``: an ``<article>`` measured by its words outside the ``<article>`` elements nested in it
-#: (:func:`scrapy_neardup.core.article.page_article`), and a passage measured once the teasers after it are cut off.
+#: (:func:`scrapy_neardup.core.article.page_article`), a passage measured once the teasers after it are cut off, and
+#: web addresses written out in an HTML page's text read as link text.
 SCHEME_VERSION = 8
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode.
@@ -40,7 +41,8 @@ _SCHEME_CHANGES = {
     5: "no folding of accents, lookalike letters and invisible characters",
     6: "no main-content extraction of its own text",
     7: "no passages of prose: an article read with the widgets around it",
-    8: "teaser cards nested in an <article> counted for it, and a short article before teasers read whole",
+    8: "teaser cards nested in an <article> counted for it, a short article before teasers read whole, and web "
+       "addresses written out in the text read as words",
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a

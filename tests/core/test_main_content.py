@@ -143,3 +143,14 @@ def test_distinct_articles_under_one_long_sidebar_blurb_stay_distinct() -> None:
     assert "snow closed the pass" in text(one) and "mill fire" in text(two)
     # Both posts say the blurb: alike, but not near-duplicates (the default threshold is 0.9).
     assert Sketcher().jaccard(one, two) < 0.8
+
+
+def test_a_web_address_written_out_is_link_text_not_prose() -> None:
+    """A print footer naming the article's address, whose slug is as long as a paragraph: the address is read as a
+    link, so the footer is not taken for a paragraph of the article (it would be, read by its words)."""
+    slug = "county-board-approves-roads-budget-with-two-new-snow-ploughs-and-a-salt-barn-after-a-long-debate-on-taxes"
+    bare = (f"<div class=p1><a href='javascript:print()'>Print this page</a></div><h1>Roads budget</h1>{ARTICLE}")
+    printed = page(f"{bare}<div class=p2>Find this article at:<br>https://www.example.org/news/2026/11/{slug}"
+                   f"<br>Copyright 2026 example.org. All rights reserved.</div>", head="")
+    assert text(printed) == text(page(bare, head=""))
+    assert "county board approved" in text(printed) and "find this article" not in text(printed)
