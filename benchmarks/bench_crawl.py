@@ -21,6 +21,10 @@ the peak memory); writes ``benchmarks/results/addon-crawl.json``.
 
     python benchmarks/bench_crawl.py --addon-site DIR [--rounds 3] [--max-pages N]
 
+With ``--levers`` it crawls one host only: without the add-on, with it, and with each setting a user can turn off
+(``LEVERS``) alone, alternated; prints each median and its ratio to the crawl without the add-on; writes
+``benchmarks/results/addon-levers.json``.
+
 nginx comes from Debian (``apt-get install -y nginx-light``); run as root the benchmark installs it if missing.
 """
 
@@ -233,11 +237,13 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_addon_crawl(urls: list[str], mode: str, max_pages: int | None) -> None:
-    """Child process: the add-on crawl (``mode`` "with" or "without" the add-on); stats as one JSON line."""
+def run_addon_crawl(urls: list[str], mode: str, max_pages: int | None, extra: dict[str, object] | None = None,
+                    ) -> None:
+    """Child process: the add-on crawl (``mode`` "with" or "without" the add-on; ``extra``: more settings); stats
+    as one JSON line."""
     from scrapy.crawler import CrawlerProcess
 
-    settings: dict[str, object] = {"LOG_LEVEL": "ERROR", "TELNETCONSOLE_ENABLED": False}
+    settings: dict[str, object] = {"LOG_LEVEL": "ERROR", "TELNETCONSOLE_ENABLED": False, **(extra or {})}
     if mode == "with":
         settings["ADDONS"] = {"scrapy_neardup.NearDuplicateAddon": 0}
     process = CrawlerProcess(settings)
@@ -313,6 +319,51 @@ def addon_crawls(site: Path, rounds: int, max_pages: int | None) -> dict[str, ob
     return results
 
 
+#: What a user can turn off (docs/addon.md), each measured alone on one host with ``--levers``.
+LEVERS: dict[str, dict[str, object]] = {
+    "NEARDUP_WORKER = False": {"NEARDUP_WORKER": False},
+    "NEARDUP_SOFT404_ENABLED = False": {"NEARDUP_SOFT404_ENABLED": False},
+    "NEARDUP_CANONICAL = False": {"NEARDUP_CANONICAL": False},
+    "NEARDUP_FREE_PARSE_TREES = False": {"NEARDUP_FREE_PARSE_TREES": False},
+    "NEARDUP_COPY_WAIT = 0": {"NEARDUP_COPY_WAIT": 0},
+    "NEARDUP_MIRRORS_ENABLED = False, NEARDUP_COPY_WAIT = 0": {"NEARDUP_MIRRORS_ENABLED": False,
+                                                                "NEARDUP_COPY_WAIT": 0},
+}
+
+
+def addon_levers(site: Path, rounds: int) -> dict[str, object]:
+    """One host: without the add-on, with it, and with each of :data:`LEVERS`, alternated; medians and ratios to
+    the crawl without the add-on."""
+    variants: dict[str, tuple[str, dict[str, object]]] = {
+        "without": ("without", {}), "with (defaults)": ("with", {}),
+        **{name: ("with", settings) for name, settings in LEVERS.items()},
+    }
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    with tempfile.TemporaryDirectory(prefix="neardup-addon-levers-") as tmp:
+        os.chmod(tmp, 0o755)
+        port = free_port()
+        server = start_nginx(site, Path(tmp), port)
+        try:
+            for _ in range(rounds):
+                for name, (mode, settings) in variants.items():
+                    result = subprocess.run(
+                        [sys.executable, __file__, "--run-addon-crawl", f"http://127.0.0.1:{port}/index.html",
+                         "--mode", mode, "--addon-settings", json.dumps(settings)],
+                        capture_output=True, text=True, check=True)
+                    runs[name].append(json.loads(result.stdout.strip().splitlines()[-1]))
+        finally:
+            server.terminate()
+            server.wait()
+    wall = {name: statistics.median(r["crawl_s"] for r in v) for name, v in runs.items()}
+    rss = {name: statistics.median(r["peak_rss_mb"] for r in v) for name, v in runs.items()}
+    for name in variants:
+        print(f"{name:58s} {wall[name]:6.2f} s {wall[name] / wall['without']:5.2f}x  "
+              f"{rss[name]:5.0f} MB {rss[name] / rss['without']:5.2f}x  items {runs[name][-1]['items']}")
+    return {"median_crawl_s": wall, "median_peak_rss_mb": rss,
+            "wall_ratio": {name: wall[name] / wall["without"] for name in variants},
+            "memory_ratio": {name: rss[name] / rss["without"] for name in variants}, "runs": runs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=4000)
@@ -323,10 +374,19 @@ def main() -> None:
     parser.add_argument("--es-url", help="also crawl writing every item into a search index on this node")
     parser.add_argument("--addon-site", type=Path, help="measure the add-on crawling the HTML pages of this directory")
     parser.add_argument("--max-pages", type=int, help="with --addon-site: stop each crawl after this many pages")
+    parser.add_argument("--levers", action="store_true",
+                        help="with --addon-site: one host, the add-on with each setting a user can turn off")
     parser.add_argument("--run-addon-crawl", metavar="URLS", help=argparse.SUPPRESS)
+    parser.add_argument("--addon-settings", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_addon_crawl:
-        run_addon_crawl(args.run_addon_crawl.split(","), args.mode, args.max_pages)
+        run_addon_crawl(args.run_addon_crawl.split(","), args.mode, args.max_pages, json.loads(args.addon_settings))
+        return
+    if args.addon_site and args.levers:
+        report = addon_levers(args.addon_site.resolve(), args.rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "addon-levers.json").write_text(json.dumps({"site": str(args.addon_site), "rounds": args.rounds,
+                                                                **report}, indent=2))
         return
     if args.addon_site:
         report = addon_crawls(args.addon_site.resolve(), args.rounds, args.max_pages)

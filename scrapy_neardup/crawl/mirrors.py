@@ -67,7 +67,7 @@ class MirrorHostsMiddleware:
         # Reads the state settings and builds the backend's host store: a wrong setting is met here first.
         with component_startup(crawler):
             middleware = cls(crawler, config, hosts)
-        middleware._hooks.scheduled.append(middleware.request_scheduled)
+        CrawlContext.of(crawler).on_scheduled(middleware.request_scheduled)
         crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         return middleware

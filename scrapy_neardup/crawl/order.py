@@ -52,6 +52,7 @@ class KeepOrder:
 
     def __init__(self, context: CrawlContext, room: int | None = None, grow: Callable[[int], None] | None = None,
                  ) -> None:
+        self.context = context
         self.hooks = context.hooks
         self.wait = context.hosts.copy_wait
         self.min_pages = context.hosts.mirror_min_pages
@@ -70,7 +71,7 @@ class KeepOrder:
         """Follow ``crawler``'s requests (what is pending where), and let at most ``room`` characters of pages
         wait at once, the scraper's room grown by them while they wait."""
         self.room, self.grow = room, ScraperRoom(crawler).grow
-        self.hooks.scheduled.append(self.request_scheduled)
+        self.context.on_scheduled(self.request_scheduled)
         self.hooks.withdrawn.append(self.request_dropped)
         crawler.signals.connect(self.request_dropped, signal=signals.request_dropped)
         crawler.signals.connect(self.response_received, signal=signals.response_received)

@@ -107,7 +107,7 @@ class NearDuplicatePipeline:
             pipeline = cls(context)  # its parts read the host settings
             pipeline._given_backend = config.make_backend(crawler.settings)
         crawler.signals.connect(pipeline.spider_idle, signal=signals.spider_idle)
-        if pipeline.order is not None:
+        if pipeline.order is not None and context.hosts.copy_wait > 0:  # no waits: no request to follow
             pipeline.order.follow(crawler, room=HOLD_ACTIVE_SIZE)
         return pipeline
 

@@ -317,3 +317,33 @@ def test_a_mirrors_request_withdrawn_before_download_is_no_longer_waited_for(tmp
     started = time.monotonic()
     asyncio.run(asyncio.wait_for(order.wait_turn(f"{c}/x", 10), MAX_EXTRA_WAIT))
     assert time.monotonic() - started < 2.0  # the copy wait (0.2 s), not the wait for a page to come
+
+
+@pytest.mark.parametrize(("mirrors", "copy_wait", "follows"), [
+    (True, 0.2, True), (False, 0.2, True), (True, 0, True), (False, 0, False),
+])
+def test_scheduled_requests_are_followed_only_when_something_needs_them(
+    tmp_path: Path, mirrors: bool, copy_wait: float, follows: bool,
+) -> None:
+    """Scrapy sends ``request_scheduled`` for every link a spider yields: the add-on listens to it (and to
+    ``request_dropped``) only when the mirror middleware or the copy waits need it, once each."""
+    from pydispatch import dispatcher
+    from scrapy import signals
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_neardup.crawl.mirrors import MirrorHostsMiddleware
+    from scrapy_neardup.crawl.pipeline import NearDuplicatePipeline
+
+    settings = {"NEARDUP_COPY_WAIT": copy_wait, "NEARDUP_MIRRORS_ENABLED": mirrors,
+                "NEARDUP_STATE_DIR": str(tmp_path)}
+    crawler = get_crawler(settings_dict=settings)
+    components = [NearDuplicatePipeline.from_crawler(crawler)]  # kept: their handlers are weak references
+    if mirrors:
+        components.append(MirrorHostsMiddleware.from_crawler(crawler))
+
+    def ours(signal: object) -> list[object]:  # Scrapy's SignalManager lists no receivers; pydispatch does
+        return [r for r in dispatcher.liveReceivers(dispatcher.getAllReceivers(crawler.signals.sender, signal))
+                if "scrapy_neardup" in getattr(r, "__module__", "")]
+
+    assert len(ours(signals.request_scheduled)) == (1 if follows else 0)
+    assert len(ours(signals.request_dropped)) == (1 if copy_wait > 0 else 0)
