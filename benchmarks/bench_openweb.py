@@ -1,12 +1,21 @@
 """News and blog article pages and the copies a crawler meets: the defaults against trafilatura + MinHash LSH.
 
-Data: pages with human gold article text from a public web-content-extraction set, read from a directory that holds
-``ground-truth.json`` (``{id: {"articleBody": ..., "url": ...}}``) and ``html/<id>.html.gz`` (the layout of the
-scrapinghub article-extraction-benchmark repository). Nothing of it is shipped with the package; get it with::
+Data: pages with gold article text from a public web-content-extraction set, read from a directory in one of two
+layouts. Nothing of it is shipped with the package.
 
-    git clone https://github.com/scrapinghub/article-extraction-benchmark ~/.cache/scrapy-neardup/openweb/aeb
+* The scrapinghub article-extraction-benchmark (181 news and blog pages, human gold text): ``ground-truth.json``
+  (``{id: {"articleBody": ..., "url": ...}}``) and ``html/<id>.html.gz``. The default directory::
 
-and point ``NEARDUP_OPENWEB_DIR`` at it (that path is the default).
+      git clone https://github.com/scrapinghub/article-extraction-benchmark ~/.cache/scrapy-neardup/openweb/aeb
+
+* WCXB, the Web Content eXtraction Benchmark (pages of 2025, gold text reviewed by people; its article and forum
+  pages are read, 1,127 of them, both splits): ``metadata.json``, ``<split>/ground-truth/<id>.json`` and
+  ``<split>/html/<id>.html.gz``::
+
+      git clone https://github.com/Murrough-Foley/web-content-extraction-benchmark ~/.cache/scrapy-neardup/openweb/wcxb
+      python benchmarks/bench_openweb.py --dir ~/.cache/scrapy-neardup/openweb/wcxb
+
+``--dir`` (or ``NEARDUP_OPENWEB_DIR``) names the directory.
 
 From each page the benchmark makes the copies a crawler meets:
 
@@ -31,7 +40,7 @@ Metrics, each page decided in order (originals first, then each kind of copy), t
 The peer: trafilatura's extraction (``favor_precision`` off, defaults) and datasketch ``MinHashLSH(threshold=0.9,
 num_perm=128)`` over the same word 5-shingles, the first page of a match kept.
 
-Run: ``python benchmarks/bench_openweb.py [--methods auto,trafilatura] [--json out.json]``.
+Run: ``python benchmarks/bench_openweb.py [--dir DIR] [--methods auto,trafilatura+lsh] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -70,6 +79,9 @@ _WORD = re.compile(r"\w+")
 #: A syndicated copy still holding this share of its host page's gold shingles is left out (the host's article
 #: was not where the template's largest text container was).
 LEFT_OVER = 0.2
+#: The WCXB page types read: the article and forum pages (its product, service, listing, collection and
+#: documentation pages are not what this benchmark's copies are made of).
+WCXB_TYPES = ("article", "forum")
 
 
 def host_of(url: str) -> str | None:
@@ -84,13 +96,41 @@ class Article:
     html: bytes
 
 
-def load_articles(directory: Path) -> list[Article]:
+def load_articles(directory: Path, page_types: Sequence[str] = WCXB_TYPES) -> list[Article]:
+    """The pages with gold text under ``directory``: the aeb layout, or WCXB's (only the ``page_types`` given)."""
+    if (directory / "ground-truth.json").exists():
+        return _load_aeb(directory)
+    if (directory / "metadata.json").exists():
+        return _load_wcxb(directory, page_types)
+    raise FileNotFoundError(f"no ground-truth.json or metadata.json under {directory} (see the module doc)")
+
+
+def _load_aeb(directory: Path) -> list[Article]:
     truth = json.loads((directory / "ground-truth.json").read_text())
     out = []
     for key in sorted(truth):
         path = directory / "html" / f"{key}.html.gz"
         if path.exists() and truth[key].get("articleBody"):
             out.append(Article(key, truth[key]["url"], truth[key]["articleBody"], gzip.decompress(path.read_bytes())))
+    return out
+
+
+def _load_wcxb(directory: Path, page_types: Sequence[str]) -> list[Article]:
+    """WCXB: ``metadata.json`` names each page's split and type; ``<split>/ground-truth/<id>.json`` holds its gold
+    ``main_content`` and URL, ``<split>/html/<id>.html.gz`` its HTML. Both splits are read."""
+    files = json.loads((directory / "metadata.json").read_text())["files"]
+    out, seen = [], set()
+    for key in sorted(files):
+        meta = files[key]
+        if meta["page_type"] not in page_types:
+            continue
+        split = directory / meta["split"]
+        truth = json.loads((split / "ground-truth" / f"{key}.json").read_text())
+        gold, url = truth["ground_truth"].get("main_content"), truth.get("url")
+        path = split / "html" / f"{key}.html.gz"
+        if gold and url and url not in seen and path.exists():
+            seen.add(url)  # a page's key is its URL
+            out.append(Article(key, url, gold, gzip.decompress(path.read_bytes())))
     return out
 
 
@@ -307,9 +347,10 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not (args.dir / "ground-truth.json").exists():
-        parser.exit(2, f"bench_openweb: no ground-truth.json under {args.dir} (see the module doc)\n")
-    articles = load_articles(args.dir)
+    try:
+        articles = load_articles(args.dir)
+    except FileNotFoundError as error:
+        parser.exit(2, f"bench_openweb: {error}\n")
     shingles = [gold_shingles(a.gold) for a in articles]
 
     def distinct(i: int, j: int) -> bool:
