@@ -223,6 +223,8 @@ def _main_text(
                                         frozenset(names) | landmarks.names & _BOILERPLATE_NAMES, root_id)
     else:
         removed = [node for node in tree.css(dropped) if node.mem_id != root_id] if dropped else []
+    if articles:
+        removed = [node for node in removed if not _section_part(node)]
     if outside is not None and removed:
         # Scripts and styles go first, so that the boilerplate's text read next is visible text only.
         for node in removed:
@@ -251,6 +253,24 @@ def _main_text(
             return text, True
     root = tree.body or tree.root
     return ("" if root is None else root.text(separator=" ")), False
+
+
+def _section_part(node: LexborNode) -> bool:
+    """Whether ``node`` is a ``<header>`` or ``<footer>`` inside a ``<main>``, ``role="main"`` or ``<article>``
+    element: that part's own header or footer (its title and byline, on some sites the whole article), not the
+    page's banner or footer (HTML-AAM maps them to ``banner``/``contentinfo`` only outside such parts)."""
+    if node.tag not in _SECTION_PART_TAGS:
+        return False
+    parent = node.parent
+    while parent is not None and parent.tag != "html":  # above it: the document node, which has no attributes
+        if parent.tag in _CONTENT_TAGS or parent.attrs.get("role") == "main":
+            return True
+        parent = parent.parent
+    return False
+
+
+_SECTION_PART_TAGS = frozenset(("header", "footer"))
+_CONTENT_TAGS = frozenset(("main", "article"))
 
 
 def _read_outside(nodes: list[LexborNode], outside: list[str | None]) -> None:

@@ -46,6 +46,7 @@ _DECLARATIONS = (
                             rb"(?:Article|Posting)\"")),
 )
 _ARTICLE_KEY = name_key("article")
+_SECTION_PARTS = np.array([name_key("header"), name_key("footer")], dtype=np.uint64)
 _UL_KEY = name_key("ul")
 _A_KEY = name_key("a")
 _GT, _SLASH = ord(">"), ord("/")
@@ -222,23 +223,41 @@ def _has_article_tag(data: bytes, tags: np.ndarray | None) -> bool:
 
 
 def _retagged(data: bytes, tags: np.ndarray, scan: TagScan) -> bytes:
-    """``data`` with two kinds of tags renamed in place (same length: the tag positions hold):
+    """``data`` with three kinds of tags renamed in place (same length: the tag positions hold):
 
     * ``<ul>`` to ``<ol>``: the extraction drops every ``<ul>`` near the top of a page or with a fifth of its text
       in links, which takes an index page's entries ("name: a link to its class") for a menu; lists are left to
       the link-list rule of :mod:`scrapy_neardup.core.blocks`, which knows an index entry from a menu;
     * an empty XHTML anchor ``<a id="x"/>`` to ``<q id="x"/>``: an HTML parser reads it as an ``<a>`` left open,
       re-opened in every later paragraph, and the whole page would be link text; ``<q>`` is closed with its
-      parent.
+      parent;
+    * ``<header>``/``<footer>`` inside a ``<main>`` or an ``<article>`` to an element of no meaning (``<xeader>``,
+      ``<xooter>``): there they are that part's own header and footer (its title and byline, and on some sites the
+      whole article), not the page's banner and footer that the extraction removes (HTML-AAM maps them to
+      ``banner``/``contentinfo`` only outside such parts).
     """
     lists = (scan.keys == _UL_KEY) & scan.letter
     anchors = _short_links(data, tags, scan)
-    if not lists.any() and not anchors.any():
+    parts = _section_parts(scan)
+    if not lists.any() and not anchors.any() and not parts.any():
         return data
     arr = np.frombuffer(data, dtype=np.uint8).copy()
     arr[tags[lists] + 1 + scan.closing[lists]] = ord("o")
     arr[tags[anchors] + 1 + scan.closing[anchors]] = ord("q")
+    arr[tags[parts] + 1 + scan.closing[parts]] = ord("x")
     return arr.tobytes()
+
+
+def _section_parts(scan: TagScan) -> np.ndarray:
+    """Which tags are the start or end tag of a ``<header>`` or ``<footer>`` inside a ``<main>`` or an
+    ``<article>``: where the count of those open before it (start tags less end tags) is positive."""
+    named = np.isin(scan.keys, _SECTION_PARTS) & scan.letter
+    if not named.any():
+        return named
+    content = ((scan.keys == _MAIN_KEY) | (scan.keys == _ARTICLE_KEY)) & scan.letter
+    steps = np.where(content, np.where(scan.closing, -1, 1), 0)
+    open_before = np.cumsum(steps) - steps
+    return named & (open_before > 0)
 
 
 def _short_links(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarray:

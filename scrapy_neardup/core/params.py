@@ -30,11 +30,13 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: 8: ``"auto"``: an ``<article>`` measured by its words outside the ``<article>`` elements nested in it
 #: (:func:`scrapy_neardup.core.article.page_article`), a passage measured once the teasers after it are cut off, and
 #: web addresses written out in an HTML page's text read as link text.
-SCHEME_VERSION = 8
+#: 9: ``"auto"``: a ``<header>`` or ``<footer>`` inside ``<main>`` or ``<article>`` (or ``role="main"``, on pages
+#: that do not declare themselves articles) read as part of it, not removed as the page's banner or footer.
+SCHEME_VERSION = 9
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode.
 BODY_SCHEME_VERSION = 5
-#: The scheme ``"main"`` sketches carry: 6, 7 and 8 changed ``"auto"`` only.
+#: The scheme ``"main"`` sketches carry: 6 to 9 changed ``"auto"`` only.
 MAIN_SCHEME_VERSION = 5
 #: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it).
 _SCHEME_CHANGES = {
@@ -43,6 +45,7 @@ _SCHEME_CHANGES = {
     7: "no passages of prose: an article read with the widgets around it",
     8: "teaser cards nested in an <article> counted for it, a short article before teasers read whole, and web "
        "addresses written out in the text read as words",
+    9: "a <header> or <footer> inside the main content or an <article> removed with the page's banner and footer",
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a

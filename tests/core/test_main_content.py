@@ -154,3 +154,23 @@ def test_a_web_address_written_out_is_link_text_not_prose() -> None:
                    f"<br>Copyright 2026 example.org. All rights reserved.</div>", head="")
     assert text(printed) == text(page(bare, head=""))
     assert "county board approved" in text(printed) and "find this article" not in text(printed)
+
+
+SECOND = ("Engineers from the county will survey the banks in spring. The first mile should open the following summer, "
+          "with benches, lights and a bridge over the mill race that the old path never crossed.")
+
+
+@pytest.mark.parametrize("head", [OG, ""], ids=["article page", "page that declares nothing"])
+@pytest.mark.parametrize("part", ["main", "article"])
+def test_a_header_or_footer_inside_the_main_content_is_part_of_it(head: str, part: str) -> None:
+    # Some site builders put a whole post inside a <header> of the <main> part; a <header> or <footer> there is
+    # that part's own (HTML-AAM: banner and contentinfo only outside main and article), the page's banner is not.
+    html = page(f"<header class=site><a href=/>Daily Planet</a> <a href=/news>News</a> Read all about it today</header>"
+                f"<{part}><header class=post-landing><h1>River walk to grow</h1><p>{STORY}</p></header>"
+                f"<p>By Jane Roe</p><footer class=post-end><p>{SECOND}</p></footer></{part}>"
+                f"<footer class=site>Copyright Daily Planet, every right reserved, since nineteen thirty</footer>",
+                head)
+    out = text(html)
+    assert "council voted" in out and "engineers from the county" in out
+    for gone in ("read all about it", "every right reserved"):
+        assert gone not in out, gone
