@@ -60,9 +60,11 @@ async def open_index(
         ApiError, TransportError: a request failed (the caller retries: :meth:`.Transport.call`).
     """
     es, index = transport.es, transport.index
-    # best_compression: the stored fields are a page's largest part (~15% smaller pages, measured)
-    await ensure_index_async(es, index, shards=shards, settings={"codec": "best_compression"},
-                             request_timeout=transport.settings.request_timeout)
+    # best_compression: the stored fields are a page's largest part (~15% smaller pages, measured). Settling:
+    # a crawler that lost the race to create the index updates its mapping next, maybe on a node that has not
+    # applied the new index yet.
+    await _settling(index, lambda: ensure_index_async(es, index, shards=shards, settings={"codec": "best_compression"},
+                                                      request_timeout=transport.settings.request_timeout))
     # A store of other sketches: one clear line, no silent mix.
     await _settling(index, lambda: require_tag_async(es, index, params.tag))
     bands = await bands_usable(transport, params)

@@ -26,6 +26,8 @@ answers chosen requests with HTTP 429 (``es_rejected_execution_exception``), rej
   is held by the proxy, then a second crawl of the site with the same index.
 * ``test_unchecked_pages_are_written_when_the_node_answers_again``: the backend alone: the cap on remembered
   unchecked pages, their writing after the next successful check, and the warning when some cannot be written.
+* ``test_an_index_another_crawler_just_created_is_waited_for``: the backend alone: a node that has not applied
+  the index another crawler just created answers the mapping update 404; the crawler starts all the same.
 
 Every test counts every page: kept, dropped naming a kept page, or passed through unchecked; lost must be 0.
 """
@@ -156,7 +158,9 @@ class Fault:
     target), ``method`` and ``body`` (a substring of the body), all optional, from the proxy's ``start``-th
     request on and after letting ``after`` matching requests by.
 
-    ``kind``: ``reject`` answers HTTP 429 without forwarding; ``stall`` never answers (the client times out, or
+    ``kind``: ``reject`` answers HTTP 429 without forwarding; ``not_found`` answers HTTP 404
+    ``index_not_found_exception`` for the index the target names, as a node that has not yet applied a new index
+    does; ``stall`` never answers (the client times out, or
     is killed); ``drop_answer`` forwards the request, then hangs up instead of answering (the write is done, the
     client does not know); ``bulk_items`` forwards a ``_bulk`` request without every ``every``-th item and
     answers those items with a per-item 429, as a node whose write queue is full does."""
@@ -357,6 +361,12 @@ class FaultProxy:
             return False
         if fault is not None and fault.kind == "reject":
             client.sendall(error_response(429, "Too Many Requests", REJECTED).encode())
+            return True
+        if fault is not None and fault.kind == "not_found":
+            index = urlsplit(request.target).path.split("/")[1]
+            client.sendall(error_response(404, "Not Found", {
+                "type": "index_not_found_exception", "reason": f"no such index [{index}]", "index": index,
+            }).encode())
             return True
         if not upstream:
             upstream.append(socket.create_connection(self.target, timeout=30))
@@ -1374,3 +1384,36 @@ def test_node_unreachable_mid_crawl_stop_closes_the_spider(es_url: str, es_index
     assert lost == set()
     ledger.record(f"{len(pages)} pages; NEARDUP_ON_BACKEND_DOWN='stop'; the node unreachable after {down_at} pages",
                   lost=len(lost), served=len(site.served), served_when_met=met["served"], unchecked=unchecked)
+
+
+def test_an_index_another_crawler_just_created_is_waited_for(es_url: str, es_index: str) -> None:
+    """The crawler that loses the race to create the index updates its mapping next; the node it reaches may not
+    have applied the new index yet and answers 404 ``index_not_found_exception`` for a few ms (seen on a 3-node
+    cluster, where a crawler of four then failed to start). The crawler waits for the index instead."""
+    import asyncio
+
+    from es_integration.backend import ElasticsearchBackend
+    from scrapy_neardup.core.sketch import Sketcher
+
+    sketcher = Sketcher()
+    params = SketchParams.from_tag(sketcher.tag, min_shared=107)
+    first = ElasticsearchBackend(url=es_url, index=es_index, params=params, request_timeout=5)
+    proxy = FaultProxy(target_of(es_url), http=True)
+    second = ElasticsearchBackend(url=proxy.url, index=es_index, params=params, request_timeout=5)
+    not_applied = proxy.add(Fault("not_found", 2, path="/_mapping", method="PUT"))
+
+    async def scenario() -> None:
+        await first.open()  # the winner of the race
+        try:
+            await second.open()
+            page = " ".join(article_words(4200, 200))
+            assert await second.check_and_add("https://example.test/a", sketcher.sketch(page)) is None
+        finally:
+            await second.close()
+            await first.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        proxy.close()
+    assert proxy.injected == {"not_found": 2} and not_applied.count == 0
