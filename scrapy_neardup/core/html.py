@@ -95,7 +95,7 @@ def html_to_text(html: str, mode: HtmlMode = "body") -> str:
 def markup_to_text(data: bytes, tags: np.ndarray, mode: HtmlMode) -> str:
     """:func:`html_to_text` of UTF-8 ``data`` (``tags``: where its ``<`` are)."""
     scan = TagScan.of(data, tags) if tags.size > SAFE_TAGS else None
-    hazard, dropped, start_tags = parse_hazard(scan, tags.size)
+    hazard, dropped, start_tags = parse_hazard(scan, data, tags)
     if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
         return strip_tags(scrub_unicode(data.decode("utf-8", "replace")))
@@ -133,7 +133,7 @@ def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None]:
     """
     data = data.translate(CLEAR_MARKS)
     scan = TagScan.of(data, tags)
-    hazard, dropped, start_tags = parse_hazard(scan if tags.size > SAFE_TAGS else None, tags.size)
+    hazard, dropped, start_tags = parse_hazard(scan if tags.size > SAFE_TAGS else None, data, tags)
     marks = scan.table(MARK_TABLE)
     data = insert_marks(data, tags, scan, marks)
     if hazard:

@@ -96,7 +96,7 @@ def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     """:func:`marked_text` of an article page."""
     data = data.translate(CLEAR_MARKS)
     scan = TagScan.of(data, tags)
-    hazard, _, _ = parse_hazard(scan, tags.size)
+    hazard, _, _ = parse_hazard(scan, data, tags)
     marks = scan.table(MARK_TABLE)
     data = insert_marks(_retagged(data, tags, scan), tags, scan, marks)
     if hazard:

@@ -32,20 +32,26 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: web addresses written out in an HTML page's text read as link text.
 #: 9: ``"auto"``: a ``<header>`` or ``<footer>`` inside ``<main>`` or ``<article>`` (or ``role="main"``, on pages
 #: that do not declare themselves articles) read as part of it, not removed as the page's banner or footer.
-SCHEME_VERSION = 9
+#: 10: every mode: a page whose self-closing SVG or MathML elements (an inline chart of a thousand ``<rect/>``) the
+#: scan took for open elements is parsed, not sent to the tag stripper.
+SCHEME_VERSION = 10
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
-#: that stores of those versions stayed usable in that mode; folding changed every mode.
-BODY_SCHEME_VERSION = 5
+#: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading
+#: of self-closing SVG elements (10).
+BODY_SCHEME_VERSION = 10
 #: The scheme ``"main"`` sketches carry: 6 to 9 changed ``"auto"`` only.
-MAIN_SCHEME_VERSION = 5
-#: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it).
-_SCHEME_CHANGES = {
-    5: "no folding of accents, lookalike letters and invisible characters",
-    6: "no main-content extraction of its own text",
-    7: "no passages of prose: an article read with the widgets around it",
-    8: "teaser cards nested in an <article> counted for it, a short article before teasers read whole, and web "
-       "addresses written out in the text read as words",
-    9: "a <header> or <footer> inside the main content or an <article> removed with the page's banner and footer",
+MAIN_SCHEME_VERSION = 10
+#: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it), and the modes
+#: it changed (``None``: every mode).
+_SCHEME_CHANGES: dict[int, tuple[tuple[str, ...] | None, str]] = {
+    5: (None, "no folding of accents, lookalike letters and invisible characters"),
+    6: (("auto",), "no main-content extraction of its own text"),
+    7: (("auto",), "no passages of prose: an article read with the widgets around it"),
+    8: (("auto",), "teaser cards nested in an <article> counted for it, a short article before teasers read whole, "
+                   "and web addresses written out in the text read as words"),
+    9: (("auto",), "a <header> or <footer> inside the main content or an <article> removed with the page's banner "
+                   "and footer"),
+    10: (None, "a page with many self-closing SVG elements (an inline chart) read as tag-stripped text"),
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a
@@ -280,7 +286,8 @@ def content_change(saved: str, tag: str) -> str | None:
     if old.content == new.content:
         if old.scheme == new.scheme:
             return None
-        changes = "; ".join(what for scheme, what in _SCHEME_CHANGES.items() if old.scheme < scheme <= new.scheme)
+        changes = "; ".join(what for scheme, (modes, what) in _SCHEME_CHANGES.items()
+                            if old.scheme < scheme <= new.scheme and (modes is None or new.content in modes))
         return (f"its sketches were made by an earlier version ({saved}), which reads text otherwise "
                 f"({changes or 'another scheme'}), this run's by {tag}: they never compare")
     # "body" was the default until "auto" came with scheme 4.

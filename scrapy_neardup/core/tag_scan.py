@@ -106,6 +106,18 @@ _LOWER_BITS = np.uint64(0x2020202020202020)
 _ONE = np.uint64(1)
 _LT = 0x3C
 _GT = 0x3E
+_SLASH = 0x2F
+# Foreign content (closed_in_foreign): its roots; the start tags after which the parser reads HTML again (the names
+# that break out of foreign content, then the SVG and MathML integration points, whose content is HTML; names as
+# the scan keys them, on their first 8 bytes); the names SVG shares with HTML, whose end tags stay in SVG.
+_FOREIGN_ROOT_KEYS = np.array([name_key(name) for name in ("svg", "math")], dtype=np.uint64)
+_HTML_AGAIN_KEYS = np.array([name_key(name) for name in (
+    "b", "big", "blockquote", "body", "br", "center", "code", "dd", "div", "dl", "dt", "em", "embed", "font", "h1",
+    "h2", "h3", "h4", "h5", "h6", "head", "hr", "i", "img", "li", "listing", "menu", "meta", "nobr", "ol", "p",
+    "pre", "ruby", "s", "small", "span", "strong", "strike", "sub", "sup", "table", "tt", "u", "ul", "var",
+    "foreignobject", "desc", "title", "mi", "mo", "mn", "ms", "mtext", "annotation-xml",
+)], dtype=np.uint64)
+_SHARED_WITH_SVG_KEYS = np.array([name_key(name) for name in ("a", "script", "style")], dtype=np.uint64)
 
 
 
@@ -160,11 +172,11 @@ class TagScan:
         return np.where(self.known, np.take(table, self.slots), np.uint8(0))
 
 
-def parse_hazard(scan: TagScan | None, tag_count: int) -> tuple[bool, str, int]:
-    """Whether parsing the scanned page could take more than linear time (see :data:`MAX_NESTING`,
-    :data:`MAX_REOPENED`), and the CSS selector of the dropped elements (:data:`DROPPED`) whose start tag appears
-    (empty: none; all of them when the page is too small to be scanned: ``scan`` None), and how many such start
-    tags there are (-1: unknown).
+def parse_hazard(scan: TagScan | None, data: bytes, tags: np.ndarray) -> tuple[bool, str, int]:
+    """Whether parsing the scanned page (UTF-8 ``data``, ``<`` at ``tags``) could take more than linear time (see
+    :data:`MAX_NESTING`, :data:`MAX_REOPENED`), and the CSS selector of the dropped elements (:data:`DROPPED`)
+    whose start tag appears (empty: none; all of them when the page is too small to be scanned: ``scan`` None),
+    and how many such start tags there are (-1: unknown).
 
     For each name whose element can hold others (not void, not closed by its next sibling), ``<name`` counts +1
     and ``</name`` -1 in that name's own walk, kept at or above 0 (:func:`open_max`); the largest sum of the walks
@@ -174,6 +186,10 @@ def parse_hazard(scan: TagScan | None, tag_count: int) -> tuple[bool, str, int]:
     tag stripper, or a removal pass that finds nothing. An element of the parsed tree comes from a start tag
     ``<name`` followed by a byte that ends a name (ASCII letters lower-cased, as the tokenizer does), so a dropped
     element whose start tag the scan does not see cannot exist.
+
+    Only when the bound is too high are the self-closing tags of SVG and MathML read (:func:`closed_in_foreign`):
+    ``<rect .../>`` in an ``<svg>`` opens nothing, and a page with an inline chart of a thousand bars is an
+    ordinary page.
     """
     if scan is None:
         return False, DROPPED, -1
@@ -182,7 +198,11 @@ def parse_hazard(scan: TagScan | None, tag_count: int) -> tuple[bool, str, int]:
     nesting = scan.letter & (kind != _VOID_OR_SIBLING)
     open_elements = open_max(keys[nesting], closing[nesting])
     if open_elements > MAX_NESTING:
+        nesting &= ~closed_in_foreign(data, tags, scan)
+        open_elements = open_max(keys[nesting], closing[nesting])
+    if open_elements > MAX_NESTING:
         return True, DROPPED, -1
+    tag_count = tags.size
     # Formatting elements are some of the names counted above, and the bound only grows with the names counted:
     # their own bound is needed only when the one above is too high to settle it.
     if open_elements * tag_count > MAX_REOPENED:
@@ -192,6 +212,36 @@ def parse_hazard(scan: TagScan | None, tag_count: int) -> tuple[bool, str, int]:
     dropped_keys = keys[(kind == _DROPPED_ELEMENT_CLASS) & ~closing]
     found = np.unique(dropped_keys).tolist()
     return False, ",".join(_DROPPED_BY_KEY[key] for key in found), dropped_keys.size
+
+
+def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarray:
+    """``bool[len(tags)]``: the self-closing start tags (``<rect .../>``) the parser closes at once, because they
+    stand inside an ``<svg>`` or ``<math>`` element, where (unlike in HTML, which ignores the ``/``) a
+    self-closing tag opens nothing.
+
+    Read cautiously, so that a page can only be found to nest deeper than it does, never less deep: a tag is in
+    foreign content when an ``<svg>`` or ``<math>`` start tag came after the last tag that may have taken the
+    parser back to HTML: a start tag of a name that leaves foreign content (:data:`_HTML_AGAIN`: ``<p>``,
+    ``<div>``, ``<b>``... and the integration points whose content is HTML, such as ``<foreignObject>``), and an
+    end tag of an HTML element (it may close the element the ``<svg>`` stands in; ``</a>``, ``</script>`` and
+    ``</style>`` excepted, which SVG has too). A ``>`` inside an attribute value may hide a tag's ``/``: it
+    then counts as opening an element.
+    """
+    arr = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(arr == _GT)
+    after = np.searchsorted(ends, tags)
+    found = after < ends.size
+    self_closing = np.zeros(tags.size, dtype=bool)
+    self_closing[found] = arr[ends[after[found]] - 1] == _SLASH
+    start = scan.letter & ~scan.closing
+    roots = start & np.isin(scan.keys, _FOREIGN_ROOT_KEYS) & ~self_closing
+    back = (start & np.isin(scan.keys, _HTML_AGAIN_KEYS)) | (
+        scan.closing & scan.known & ~np.isin(scan.keys, _SHARED_WITH_SVG_KEYS))
+    at = np.arange(tags.size)
+    last_root = np.maximum.accumulate(np.where(roots, at, -1))
+    last_back = np.maximum.accumulate(np.where(back, at, -1))
+    closed: np.ndarray = start & self_closing & (last_root > last_back)
+    return closed
 
 
 def insert_marks(data: bytes, tags: np.ndarray, scan: TagScan, mark: np.ndarray) -> bytes:

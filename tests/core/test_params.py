@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from scrapy_neardup import Sketcher
-from scrapy_neardup.core.params import SketchParams
+from scrapy_neardup.core.params import SketchParams, content_change
 from scrapy_neardup.errors import ParameterError
 from scrapy_neardup.store.backend import Backend, Decision
 from scrapy_neardup.store.embedded import EmbeddedBackend
@@ -16,10 +16,25 @@ from scrapy_neardup.store.embedded import EmbeddedBackend
 def test_defaults_and_derived_t() -> None:
     params = SketchParams.create()
     assert (params.num_perm, params.min_shared, params.threshold, params.width, params.seed) == (128, 107, 0.9, 5, 1)
-    assert params.tag == Sketcher().tag == "mh9-k128-word5-s1-auto"
+    assert params.tag == Sketcher().tag == "mh10-k128-word5-s1-auto"
     assert SketchParams.create(threshold=0.5, min_shared=100).threshold is None  # explicit t wins
     char = SketchParams.create(shingle="char", shingle_size=4, seed=7)
-    assert Sketcher.from_params(char).tag == "mh9-k128-char4-s7-auto"
+    assert Sketcher.from_params(char).tag == "mh10-k128-char4-s7-auto"
+
+
+@pytest.mark.parametrize(("saved", "named", "not_named"), [
+    # A "body" store of scheme 5 missed only what changed every mode, not the changes of "auto" in between.
+    ("mh5-k128-word5-s1", ["self-closing SVG"], ["main-content extraction", "passages of prose", "<header>"]),
+    ("mh5-k128-word5-s1-main", ["self-closing SVG"], ["main-content extraction", "<header>"]),
+    ("mh8-k128-word5-s1-auto", ["<header>", "self-closing SVG"], ["passages of prose", "folding"]),
+])
+def test_a_store_of_an_earlier_scheme_is_told_what_its_mode_read_otherwise(
+    saved: str, named: list[str], not_named: list[str],
+) -> None:
+    mode = saved.rsplit("-", 1)[-1] if saved.endswith(("-auto", "-main")) else "body"
+    message = content_change(saved, Sketcher(content=mode).tag)  # type: ignore[arg-type]
+    assert message is not None and f"made by an earlier version ({saved})" in message
+    assert all(what in message for what in named) and not any(what in message for what in not_named), message
 
 
 @pytest.mark.parametrize(

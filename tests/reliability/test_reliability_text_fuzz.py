@@ -164,6 +164,13 @@ QUADRATIC_MARKUP = {
     # End tags of another name close nothing: every span stays open, and each </div> searches the whole stack.
     "stray end tags of another name": lambda n: "<span></div>" * n,
     "re-opened bold behind stray end tags": lambda n: "".join(f"<p><b id={i}></i>x" for i in range(n)),
+    # Self-closing tags open nothing in SVG, but they do once the parser reads HTML again (after a name that breaks
+    # out of foreign content, inside an integration point, after an end tag that closes the svg's parent): these
+    # nest 20,000 deep, as "<div>" * n does; in a foreignObject, parse time grows 16-fold for 4 times the tags.
+    # (The stray "</svg>" lets the tag stripper, which drops an svg's content, read the tail.)
+    "self-closing tags after a paragraph breaks out of svg": lambda n: "<svg><p>" + "<x-y/>" * n + "</svg>",
+    "self-closing tags in a foreignObject": lambda n: "<svg><foreignObject>" + "<div/>" * n + "</svg>",
+    "self-closing tags after the svg's parent closed": lambda n: "<div><svg></div>" + "<x-y/>" * n + "</svg>",
 }
 
 
@@ -176,9 +183,28 @@ def test_markup_quadratic_for_html5_parsers_takes_the_tag_stripper(kind: str) ->
 
 
 @pytest.mark.parametrize("markup_", ["<div>x</div>" * 20_000, "<p>x<br><img src=a.png>" * 20_000,
-                                     "<ul><li>a<li>b</ul>" * 5000, "<b>bold</b> <i>it</i> " * 20_000])
+                                     "<ul><li>a<li>b</ul>" * 5000, "<b>bold</b> <i>it</i> " * 20_000,
+                                     "<svg><g>" + "<rect x=1 y=2 width=3 height=4/>" * 20_000 + "</g></svg>",
+                                     "<math>" + "<mspace width=1em/>" * 20_000 + "</math>"])
 def test_ordinary_markup_is_parsed(markup_: str) -> None:
     assert not _hazard(markup_)
+
+
+def test_a_page_with_an_inline_chart_is_read_for_its_main_content() -> None:
+    """A chart of a thousand self-closing SVG bars inside ``<main>`` (the Go blog's survey results) is an ordinary
+    page: its main content is read, without the menu (the scan once took every ``<rect/>`` for an open element and
+    sent the page to the tag stripper, menu and all)."""
+    bars = "".join(f"<rect x={i} y=0 width=1 height={i % 7}/>" for i in range(1500))
+    document = ("<html><body><nav><a href=/>home</a> <a href=/blog>blog</a> menuword</nav><main><h1>Survey results"
+                "</h1><p>Most respondents use the language at work and at home.</p><svg><style>.b{fill:red}</style>"
+                f"<g>{bars}</g><text x=1 y=2>chart label</text></svg><p>Closing words of the post.</p></main>"
+                "</body></html>")
+    assert not _hazard(document)
+    for mode in ("main", "auto"):
+        cleaned = clean_text(document, is_html=True, mode=mode)
+        assert "menuword" not in cleaned.text and "closing words of the post" in cleaned.text, mode
+        assert "chart label" not in cleaned.text, mode
+    assert clean_text(document, is_html=True, mode="auto").marked
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -199,7 +225,7 @@ def _hazard(document: str) -> bool:
     raw = document.encode()
     tags = text_module._cap_tags(raw, 10**6)[1]
     scan = tag_scan.TagScan.of(raw, tags) if tags.size > tag_scan.SAFE_TAGS else None
-    return tag_scan.parse_hazard(scan, tags.size)[0]
+    return tag_scan.parse_hazard(scan, raw, tags)[0]
 
 
 def test_a_text_node_over_10_mb_is_kept_whole() -> None:
