@@ -1,7 +1,7 @@
 """News and blog article pages and the copies a crawler meets: the defaults against trafilatura + MinHash LSH.
 
-Data: pages with gold article text from a public web-content-extraction set, read from a directory in one of two
-layouts. Nothing of it is shipped with the package.
+Data: pages with gold article text from a public web-content-extraction set, or a whole site built from its public
+repository, read from a directory in one of three layouts. Nothing of it is shipped with the package.
 
 * The scrapinghub article-extraction-benchmark (181 news and blog pages, human gold text): ``ground-truth.json``
   (``{id: {"articleBody": ..., "url": ...}}``) and ``html/<id>.html.gz``. The default directory::
@@ -14,6 +14,18 @@ layouts. Nothing of it is shipped with the package.
 
       git clone https://github.com/Murrough-Foley/web-content-extraction-benchmark ~/.cache/scrapy-neardup/openweb/wcxb
       python benchmarks/bench_openweb.py --dir ~/.cache/scrapy-neardup/openweb/wcxb
+
+* A whole site, every page under one template: ``site.json`` (``{"url": "https://go.dev/blog/", "gold": "div.Article
+  div.markdown"}``: the pages' base URL and the CSS selector of a post's body, the labeller's own reading of the
+  site) and ``pages/<name>.html``. The Go blog (about 270 posts), built from its repository and served on
+  127.0.0.1 by the site's own server::
+
+      git clone https://github.com/golang/website /tmp/website && cd /tmp/website
+      go build -o /tmp/golangorg ./cmd/golangorg && /tmp/golangorg -http=127.0.0.1:6060 &
+      python benchmarks/fetch_site.py --from http://127.0.0.1:6060/blog/all --host go.dev \
+          --links '^/blog/[^/]+$' --url https://go.dev/blog/ --gold 'div.Article div.markdown' \
+          --to ~/.cache/scrapy-neardup/openweb/goblog
+      python benchmarks/bench_openweb.py --dir ~/.cache/scrapy-neardup/openweb/goblog
 
 ``--dir`` (or ``NEARDUP_OPENWEB_DIR``) names the directory.
 
@@ -102,7 +114,9 @@ def load_articles(directory: Path, page_types: Sequence[str] = WCXB_TYPES) -> li
         return _load_aeb(directory)
     if (directory / "metadata.json").exists():
         return _load_wcxb(directory, page_types)
-    raise FileNotFoundError(f"no ground-truth.json or metadata.json under {directory} (see the module doc)")
+    if (directory / "site.json").exists():
+        return _load_site(directory)
+    raise FileNotFoundError(f"no ground-truth.json, metadata.json or site.json under {directory} (see the module doc)")
 
 
 def _load_aeb(directory: Path) -> list[Article]:
@@ -131,6 +145,25 @@ def _load_wcxb(directory: Path, page_types: Sequence[str]) -> list[Article]:
         if gold and url and url not in seen and path.exists():
             seen.add(url)  # a page's key is its URL
             out.append(Article(key, url, gold, gzip.decompress(path.read_bytes())))
+    return out
+
+
+def _load_site(directory: Path) -> list[Article]:
+    """A whole site: ``site.json`` (``{"url": base URL, "gold": CSS selector of a post's body}``) and
+    ``pages/<name>.html``, each page at ``<base URL><name>``. A page's gold text is the text of the element the
+    selector finds, one line per child element (the test bed's labeller, not the product's reader); pages without
+    it (indexes, listings) are left out."""
+    site = json.loads((directory / "site.json").read_text())
+    out = []
+    for path in sorted((directory / "pages").glob("*.html")):
+        html = path.read_bytes()
+        found = parse(html).cssselect(site["gold"])
+        if not found:
+            continue
+        lines = (" ".join(child.text_content().split()) for child in found[0] if isinstance(child.tag, str))
+        gold = "\n".join(line for line in lines if line)
+        if gold:
+            out.append(Article(path.stem, site["url"] + path.stem, gold, html))
     return out
 
 

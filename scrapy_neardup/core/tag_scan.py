@@ -224,24 +224,53 @@ def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarra
     parser back to HTML: a start tag of a name that leaves foreign content (:data:`_HTML_AGAIN`: ``<p>``,
     ``<div>``, ``<b>``... and the integration points whose content is HTML, such as ``<foreignObject>``), and an
     end tag of an HTML element (it may close the element the ``<svg>`` stands in; ``</a>``, ``</script>`` and
-    ``</style>`` excepted, which SVG has too). A ``>`` inside an attribute value may hide a tag's ``/``: it
-    then counts as opening an element.
+    ``</style>`` excepted, which SVG has too). A tag ends at the first ``>`` after its ``<``, and its ``/`` is
+    read by :func:`_self_closing`, which takes a tag it cannot read for sure for one that opens an element.
     """
     arr = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(arr == _GT)
     after = np.searchsorted(ends, tags)
     found = after < ends.size
-    self_closing = np.zeros(tags.size, dtype=bool)
-    self_closing[found] = arr[ends[after[found]] - 1] == _SLASH
+    tag_end = np.full(tags.size, -1, dtype=np.int64)
+    tag_end[found] = ends[after[found]]
+    slash = np.zeros(tags.size, dtype=bool)
+    slash[found] = arr[tag_end[found] - 1] == _SLASH
     start = scan.letter & ~scan.closing
-    roots = start & np.isin(scan.keys, _FOREIGN_ROOT_KEYS) & ~self_closing
     back = (start & np.isin(scan.keys, _HTML_AGAIN_KEYS)) | (
         scan.closing & scan.known & ~np.isin(scan.keys, _SHARED_WITH_SVG_KEYS))
     at = np.arange(tags.size)
-    last_root = np.maximum.accumulate(np.where(roots, at, -1))
     last_back = np.maximum.accumulate(np.where(back, at, -1))
-    closed: np.ndarray = start & self_closing & (last_root > last_back)
+    # A root written <svg/> opens nothing: the few that end in "/" are read one by one.
+    roots = start & np.isin(scan.keys, _FOREIGN_ROOT_KEYS)
+    for i in np.flatnonzero(roots & slash).tolist():
+        roots[i] = not _self_closing(data[tags[i] + 1 : tag_end[i]])
+    last_root = np.maximum.accumulate(np.where(roots, at, -1))
+    closed = start & slash & (last_root > last_back)
+    # Only pages the bound found too deep come here: the candidates are read one by one.
+    for i in np.flatnonzero(closed).tolist():
+        closed[i] = _self_closing(data[tags[i] + 1 : tag_end[i]])
     return closed
+
+
+def _self_closing(inside: bytes) -> bool:
+    """Whether a start tag whose bytes between ``<`` and the first ``>`` are ``inside`` (ending in ``/``) is
+    self-closing, as the HTML tokenizer reads it; ``False`` where that depends on more than this reading can tell.
+
+    The ``/`` ends an unquoted attribute value (``<g a=/>``, ``<g a=x/>``, ``<g a= />``: no self-closing), and the
+    ``>`` may stand inside a quoted value (``<g a="/>">``): so quotes must pair up (one kind only), and the ``/``
+    must follow a closing quote, a space after a value or a name, or a name in a tag without values (``<rect/>``,
+    ``<path d="M0 0"/>``, ``<rect x=1 />``)."""
+    body = inside[:-1]
+    double, single = body.count(b'"'), body.count(b"'")
+    if (double and single) or double % 2 or single % 2:
+        return False
+    trimmed = body.rstrip(b" \t\n\r\f")
+    last = trimmed[-1:]
+    if last in (b'"', b"'"):
+        return True
+    if last == b"=" or not last:
+        return False
+    return len(trimmed) < len(body) or b"=" not in body
 
 
 def insert_marks(data: bytes, tags: np.ndarray, scan: TagScan, mark: np.ndarray) -> bytes:

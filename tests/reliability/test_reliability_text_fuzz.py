@@ -171,6 +171,10 @@ QUADRATIC_MARKUP = {
     "self-closing tags after a paragraph breaks out of svg": lambda n: "<svg><p>" + "<x-y/>" * n + "</svg>",
     "self-closing tags in a foreignObject": lambda n: "<svg><foreignObject>" + "<div/>" * n + "</svg>",
     "self-closing tags after the svg's parent closed": lambda n: "<div><svg></div>" + "<x-y/>" * n + "</svg>",
+    # A "/" that ends an unquoted attribute value, or a "/>" inside a quoted one, closes nothing in SVG either.
+    "slashes ending unquoted values in svg": lambda n: "<svg>" + "<g a=/>" * n + "<g a= />" * n + "</svg>",
+    "slashes inside quoted values in svg": lambda n: "<svg>" + "<g a=\"/>\">" * n + "<g b='x/>'>" * n + "</svg>",
+    "self-closing svg roots": lambda n: "<svg/>" + "<x-y/>" * n + "</svg>",
 }
 
 
@@ -184,8 +188,8 @@ def test_markup_quadratic_for_html5_parsers_takes_the_tag_stripper(kind: str) ->
 
 @pytest.mark.parametrize("markup_", ["<div>x</div>" * 20_000, "<p>x<br><img src=a.png>" * 20_000,
                                      "<ul><li>a<li>b</ul>" * 5000, "<b>bold</b> <i>it</i> " * 20_000,
-                                     "<svg><g>" + "<rect x=1 y=2 width=3 height=4/>" * 20_000 + "</g></svg>",
-                                     "<math>" + "<mspace width=1em/>" * 20_000 + "</math>"])
+                                     "<svg><g>" + '<rect x="1" y="2" width="3" height="4"/>' * 20_000 + "</g></svg>",
+                                     "<math>" + "<mspace width='1em' />" * 20_000 + "</math>"])
 def test_ordinary_markup_is_parsed(markup_: str) -> None:
     assert not _hazard(markup_)
 
@@ -194,7 +198,7 @@ def test_a_page_with_an_inline_chart_is_read_for_its_main_content() -> None:
     """A chart of a thousand self-closing SVG bars inside ``<main>`` (the Go blog's survey results) is an ordinary
     page: its main content is read, without the menu (the scan once took every ``<rect/>`` for an open element and
     sent the page to the tag stripper, menu and all)."""
-    bars = "".join(f"<rect x={i} y=0 width=1 height={i % 7}/>" for i in range(1500))
+    bars = "".join(f'<rect x="{i}" y="0" width="1" height="{i % 7}"/>' for i in range(1500))
     document = ("<html><body><nav><a href=/>home</a> <a href=/blog>blog</a> menuword</nav><main><h1>Survey results"
                 "</h1><p>Most respondents use the language at work and at home.</p><svg><style>.b{fill:red}</style>"
                 f"<g>{bars}</g><text x=1 y=2>chart label</text></svg><p>Closing words of the post.</p></main>"
