@@ -274,6 +274,30 @@ def changed_footers(site: Path, copy: Path) -> None:
         page.write_text(html, encoding="utf-8")
 
 
+Runs = dict[str, list[dict[str, float]]]
+
+
+def alternated_crawls(urls: list[str], variants: dict[str, tuple[str, dict[str, object]]], rounds: int,
+                      max_pages: int | None = None) -> Runs:
+    """Each variant (``(mode, add-on settings)``: ``"without"`` or ``"with"`` the add-on) crawls ``urls`` once per
+    round, in a process of its own, the variants taking turns within each round (so that load on the machine falls
+    on all alike); each run's figures, by variant."""
+    runs: Runs = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, (mode, settings) in variants.items():
+            result = subprocess.run(
+                [sys.executable, __file__, "--run-addon-crawl", ",".join(urls), "--mode", mode,
+                 "--addon-settings", json.dumps(settings), *(["--max-pages", str(max_pages)] if max_pages else [])],
+                capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(result.stdout.strip().splitlines()[-1]))
+    return runs
+
+
+def medians(runs: Runs, field: str) -> dict[str, float]:
+    """The median of one figure of the runs, by variant."""
+    return {name: statistics.median(run[field] for run in variant) for name, variant in runs.items()}
+
+
 def addon_crawls(site: Path, rounds: int, max_pages: int | None) -> dict[str, object]:
     """Without and with the add-on, alternated, on one host and on three (see the module doc)."""
     results: dict[str, object] = {}
@@ -291,16 +315,8 @@ def addon_crawls(site: Path, rounds: int, max_pages: int | None) -> dict[str, ob
                 servers.append(start_nginx(root, work, port, host=f"127.0.0.{n + 1}"))
                 urls.append(f"http://127.0.0.{n + 1}:{port}/index.html")
             for name, hosts in (("1 host", urls[:1]), ("3 hosts", urls)):
-                runs: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
-                for _ in range(rounds):
-                    for mode in runs:
-                        result = subprocess.run(
-                            [sys.executable, __file__, "--run-addon-crawl", ",".join(hosts), "--mode", mode,
-                             *(["--max-pages", str(max_pages)] if max_pages else [])],
-                            capture_output=True, text=True, check=True)
-                        runs[mode].append(json.loads(result.stdout.strip().splitlines()[-1]))
-                wall = {m: statistics.median(r["crawl_s"] for r in v) for m, v in runs.items()}
-                rss = {m: statistics.median(r["peak_rss_mb"] for r in v) for m, v in runs.items()}
+                runs = alternated_crawls(hosts, {"without": ("without", {}), "with": ("with", {})}, rounds, max_pages)
+                wall, rss = medians(runs, "crawl_s"), medians(runs, "peak_rss_mb")
                 worker = statistics.median(r["worker_peak_rss_mb"] for r in runs["with"])
                 items = {m: v[-1]["items"] for m, v in runs.items()}
                 print(f"{name}: without {wall['without']:.2f} s, {rss['without']:.0f} MB; with the add-on "
@@ -338,24 +354,16 @@ def addon_levers(site: Path, rounds: int) -> dict[str, object]:
         "without": ("without", {}), "with (defaults)": ("with", {}),
         **{name: ("with", settings) for name, settings in LEVERS.items()},
     }
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory(prefix="neardup-addon-levers-") as tmp:
         os.chmod(tmp, 0o755)
         port = free_port()
         server = start_nginx(site, Path(tmp), port)
         try:
-            for _ in range(rounds):
-                for name, (mode, settings) in variants.items():
-                    result = subprocess.run(
-                        [sys.executable, __file__, "--run-addon-crawl", f"http://127.0.0.1:{port}/index.html",
-                         "--mode", mode, "--addon-settings", json.dumps(settings)],
-                        capture_output=True, text=True, check=True)
-                    runs[name].append(json.loads(result.stdout.strip().splitlines()[-1]))
+            runs = alternated_crawls([f"http://127.0.0.1:{port}/index.html"], variants, rounds)
         finally:
             server.terminate()
             server.wait()
-    wall = {name: statistics.median(r["crawl_s"] for r in v) for name, v in runs.items()}
-    rss = {name: statistics.median(r["peak_rss_mb"] for r in v) for name, v in runs.items()}
+    wall, rss = medians(runs, "crawl_s"), medians(runs, "peak_rss_mb")
     for name in variants:
         print(f"{name:58s} {wall[name]:6.2f} s {wall[name] / wall['without']:5.2f}x  "
               f"{rss[name]:5.0f} MB {rss[name] / rss['without']:5.2f}x  items {runs[name][-1]['items']}")
