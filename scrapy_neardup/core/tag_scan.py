@@ -117,6 +117,8 @@ _HTML_AGAIN_KEYS = np.array([name_key(name) for name in (
     "pre", "ruby", "s", "small", "span", "strong", "strike", "sub", "sup", "table", "tt", "u", "ul", "var",
     "foreignobject", "desc", "title", "mi", "mo", "mn", "ms", "mtext", "annotation-xml",
 )], dtype=np.uint64)
+# Bytes that end a tag name: the HTML tokenizer's whitespace, "/" and ">".
+_NAME_ENDS = np.frombuffer(b" \t\n\f\r/>", dtype=np.uint8)
 _SHARED_WITH_SVG_KEYS = np.array([name_key(name) for name in ("a", "script", "style")], dtype=np.uint64)
 
 
@@ -240,8 +242,13 @@ def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarra
         scan.closing & scan.known & ~np.isin(scan.keys, _SHARED_WITH_SVG_KEYS))
     at = np.arange(tags.size)
     last_back = np.maximum.accumulate(np.where(back, at, -1))
-    # A root written <svg/> opens nothing: the few that end in "/" are read one by one.
+    # The roots: "<svg" or "<math" and the end of the name (a "<svg:g>" is an HTML element of that name); one
+    # written <svg/> opens nothing: the few that end in "/" are read one by one.
     roots = start & np.isin(scan.keys, _FOREIGN_ROOT_KEYS)
+    at_root = np.flatnonzero(roots)
+    name_end = tags[at_root] + 1 + np.where(scan.keys[at_root] == _FOREIGN_ROOT_KEYS[0], 3, 4)
+    padded = np.frombuffer(data + b">", dtype=np.uint8)
+    roots[at_root] = np.isin(padded[np.minimum(name_end, arr.size)], _NAME_ENDS)
     for i in np.flatnonzero(roots & slash).tolist():
         roots[i] = not _self_closing(data[tags[i] + 1 : tag_end[i]])
     last_root = np.maximum.accumulate(np.where(roots, at, -1))
