@@ -223,7 +223,7 @@ def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarra
 
     Read cautiously, so that a page can only be found to nest deeper than it does, never less deep: a tag is in
     foreign content when an ``<svg>`` or ``<math>`` start tag came after the last tag that may have taken the
-    parser back to HTML: a start tag of a name that leaves foreign content (:data:`_HTML_AGAIN`: ``<p>``,
+    parser back to HTML: a start tag of a name that leaves foreign content (:data:`_HTML_AGAIN_KEYS`: ``<p>``,
     ``<div>``, ``<b>``... and the integration points whose content is HTML, such as ``<foreignObject>``), and an
     end tag of an HTML element (it may close the element the ``<svg>`` stands in; ``</a>``, ``</script>`` and
     ``</style>`` excepted, which SVG has too). A tag ends at the first ``>`` after its ``<``, and its ``/`` is
@@ -242,15 +242,13 @@ def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarra
         scan.closing & scan.known & ~np.isin(scan.keys, _SHARED_WITH_SVG_KEYS))
     at = np.arange(tags.size)
     last_back = np.maximum.accumulate(np.where(back, at, -1))
-    # The roots: "<svg" or "<math" and the end of the name (a "<svg:g>" is an HTML element of that name); one
-    # written <svg/> opens nothing: the few that end in "/" are read one by one.
-    roots = start & np.isin(scan.keys, _FOREIGN_ROOT_KEYS)
+    # The roots: "<svg" or "<math" and the end of the name (a "<svg:g>" is an HTML element of that name), not
+    # ending in "/" (<svg/> opens nothing; taking every such root for one is the cautious reading).
+    roots = start & np.isin(scan.keys, _FOREIGN_ROOT_KEYS) & ~slash
     at_root = np.flatnonzero(roots)
     name_end = tags[at_root] + 1 + np.where(scan.keys[at_root] == _FOREIGN_ROOT_KEYS[0], 3, 4)
     padded = np.frombuffer(data + b">", dtype=np.uint8)
     roots[at_root] = np.isin(padded[np.minimum(name_end, arr.size)], _NAME_ENDS)
-    for i in np.flatnonzero(roots & slash).tolist():
-        roots[i] = not _self_closing(data[tags[i] + 1 : tag_end[i]])
     last_root = np.maximum.accumulate(np.where(roots, at, -1))
     closed = start & slash & (last_root > last_back)
     # Only pages the bound found too deep come here: the candidates are read one by one.
