@@ -117,6 +117,11 @@ _HTML_AGAIN_KEYS = np.array([name_key(name) for name in (
     "pre", "ruby", "s", "small", "span", "strong", "strike", "sub", "sup", "table", "tt", "u", "ul", "var",
     "foreignobject", "desc", "title", "mi", "mo", "mn", "ms", "mtext", "annotation-xml",
 )], dtype=np.uint64)
+# Elements whose content the tokenizer reads as text, not tags (raw text and escapable raw text, the plaintext and
+# noscript elements too).
+_RAW_TEXT_KEYS = np.array([name_key(name) for name in (
+    "script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "noscript", "plaintext",
+)], dtype=np.uint64)
 # Bytes that end a tag name: the HTML tokenizer's whitespace, "/" and ">".
 _NAME_ENDS = np.frombuffer(b" \t\n\f\r/>", dtype=np.uint8)
 _SHARED_WITH_SVG_KEYS = np.array([name_key(name) for name in ("a", "script", "style")], dtype=np.uint64)
@@ -248,13 +253,40 @@ def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarra
     at_root = np.flatnonzero(roots)
     name_end = tags[at_root] + 1 + np.where(scan.keys[at_root] == _FOREIGN_ROOT_KEYS[0], 3, 4)
     padded = np.frombuffer(data + b">", dtype=np.uint8)
-    roots[at_root] = np.isin(padded[np.minimum(name_end, arr.size)], _NAME_ENDS)
+    roots[at_root] = np.isin(padded[np.minimum(name_end, arr.size)], _NAME_ENDS) & ~_in_text(
+        arr, tags, ends, scan, tags[at_root])
     last_root = np.maximum.accumulate(np.where(roots, at, -1))
     closed = start & slash & (last_root > last_back)
     # Only pages the bound found too deep come here: the candidates are read one by one.
     for i in np.flatnonzero(closed).tolist():
         closed[i] = _self_closing(data[tags[i] + 1 : tag_end[i]])
     return closed
+
+
+def _in_text(arr: np.ndarray, tags: np.ndarray, ends: np.ndarray, scan: TagScan, at: np.ndarray) -> np.ndarray:
+    """``bool[len(at)]``: whether each position ``at`` may lie inside a comment or the text of an element whose
+    content is not parsed as tags (``<script>``, ``<style>``, ``<textarea>``...), where a ``<svg`` is text, not an
+    element. Cautious: an unclosed comment or element runs to the end of the page, and a comment ends only at
+    ``-->``."""
+    if at.size == 0:
+        return np.zeros(0, dtype=bool)
+    padded = np.concatenate((arr, np.zeros(4, dtype=np.uint8)))
+    comment_starts = tags[(padded[tags + 1] == ord("!")) & (padded[tags + 2] == ord("-"))
+                          & (padded[tags + 3] == ord("-"))]
+    comment_ends = ends[(ends >= 2) & (arr[np.maximum(ends - 1, 0)] == ord("-"))
+                        & (arr[np.maximum(ends - 2, 0)] == ord("-"))]
+    inside = _last_before(comment_starts, at) > _last_before(comment_ends, at)
+    for key in _RAW_TEXT_KEYS.tolist():
+        named = (scan.keys == key) & scan.letter
+        opened, closed = tags[named & ~scan.closing], tags[named & scan.closing]
+        inside |= _last_before(opened, at) > _last_before(closed, at)
+    return inside
+
+
+def _last_before(positions: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each of ``at``, the last of the sorted ``positions`` before it (-1: none)."""
+    index = np.searchsorted(positions, at) - 1
+    return np.where(index >= 0, positions[np.maximum(index, 0)] if positions.size else -1, -1)
 
 
 def _self_closing(inside: bytes) -> bool:

@@ -175,6 +175,8 @@ QUADRATIC_MARKUP = {
     "slashes ending unquoted values in svg": lambda n: "<svg>" + "<g a=/>" * n + "<g a= />" * n + "</svg>",
     "slashes inside quoted values in svg": lambda n: "<svg>" + "<g a=\"/>\">" * n + "<g b='x/>'>" * n + "</svg>",
     "self-closing svg roots": lambda n: "<svg/>" + "<x-y/>" * n + "</svg>",
+    "an svg in a comment": lambda n: "<!-- <svg> -->" + "<x-y/>" * n,
+    "an svg in a script": lambda n: "<script>var s = '<svg>';</script>" + "<x-y/>" * n,
     "a self-closing svg root with both quotes": lambda n: "<svg a='\"'/>" + "<x-y/>" * n + "</svg>",
     "an HTML element named like svg": lambda n: "<svg:x>" + "<x-y/>" * n + "</svg>",
 }
