@@ -30,7 +30,7 @@ from .html import count_words, strip_tags, visible_words
 from .html import read_marked as block_read_marked
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
-from .tag_scan import LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard
+from .tag_scan import LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard, tag_ends
 
 __all__ = ["is_article_page", "marked_text", "read_marked"]
 
@@ -49,7 +49,7 @@ _ARTICLE_KEY = name_key("article")
 _SECTION_PARTS = np.array([name_key("header"), name_key("footer")], dtype=np.uint64)
 _UL_KEY = name_key("ul")
 _A_KEY = name_key("a")
-_GT, _SLASH = ord(">"), ord("/")
+_SLASH = ord("/")
 #: Links with less text than this (bytes) are hidden from the extraction's link-density rules: it takes blocks
 #: whose text is mostly links for link clusters, and a code signature made of type names, or an index entry, is
 #: such a block. Menus of short links are left to the link-list rule of :mod:`scrapy_neardup.core.blocks`;
@@ -269,10 +269,9 @@ def _short_links(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarray:
     if start.size == 0:
         return out
     arr = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(arr == _GT)
-    after = np.searchsorted(ends, tags[start])
-    closed = after < ends.size
-    start, tag_end = start[closed], ends[after[closed]]
+    tag_end = tag_ends(data, tags[start])
+    closed = tag_end >= 0
+    start, tag_end = start[closed], tag_end[closed]
     empty = arr[tag_end - 1] == _SLASH
     following = np.minimum(start + 1, tags.size - 1)
     next_is_end = (following > start) & is_a[following] & scan.closing[following]

@@ -179,6 +179,17 @@ class TagScan:
         return np.where(self.known, np.take(table, self.slots), np.uint8(0))
 
 
+def tag_ends(data: bytes, at: np.ndarray) -> np.ndarray:
+    """Where the tags whose ``<`` are at ``at`` (sorted) in UTF-8 ``data`` end: the first ``>`` after each (a ``>``
+    inside an attribute value ends it early), -1 for a tag cut off before any."""
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _GT)
+    if ends.size == 0:
+        return np.full(at.size, -1, dtype=np.int64)
+    after = np.searchsorted(ends, at)
+    found: np.ndarray = np.where(after < ends.size, ends[np.minimum(after, ends.size - 1)], -1)
+    return found
+
+
 def parse_hazard(scan: TagScan | None, data: bytes, tags: np.ndarray) -> tuple[bool, str, int]:
     """Whether parsing the scanned page (UTF-8 ``data``, ``<`` at ``tags``) could take more than linear time (see
     :data:`MAX_NESTING`, :data:`MAX_REOPENED`), and the CSS selector of the dropped elements (:data:`DROPPED`)
@@ -235,11 +246,8 @@ def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarra
     read by :func:`_self_closing`, which takes a tag it cannot read for sure for one that opens an element.
     """
     arr = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(arr == _GT)
-    after = np.searchsorted(ends, tags)
-    found = after < ends.size
-    tag_end = np.full(tags.size, -1, dtype=np.int64)
-    tag_end[found] = ends[after[found]]
+    tag_end = tag_ends(data, tags)
+    found = tag_end >= 0
     slash = np.zeros(tags.size, dtype=bool)
     slash[found] = arr[tag_end[found] - 1] == _SLASH
     start = scan.letter & ~scan.closing
@@ -254,7 +262,7 @@ def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarra
     name_end = tags[at_root] + 1 + np.where(scan.keys[at_root] == _FOREIGN_ROOT_KEYS[0], 3, 4)
     padded = np.frombuffer(data + b">", dtype=np.uint8)
     roots[at_root] = np.isin(padded[np.minimum(name_end, arr.size)], _NAME_ENDS) & ~_in_text(
-        arr, tags, ends, scan, tags[at_root])
+        arr, tags, scan, tags[at_root])
     last_root = np.maximum.accumulate(np.where(roots, at, -1))
     closed = start & slash & (last_root > last_back)
     # Only pages the bound found too deep come here: the candidates are read one by one.
@@ -263,7 +271,7 @@ def closed_in_foreign(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarra
     return closed
 
 
-def _in_text(arr: np.ndarray, tags: np.ndarray, ends: np.ndarray, scan: TagScan, at: np.ndarray) -> np.ndarray:
+def _in_text(arr: np.ndarray, tags: np.ndarray, scan: TagScan, at: np.ndarray) -> np.ndarray:
     """``bool[len(at)]``: whether each position ``at`` may lie inside a comment or the text of an element whose
     content is not parsed as tags (``<script>``, ``<style>``, ``<textarea>``...), where a ``<svg`` is text, not an
     element. Cautious: an unclosed comment or element runs to the end of the page, and a comment ends only at
@@ -271,6 +279,7 @@ def _in_text(arr: np.ndarray, tags: np.ndarray, ends: np.ndarray, scan: TagScan,
     if at.size == 0:
         return np.zeros(0, dtype=bool)
     padded = np.concatenate((arr, np.zeros(4, dtype=np.uint8)))
+    ends = np.flatnonzero(arr == _GT)
     comment_starts = tags[(padded[tags + 1] == ord("!")) & (padded[tags + 2] == ord("-"))
                           & (padded[tags + 3] == ord("-"))]
     comment_ends = ends[(ends >= 2) & (arr[np.maximum(ends - 1, 0)] == ord("-"))
@@ -324,11 +333,10 @@ def insert_marks(data: bytes, tags: np.ndarray, scan: TagScan, mark: np.ndarray)
     start = scan.letter & ~scan.closing
     block, link = (mark & _BLOCK_MARK) != 0, (mark & _LINK_MARK) != 0
     arr = np.frombuffer(data, dtype=np.uint8)
-    ends = np.flatnonzero(arr == _GT)
     opening = (block | link) & start
-    after = np.searchsorted(ends, tags[opening])
-    closed = after < ends.size  # a start tag with no ">" after it is cut off: no mark
-    positions = [ends[after[closed]] + 1, tags[block & scan.closing], tags[link & scan.closing]]
+    end = tag_ends(data, tags[opening])
+    closed = end >= 0  # a start tag with no ">" after it is cut off: no mark
+    positions = [end[closed] + 1, tags[block & scan.closing], tags[link & scan.closing]]
     values = [
         np.where(block[opening][closed], np.uint8(BLOCK), np.uint8(LINK_START)),
         np.full(positions[1].size, BLOCK, dtype=np.uint8),
