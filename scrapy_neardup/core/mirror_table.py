@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -35,9 +36,14 @@ def host_of(url: str) -> str | None:
     """``scheme://hostname:port`` of ``url`` (lower case, the default port made explicit); ``None`` when the URL
     has no host (e.g. the ``no-url:`` keys the pipeline gives items without a URL).
 
-    Cached without the fragment: a crawl asks it of every request scheduled (and refused), three or four times
-    over, and of the same links from page to page, which differ only by their fragments."""
-    return _host_of(url.partition("#")[0])
+    A crawl asks it of every link a spider yields (98,000 on 527 pages of documentation), three or four times
+    over: only the URL's scheme and authority are read and cached, so that a site of any size hits the cache."""
+    authority = _AUTHORITY.match(url)
+    return _host_of(authority.group() if authority is not None else url)
+
+
+#: A URL's scheme and authority, up to the first ``/``, ``?`` or ``#`` after ``//`` (RFC 3986, section 3.2).
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
 
 
 @functools.lru_cache(maxsize=4096)

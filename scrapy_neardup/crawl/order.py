@@ -38,8 +38,9 @@ PARSE_GRACE = 1.0
 class KeepOrder:
     """Makes pages of hosts that may copy an earlier host wait for the earlier host's copies (module doc).
 
-    Feed it Scrapy's ``request_scheduled``, ``request_dropped`` and ``response_received`` signals, and, from the
-    pipeline, :meth:`enter` / :meth:`leave` around each item and :meth:`checked` after each decision.
+    Feed it Scrapy's ``request_scheduled`` and ``response_received`` signals, the mirror middleware's withdrawn
+    requests, and, from the pipeline, :meth:`enter` / :meth:`leave` around each item and :meth:`checked` after
+    each decision.
 
     Args:
         context: the crawl's context: its hooks (host ranks, and the mirror middleware's judgement when it is
@@ -66,29 +67,42 @@ class KeepOrder:
         self._pending: dict[int, dict[int, int]] = {}
         self._first_checked: dict[int, int] = {}  # hash of a path and query -> best rank of a host that checked it
         self._waiters: dict[int, list[Deferred[None]]] = {}  # hash of a path and query -> pages waiting on it
+        # Fingerprints of the requests followed: the same objects the duplicate filter keeps (its fingerprinter
+        # caches them per request), so that the set costs its slots only.
+        self._followed: set[bytes] = set()
+        self._fingerprint: Callable[[Any], bytes] | None = None
 
     def follow(self, crawler: Crawler, room: int) -> None:
         """Follow ``crawler``'s requests (what is pending where), and let at most ``room`` characters of pages
         wait at once, the scraper's room grown by them while they wait."""
         self.room, self.grow = room, ScraperRoom(crawler).grow
+        self._fingerprint = crawler.request_fingerprinter.fingerprint
         self.context.on_scheduled(self.request_scheduled)
-        self.hooks.withdrawn.append(self.request_dropped)
-        crawler.signals.connect(self.request_dropped, signal=signals.request_dropped)
+        self.hooks.withdrawn.append(self.request_withdrawn)
+        # No request_dropped handler: Scrapy sends that signal for every link refused as a duplicate (most of the
+        # links a CrawlSpider yields), and a request seen before is not counted again (request_scheduled).
         crawler.signals.connect(self.response_received, signal=signals.response_received)
 
     # -- what is pending where ---------------------------------------------------------------------------------
 
     def request_scheduled(self, request: Any, spider: Any = None) -> None:
-        """A request was scheduled: its page is pending (a redirect's target takes over from its source)."""
+        """A request was scheduled: its page is pending (a redirect's target takes over from its source), unless
+        a request of the same fingerprint was followed before. The scheduler's duplicate filter refuses that
+        one, and a retry (``dont_filter``) is of a page still pending or answered: either way it brings no page
+        that is not counted already."""
         if self.wait <= 0:
             return
-        self._add(request.url, 1)  # (the hooks met its host first)
         for source in request.meta.get("redirect_urls", [])[-1:]:
             self._add(source, -1)
+        if self._fingerprint is not None:
+            fingerprint = self._fingerprint(request)
+            if fingerprint in self._followed:
+                return
+            self._followed.add(fingerprint)
+        self._add(request.url, 1)  # (the hooks met its host first)
 
-    def request_dropped(self, request: Any, spider: Any = None) -> None:
-        """The scheduler refused a request (a duplicate), or the mirror middleware withdrew it (a mirror's page):
-        it brings no page."""
+    def request_withdrawn(self, request: Any) -> None:
+        """The mirror middleware withdrew a scheduled request (a mirror's page): it brings no page."""
         if self.wait > 0:
             self._add(request.url, -1)
 

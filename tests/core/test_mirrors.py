@@ -18,6 +18,16 @@ def test_host_of() -> None:
     assert host_of("HTTP://Example.COM/x?y") == "http://example.com:80"
     assert host_of("https://example.com:8443/") == "https://example.com:8443"
     assert host_of("no-url:00ff") is None
+    # Only the scheme and authority are read: they end at the first "/", "?" or "#" after "//".
+    assert host_of("http://a.test?q=http://b.test/") == "http://a.test:80"
+    assert host_of("http://a.test#http://b.test/") == "http://a.test:80"
+    assert host_of("http://user:pw@A.test:81/p") == "http://a.test:81"
+    assert host_of("http://[::1]:8080/x") == "http://::1:8080"
+    assert host_of("http://a.test:/x") == "http://a.test:80"
+    assert host_of("http://a.test:99999/") is None  # a port out of range
+    assert host_of("http://a.test:port/") is None
+    assert host_of("file:///etc/hosts") is None
+    assert host_of("//a.test/x") is None  # no scheme
 
 
 def feed(table: MirrorTable, pages: int, twins: int) -> list:

@@ -325,8 +325,9 @@ def test_a_mirrors_request_withdrawn_before_download_is_no_longer_waited_for(tmp
 def test_scheduled_requests_are_followed_only_when_something_needs_them(
     tmp_path: Path, mirrors: bool, copy_wait: float, follows: bool,
 ) -> None:
-    """Scrapy sends ``request_scheduled`` for every link a spider yields: the add-on listens to it (and to
-    ``request_dropped``) only when the mirror middleware or the copy waits need it, once each."""
+    """Scrapy sends ``request_scheduled`` for every link a spider yields, and ``request_dropped`` for every one
+    refused as a duplicate: the add-on listens to the first only when the mirror middleware or the copy waits need
+    it, once, and never to the second."""
     from pydispatch import dispatcher
     from scrapy import signals
     from scrapy.utils.test import get_crawler
@@ -346,4 +347,40 @@ def test_scheduled_requests_are_followed_only_when_something_needs_them(
                 if "scrapy_neardup" in getattr(r, "__module__", "")]
 
     assert len(ours(signals.request_scheduled)) == (1 if follows else 0)
-    assert len(ours(signals.request_dropped)) == (1 if copy_wait > 0 else 0)
+    assert not ours(signals.request_dropped)
+
+
+def test_a_link_seen_before_is_not_a_page_to_come() -> None:
+    """The add-on follows no ``request_dropped``: a link the scheduler refuses as a duplicate (the same page
+    linked again, its fragment or the order of its query aside) must not count as one more page to come, or
+    pages of later hosts at its path would wait for it until their longest wait."""
+    import asyncio
+
+    from scrapy import Request
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_neardup.crawl.context import CrawlContext
+    from scrapy_neardup.crawl.order import KeepOrder
+
+    crawler = get_crawler(settings_dict={"NEARDUP_COPY_WAIT": 0.2, "NEARDUP_MIRROR_MIN_PAGES": 3})
+    context = CrawlContext.of(crawler)
+    order = KeepOrder(context)
+    order.follow(crawler, room=10**6)
+    hooks = context.hooks
+    a, b = "http://a.test", "http://b.test"
+    for host in (a, b):
+        hooks.request_scheduled(Request(f"{host}/"))
+    pending = Request(f"{a}/x?p=1&q=2")
+    hooks.request_scheduled(pending)
+    for again in ("/x?p=1&q=2", "/x?p=1&q=2#part", "/x?q=2&p=1"):
+        hooks.request_scheduled(Request(f"{a}{again}"))
+
+    def wait_for_b(limit: float) -> float:
+        started = time.monotonic()
+        asyncio.run(asyncio.wait_for(order.wait_turn(f"{b}/x?p=1&q=2", 10), limit))
+        return time.monotonic() - started
+
+    with pytest.raises(TimeoutError):  # a's page at that path is to come: b's waits past the copy wait
+        wait_for_b(1.0)
+    order.request_withdrawn(pending)  # the one request that brings it gone: nothing of a's is to come there
+    assert wait_for_b(1.0) < 0.6  # the copy wait (0.2 s) only
