@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -67,10 +68,10 @@ class KeepOrder:
         self._pending: dict[int, dict[int, int]] = {}
         self._first_checked: dict[int, int] = {}  # hash of a path and query -> best rank of a host that checked it
         self._waiters: dict[int, list[Deferred[None]]] = {}  # hash of a path and query -> pages waiting on it
-        # Fingerprints of the requests followed: the same objects the duplicate filter keeps (its fingerprinter
-        # caches them per request), so that the set costs its slots only.
-        self._followed: set[bytes] = set()
-        self._fingerprint: Callable[[Any], bytes] | None = None
+        # Fingerprints of the requests followed: in a crawl, the same objects the duplicate filter keeps (its
+        # fingerprinter caches them per request), so that the set costs its slots only.
+        self._followed: set[object] = set()
+        self._fingerprint: Callable[[Any], object] = operator.attrgetter("url")  # the crawl's, once followed
 
     def follow(self, crawler: Crawler, room: int) -> None:
         """Follow ``crawler``'s requests (what is pending where), and let at most ``room`` characters of pages
@@ -94,11 +95,10 @@ class KeepOrder:
             return
         for source in request.meta.get("redirect_urls", [])[-1:]:
             self._add(source, -1)
-        if self._fingerprint is not None:
-            fingerprint = self._fingerprint(request)
-            if fingerprint in self._followed:
-                return
-            self._followed.add(fingerprint)
+        fingerprint = self._fingerprint(request)
+        if fingerprint in self._followed:
+            return
+        self._followed.add(fingerprint)
         self._add(request.url, 1)  # (the hooks met its host first)
 
     def request_withdrawn(self, request: Any) -> None:
