@@ -181,7 +181,11 @@ def main() -> None:
         saved = {k: v for k, v in saved.items() if k.startswith(only)}
     differ = sorted(k for k in saved.keys() | result.keys() if saved.get(k) != result.get(k))
     if differ:
-        print(f"{len(differ)} of {len(saved)} sketches differ, e.g.:")
+        groups: dict[str, int] = {}
+        for key in differ:
+            groups[key.split("|", 1)[0]] = groups.get(key.split("|", 1)[0], 0) + 1
+        print(f"{len(differ)} of {len(saved)} sketches differ; by group: "
+              + ", ".join(f"{group} {n}" for group, n in sorted(groups.items())) + "; e.g.:")
         for key in differ[:20]:
             print(" ", key)
         sys.exit(1)

@@ -34,6 +34,8 @@ from .article import outermost, the_article
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
 from .tag_scan import (
+    DROPPED,
+    DROPPED_NAMES,
     LANDMARK,
     LANDMARK_NAMES,
     MARK_TABLE,
@@ -54,7 +56,7 @@ logger = logging.getLogger(__name__)
 # For strip_tags: an unclosed comment or dropped element runs to the end, as it does for a parser.
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _DROPPED_ELEMENT = re.compile(
-    r"<(script|style|noscript|template|svg|math|iframe|object)\b.*?(?:</\1\s*>|\Z)", re.DOTALL | re.IGNORECASE
+    rf"<({'|'.join(DROPPED_NAMES)})\b.*?(?:</\1\s*>|\Z)", re.DOTALL | re.IGNORECASE
 )
 _TAG = re.compile(r"<[^>]*>")
 _HTML_SNIFF = re.compile(
@@ -72,8 +74,8 @@ def looks_like_html(text: str) -> bool:
 
 
 def html_to_text(html: str, mode: HtmlMode = "body") -> str:
-    """Visible text of an HTML document: scripts, styles, templates, noscript, SVG, MathML, iframes and objects
-    removed, comments too.
+    """Visible text of an HTML document: scripts, styles, templates, noscript, SVG, MathML, iframes, objects and
+    ``<select>`` lists removed, comments too.
 
     Every element boundary separates words (block elements, ``<br>``, and inline ones alike), so
     ``<p>a</p><p>b</p>`` gives two words; so does ``<b>a</b>b`` (the price of extracting text in C: words split by
@@ -195,9 +197,7 @@ def _body_text(tree: LexborHTMLParser, dropped: str, start_tags: int) -> str:
     return "" if root is None else root.text(separator=" ")
 
 
-_NOT_TEXT_TAGS = frozenset(("script", "style", "template", "noscript", "svg", "math", "iframe", "object", "title",
-                            "head", "_comment"))
-_NOT_TEXT_SELECTOR = "script,style,template,noscript,svg,math,iframe,object"
+_NOT_TEXT_TAGS = frozenset((*DROPPED_NAMES, "title", "head", "_comment"))
 
 
 def _main_text(
@@ -246,6 +246,8 @@ def _main_text(
             if trusted is None:
                 break
             nodes = trusted
+        elif articles and len(nodes) > 1:
+            continue  # several main elements (a page may have one): cards of teasers, not its main content
         text = joiner.join(node.text(separator=" ") for node in nodes)
         if _has_text(text):
             if outside is not None:
@@ -382,7 +384,7 @@ def visible_words(data: bytes) -> int:
     also leaves text out inside it (an article's extraction), so that the share removed can still be told. A
     lexbor parse of its own: about half the time of tag-stripping expressions on news pages."""
     tree = LexborHTMLParser(data)
-    for node in tree.css(_NOT_TEXT_SELECTOR):
+    for node in tree.css(DROPPED):
         node.decompose()
     body = tree.body
     return 0 if body is None else count_words(body.text(separator=" "))

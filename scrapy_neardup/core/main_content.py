@@ -8,6 +8,8 @@ share/follow/subscribe blocks, related/trending/recommended teasers, post metada
 sign-in, ads, modals, print chrome, hidden elements, link clusters. Where the page marks its main content
 (``<main>``, ``role="main"``, or an ``<article>`` that is the page's article: :func:`the_article`), only that part of
 the page is read, with the same rules applied inside it (comments and share blocks inside an ``<article>`` go too).
+Rules that read class names misfire on real themes, so what they keep is checked against the page's paragraph body
+(:func:`_paragraph_body`): a reading that leaves it out, and says less, gives way to the body.
 
 The block marks of :mod:`scrapy_neardup.core.marks` are put into the HTML before it is parsed (:mod:`.tag_scan`),
 and come out of the extraction in place for :mod:`scrapy_neardup.core.blocks`, which then removes the link lists
@@ -19,18 +21,20 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import ElementNode as RNode
 from resiliparse.parse.html import HTMLTree
+from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from .article import page_article
-from .html import count_words, strip_tags, visible_words
+from .html import count_words, strip_tags
 from .html import read_marked as block_read_marked
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
-from .tag_scan import LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard, tag_ends
+from .tag_scan import DROPPED, LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard, tag_ends
 
 __all__ = ["is_article_page", "marked_text", "read_marked"]
 
@@ -57,6 +61,12 @@ _SLASH = ord("/")
 SHORT_LINK = 24
 #: A main content of fewer words is not trusted: the page's whole text is read instead.
 MIN_MAIN_WORDS = 10
+#: A paragraph body (:func:`_paragraph_body`) of fewer characters is not the page's article text.
+BODY_CHARS = 500
+#: A reading that leaves out the paragraph body and has fewer words than this share of the body's is not trusted.
+BODY_SHARE = 0.5
+_SAMPLE_CHARS = 60
+_CHROME = frozenset({"header", "footer", "nav", "aside"})
 _WRAP_OPEN, _WRAP_CLOSE = "<div><div>", "</div></div>"
 _WRAP_OPEN_B, _WRAP_CLOSE_B = _WRAP_OPEN.encode(), _WRAP_CLOSE.encode()
 _BLOCK_STR = chr(BLOCK)
@@ -70,9 +80,9 @@ def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None, b
     threads, teasers): there, the page's visible words (:func:`~.html.visible_words`) less the words kept."""
     if not is_article_page(data, tags):
         return (*block_read_marked(data, tags), False)
-    text, marked = _article_text(data, tags)
+    text, marked, visible = _article_text(data, tags)
     # str.split() splits at the marks (Unicode whitespace), count_words at ASCII punctuation too
-    return text, marked, max(0, visible_words(data) - count_words(" ".join(text.split()))), True
+    return text, marked, max(0, visible - count_words(" ".join(text.split()))), True
 
 
 def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
@@ -89,11 +99,13 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     if not is_article_page(data, tags):
         text, marked, _ = block_read_marked(data, tags)
         return text, marked
-    return _article_text(data, tags)
+    text, marked, _ = _article_text(data, tags)
+    return text, marked
 
 
-def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
-    """:func:`marked_text` of an article page."""
+def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool, int]:
+    """:func:`marked_text` of an article page, and the words of its visible text (as
+    :func:`~.html.visible_words` counts them)."""
     data = data.translate(CLEAR_MARKS)
     scan = TagScan.of(data, tags)
     hazard, _, _ = parse_hazard(scan, data, tags)
@@ -101,32 +113,35 @@ def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     data = insert_marks(_retagged(data, tags, scan), tags, scan, marks)
     if hazard:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
-        return strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True)), False
+        text = strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True))
+        return text, False, count_words(text)
+    body, visible = _paragraph_body(data)
     landmark = scan.keys[(marks & LANDMARK != 0) & scan.letter & ~scan.closing]
-    if (landmark == _MAIN_KEY).any():
+    mains = int((landmark == _MAIN_KEY).sum())
+    if mains == 1:
         # Most pages that mark their main content do it with <main>: only that span is parsed.
-        text = _main_span(data)
-        if text is not None:
-            return text, True
+        span = _main_span(data, body)
+        if span is not None:
+            return span, True, visible
     tree = HTMLTree.parse_from_bytes(data, "utf-8", "replace")
-    body = tree.body
-    if body is None:
-        return "", False
-    has_main = bool((landmark == _MAIN_KEY).any()) or _ROLE.search(data) is not None
+    root = tree.body
+    if root is None:
+        return "", False, visible
+    has_main = mains == 1 or _ROLE.search(data) is not None
     has_article = bool((landmark == _ARTICLE_KEY).any())
     if has_main or has_article:
-        kept = _marked_part(body, has_main, has_article)
+        kept = _marked_part(root, has_main, has_article)
         if kept:
             # The marked part as a document of its own (the extraction reads a whole tree), two levels down as it
             # is on a page: the extraction takes lists near the top of a body for menus.
             part = HTMLTree.parse(_WRAP_OPEN + "".join(node.html for node in kept) + _WRAP_CLOSE)
-            text = _main_content(part)
+            text = _main_content(part, body)
             if _has_text(text):
-                return _with_heading(text, part), True
-    return _with_heading(_main_content(tree), tree), False
+                return _with_heading(text, part), True, visible
+    return _with_heading(_main_content(tree, body), tree), False, visible
 
 
-def _main_span(data: bytes) -> str | None:
+def _main_span(data: bytes, body: _Body | None) -> str | None:
     """The main content of the bytes from the first ``<main`` to the end of the last ``</main>`` (as
     :func:`marked_text` reads a marked part), or None when there is no such span or it holds no text."""
     first = _MAIN_OPEN.search(data)
@@ -137,7 +152,7 @@ def _main_span(data: bytes) -> str | None:
         return None
     part = HTMLTree.parse_from_bytes(_WRAP_OPEN_B + data[first.start():last.end()] + _WRAP_CLOSE_B, "utf-8",
                                      "replace")
-    text = _main_content(part)
+    text = _main_content(part, body)
     return _with_heading(text, part) if _has_text(text) else None
 
 
@@ -156,16 +171,123 @@ def _with_heading(text: str, tree: HTMLTree) -> str:
     return _BLOCK_STR + title + _BLOCK_STR + text
 
 
-def _main_content(tree: HTMLTree) -> str:
+def _main_content(tree: HTMLTree, body: _Body | None) -> str:
     """The main content of ``tree``; all of its text when the main content is shorter than
     :data:`MIN_MAIN_WORDS` (a short page's own words may be where the rules see boilerplate: a lone list, a
-    date line)."""
-    text = extract_plain_text(tree, preserve_formatting=False, main_content=True, list_bullets=False,
-                              alt_texts=False, comments=False, post_meta=False)
+    date line).
+
+    Where the main content leaves out the page's paragraph body ``body`` (:func:`_paragraph_body`), says less than
+    :data:`BODY_SHARE` of it, and the extraction did not leave it out as a comment thread, the body is read
+    instead: a class name the extraction's rules match ("share", "newsletter") on an element that wraps the
+    article takes the article with it, and a ``<main>`` may hold a call to action while the article lies before
+    it."""
+    text = _extract(tree, main_content=True, comments=False, post_meta=False)
+    if body is not None and _misses(text, body) and not _a_comment_thread(body):
+        logger.debug("main content without the page's paragraph body: the body read instead")
+        text = _read_body(body)
     if _words(text) >= MIN_MAIN_WORDS:
         return text
-    return extract_plain_text(tree, preserve_formatting=False, main_content=False, list_bullets=False,
-                              alt_texts=False)
+    return _extract(tree, main_content=False)
+
+
+def _extract(tree: HTMLTree, main_content: bool, comments: bool = True, post_meta: bool = True) -> str:
+    return extract_plain_text(tree, preserve_formatting=False, main_content=main_content, list_bullets=False,
+                              alt_texts=False, comments=comments, post_meta=post_meta)
+
+
+@dataclass(frozen=True)
+class _Body:
+    """A page's paragraph body (:func:`_paragraph_body`).
+
+    Attributes:
+        html: the element's HTML.
+        sample: the middle :data:`_SAMPLE_CHARS` characters of its longest paragraph, whitespace removed (a
+            reading holds the body when it holds this).
+        words: the element's words.
+        page: the page it was found in.
+    """
+
+    html: str
+    sample: str
+    words: int
+    page: bytes
+
+
+def _paragraph_body(data: bytes) -> tuple[_Body | None, int]:
+    """The element of the page ``data`` whose ``<p>`` children hold the most text, if at least :data:`BODY_CHARS`
+    and not a page's header, footer, navigation or sidebar (readability's paragraph parent: an article's
+    paragraphs are siblings, a comment thread's each in its own comment); and the words of the page's visible text
+    (:func:`~.html.visible_words`), from the same parse.
+
+    Read with lexbor through selectolax: a walk over Resiliparse's nodes costs ten times the page's parse."""
+    tree = LexborHTMLParser(data)
+    for node in tree.css(DROPPED):
+        node.decompose()
+    page = tree.body
+    visible = 0 if page is None else count_words(page.text(separator=" "))
+    return _paragraph_parent(tree, data), visible
+
+
+def _paragraph_parent(tree: LexborHTMLParser, data: bytes) -> _Body | None:
+    """:func:`_paragraph_body`'s element."""
+    totals: dict[int, int] = {}
+    longest: dict[int, str] = {}
+    parents: dict[int, LexborNode] = {}
+    for paragraph in tree.css("p"):
+        parent = paragraph.parent
+        if parent is None:
+            continue
+        key = parent.mem_id
+        text = paragraph.text()
+        totals[key] = totals.get(key, 0) + len(text)
+        if len(text) >= len(longest.get(key, "")):
+            longest[key], parents[key] = text, parent
+    for key in sorted(totals, key=totals.__getitem__, reverse=True):
+        if totals[key] < BODY_CHARS:
+            return None
+        parent = parents[key]
+        if not _in_page_chrome(parent):
+            sample = "".join(longest[key].split())
+            middle = max(0, (len(sample) - _SAMPLE_CHARS) // 2)
+            words = len(parent.text(separator=" ").split())
+            return _Body(parent.html or "", sample[middle : middle + _SAMPLE_CHARS], words, data)
+    return None
+
+
+def _in_page_chrome(node: LexborNode) -> bool:
+    """Whether ``node`` is or lies inside a ``<header>``, ``<footer>``, ``<nav>`` or ``<aside>``."""
+    parent: LexborNode | None = node
+    while parent is not None:
+        if parent.tag in _CHROME:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _misses(text: str, body: _Body) -> bool:
+    """Whether ``text`` leaves out the paragraph body ``body`` and says less than :data:`BODY_SHARE` of it."""
+    return _words(text) < BODY_SHARE * body.words and not _holds(text, body)
+
+
+def _holds(text: str, body: _Body) -> bool:
+    """Whether ``text`` holds ``body``'s sample (whitespace aside: the extraction and lexbor space the text of
+    inline elements differently)."""
+    return body.sample in "".join(text.split())
+
+
+def _a_comment_thread(body: _Body) -> bool:
+    """Whether the extraction of the whole page leaves ``body`` out as a comment thread (it holds it when comment
+    sections count as main content, not otherwise)."""
+    tree = HTMLTree.parse_from_bytes(body.page, "utf-8", "replace")
+    return _holds(_extract(tree, main_content=True, comments=True, post_meta=False), body) and not _holds(
+        _extract(tree, main_content=True, comments=False, post_meta=False), body)
+
+
+def _read_body(body: _Body) -> str:
+    """The text of a paragraph body: its main content, or all of it if the extraction's rules leave it out again."""
+    part = HTMLTree.parse(_WRAP_OPEN + body.html + _WRAP_CLOSE)
+    text = _extract(part, main_content=True, comments=False, post_meta=False)
+    return text if _holds(text, body) else _extract(part, main_content=False)
 
 
 def _words(text: str) -> int:
@@ -283,10 +405,11 @@ def _short_links(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarray:
 
 
 def _marked_part(body: RNode, has_main: bool, has_article: bool) -> list[RNode]:
-    """The outermost ``<main>``/``role="main"`` elements holding text, else the page's article, else none."""
+    """The one outermost ``<main>``/``role="main"`` element if it holds text (several: cards of teasers, as a
+    page may have one), else the page's article, else none."""
     if has_main:
         mains = _outermost(body.query_selector_all("main, [role=main]"))
-        if any(_has_text(_text(node)) for node in mains):
+        if len(mains) == 1 and _has_text(_text(mains[0])):
             return mains
     if has_article:
         articles = _page_article(_outermost(body.query_selector_all("article")))

@@ -34,13 +34,16 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: that do not declare themselves articles) read as part of it, not removed as the page's banner or footer.
 #: 10: every mode: a page whose self-closing SVG or MathML elements (an inline chart of a thousand ``<rect/>``) the
 #: scan took for open elements is parsed, not sent to the tag stripper.
-SCHEME_VERSION = 10
+#: 11: every mode: the options of a ``<select>`` list are not text; ``"auto"``: a reading that leaves out the page's
+#: paragraph body (:func:`scrapy_neardup.core.main_content`), not as a comment thread, reads that body instead,
+#: and several ``<main>`` elements side by side are not the main content.
+SCHEME_VERSION = 11
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading
-#: of self-closing SVG elements (10).
-BODY_SCHEME_VERSION = 10
+#: of self-closing SVG elements (10) and of ``<select>`` lists (11).
+BODY_SCHEME_VERSION = 11
 #: The scheme ``"main"`` sketches carry: 6 to 9 changed ``"auto"`` only.
-MAIN_SCHEME_VERSION = 10
+MAIN_SCHEME_VERSION = 11
 #: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it), and the modes
 #: it changed (``None``: every mode).
 _SCHEME_CHANGES: dict[int, tuple[tuple[str, ...] | None, str]] = {
@@ -52,6 +55,8 @@ _SCHEME_CHANGES: dict[int, tuple[tuple[str, ...] | None, str]] = {
     9: (("auto",), "a <header> or <footer> inside the main content or an <article> removed with the page's banner "
                    "and footer"),
     10: (None, "a page with many self-closing SVG elements (an inline chart) read as tag-stripped text"),
+    11: (None, "the options of <select> lists read as text, and (auto) an article's paragraph body lost to a class "
+               "name or a misplaced <main>"),
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a

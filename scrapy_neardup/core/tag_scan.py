@@ -25,9 +25,11 @@ MAX_NESTING = 512
 #: formatting element (``<b>``, ``<font>``...) in each later block, so ``<p><b id=1>x<p><b id=2>x...`` builds
 #: n^2 / 2 elements (8,000 repeats: 24 s and gigabytes).
 MAX_REOPENED = 1_000_000
-# Elements whose content is not page text (template content is kept out of the tree by the parser itself).
-_DROPPED_NAMES = ("script", "style", "noscript", "template", "svg", "math", "iframe", "object")
-DROPPED = ",".join(_DROPPED_NAMES)
+#: Elements whose content is not page text (template content is kept out of the tree by the parser itself). A
+#: ``<select>`` shows one of its options, and holds them all: a site's filter or country list of hundreds of
+#: options is not what a page says.
+DROPPED_NAMES = ("script", "style", "noscript", "template", "svg", "math", "iframe", "object", "select")
+DROPPED = ",".join(DROPPED_NAMES)
 # For TagScan: tag names packed little-endian into a uint64 (up to 8 lower-case bytes, zero-padded).
 _SCAN = 8
 _PAD = bytes(_SCAN + 2)
@@ -74,7 +76,7 @@ def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray, np.ndarray]:
     table of the names' keys by slot (0 elsewhere: no tag name has key 0), that of their classes and that of
     their marks."""
     groups = ((_NO_NESTING, _VOID_OR_SIBLING), (_FORMATTING, _FORMATTING_ELEMENT),
-              (_DROPPED_NAMES, _DROPPED_ELEMENT_CLASS))
+              (DROPPED_NAMES, _DROPPED_ELEMENT_CLASS))
     kind_of = {name: kind for group, kind in groups for name in group}
     mark_of = {name: _BLOCK_MARK for name in _BLOCK_NAMES} | {"a": _LINK_MARK}
     for name in LANDMARK_NAMES:
@@ -99,7 +101,7 @@ def _hash_tables() -> tuple[np.uint64, np.ndarray, np.ndarray, np.ndarray]:
 
 
 _HASH_MULTIPLIER, _KEY_TABLE, _CLASS_TABLE, MARK_TABLE = _hash_tables()
-_DROPPED_BY_KEY = {name_key(name): name for name in _DROPPED_NAMES}
+_DROPPED_BY_KEY = {name_key(name): name for name in DROPPED_NAMES}
 _HASH_SHIFT = np.uint64(64 - _HASH_BITS)
 _SHIFT_16 = np.uint64(48)
 _LOWER_BITS = np.uint64(0x2020202020202020)

@@ -174,3 +174,60 @@ def test_a_header_or_footer_inside_the_main_content_is_part_of_it(head: str, par
     assert "council voted" in out and "engineers from the county" in out
     for gone in ("read all about it", "every right reserved"):
         assert gone not in out, gone
+
+
+MORE = ("The river walk opened in 1998 with a single mile along the east bank. Its second mile, built in 2006, "
+        "crossed the water on the old rail bridge and doubled the number of people who walk it every week.")
+PARAGRAPHS = "".join(f"<p>{sentence}.</p>" for sentence in f"{STORY} {MORE}".rstrip(".").split(". "))
+
+
+def test_an_article_wrapped_in_a_share_container_is_still_read() -> None:
+    """A theme that opens its share buttons' ``<div class="share-container">`` and closes it after the article: the
+    extraction's rules take the whole element for a share block, and keep only the headline (more than
+    :data:`MIN_MAIN_WORDS` words: it is trusted). The page's paragraph body is read instead."""
+    html = page(
+        "<div role=main><article><header><h1>River walk to grow by two miles as the council backs a plan argued "
+        "over for a decade</h1></header>"
+        f"<div class=share-container><aside class=share><a href=/f>Facebook</a></aside>"
+        f"<div class=post-content>{PARAGRAPHS}</div></div></article></div>")
+    out = text(html)
+    assert "council voted on tuesday" in out and "four million dollars" in out
+
+
+def test_an_article_before_a_main_element_that_holds_something_else_is_read() -> None:
+    """A ``<main>`` around a call to action, the article before it: the marked part leaves out the page's paragraph
+    body and says less, so the page is read whole."""
+    html = page(f"<div class=content><h1>River walk to grow</h1>{PARAGRAPHS}</div>"
+                "<main><h2>Book a demo</h2><p>Talk to our team about your city's parks today.</p></main>")
+    out = text(html)
+    assert "council voted on tuesday" in out and "four million dollars" in out
+
+
+def test_a_long_comment_is_not_read_for_a_short_article() -> None:
+    """The paragraph body the extraction leaves out as a comment thread stays out: a long comment in several
+    paragraphs is not taken for the article."""
+    reply = "".join(f"<p>I have lived by the mill for {i} years and the path will never pay for itself, "
+                    f"whatever the council says about visitors and shops number {i}.</p>" for i in range(6))
+    html = page(f"<article><h1>River walk</h1><p>{STORY}</p></article>"
+                f"<section id=comments class=comments><div class=comment>{reply}</div></section>")
+    out = text(html)
+    assert "council voted" in out and "lived by the mill" not in out
+
+
+def test_a_long_footer_blurb_is_not_read_for_a_short_article() -> None:
+    blurb = "".join(f"<p>The Daily Planet has served the valley since 19{i}0, reporting on councils, courts, "
+                    f"schools and the people who make the valley what it is, paragraph {i}.</p>" for i in range(6))
+    html = page(f"<main><article><h1>River walk</h1><p>{STORY}</p></article></main><footer>{blurb}</footer>")
+    out = text(html)
+    assert "council voted" in out and "served the valley" not in out
+
+
+@pytest.mark.parametrize("head", [OG, ""])
+def test_several_main_elements_are_cards_not_the_main_content(head: str) -> None:
+    """A page may have one ``<main>``: side by side, several are cards of teasers (here on an article page and on
+    a page that declares nothing), and the page's text is read as if nothing were marked."""
+    cards = "".join(f"<main class=card><h3>Guide {i}</h3><p>How headless systems work, part {i}</p></main>"
+                    for i in range(2))
+    html = page(f"<div class=post><h1>River walk to grow</h1>{PARAGRAPHS}</div>{cards}", head)
+    out = text(html)
+    assert "council voted on tuesday" in out and "four million dollars" in out

@@ -45,6 +45,7 @@ DROPPED_SPELLINGS = [
     "<script>var hidden_a = 1;</script>", "<SCRIPT type=x>hidden_b()</SCRIPT>", "<Style\n>hidden_c{}</style>",
     "<noscript\t>hidden_d</noscript>", "<template>hidden_e</template>", "<svg/><svg><text>hidden_f</text></svg>",
     "<math><mi>hidden_g</mi></math>", "<iframe src=x>hidden_h</iframe>", "<object\r>hidden_i</object>",
+    "<select name=country><option>hidden_j</option><OPTION selected>hidden_k</select>",
 ]
 
 
@@ -59,8 +60,9 @@ def test_dropped_elements_are_removed_on_small_and_scanned_pages(spelling: str, 
 
 
 def test_a_page_without_dropped_elements_keeps_all_its_text() -> None:
-    html = "<html><body>" + "<p>keep <b>words</b></p>" * 400 + "<scripts>kept</scripts><svgx>too</svgx></body></html>"
-    assert normalize(html_to_text(html)) == "keep words " * 400 + "kept too"
+    html = ("<html><body>" + "<p>keep <b>words</b></p>" * 400
+            + "<scripts>kept</scripts><svgx>too</svgx><selection>also</selection></body></html>")
+    assert normalize(html_to_text(html)) == "keep words " * 400 + "kept too also"
 
 
 def test_html_detection_and_bytes() -> None:

@@ -159,7 +159,7 @@ def test_an_index_of_whole_body_sketches_is_refused_at_start(
     new = run_crawl(settings=es_settings(es_url, es_index), spider={"start_url": server.url + "/"}, name="new")
     assert new.returncode == 1
     message = new.data["crawl_error"]["message"]
-    assert "whole body (mh10-k128-word5-s1)" in message
+    assert "whole body (mh11-k128-word5-s1)" in message
     assert "neardup es backfill --force" in message and "NEARDUP_CONTENT='body'" in message
 
 
