@@ -30,7 +30,7 @@ from typing import Literal, cast
 import numpy as np
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from .article import outermost, the_article
+from .article import outermost, page_article, the_article
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
 from .tag_scan import (
@@ -208,7 +208,9 @@ def _main_text(
     selected by ``dropped``, several main elements joined with ``joiner``; and whether it is marked (a main or
     article element with text) rather than the body. ``landmarks``: what the page may have (all by default).
     ``articles`` (``"auto"`` mode): ``<article>`` elements are the main content only where one of them is the
-    page's article (:func:`scrapy_neardup.core.article.the_article`); teaser cards leave the page unmarked.
+    page's article (:func:`scrapy_neardup.core.article.the_article`); teaser cards leave the page unmarked; of
+    several main elements, the one that holds most of their words (:func:`scrapy_neardup.core.article.page_article`)
+    is the main content, and none when none does.
     ``outside``: receives the visible text left out (the boilerplate elements, and what lies outside the one main
     element; ``None`` when several main elements leave it unread)."""
     names = [name for name in dropped.split(",") if name]
@@ -247,7 +249,12 @@ def _main_text(
                 break
             nodes = trusted
         elif articles and len(nodes) > 1:
-            continue  # several main elements (a page may have one): cards of teasers, not its main content
+            # Several main elements (a page may have one): the largest if it holds most of their words (the other a
+            # loading placeholder), else cards of teasers, not the page's main content.
+            chosen = page_article([len(node.text(separator=" ").split()) for node in nodes])
+            if chosen is None:
+                continue
+            nodes = [nodes[chosen]]
         text = joiner.join(node.text(separator=" ") for node in nodes)
         if _has_text(text):
             if outside is not None:

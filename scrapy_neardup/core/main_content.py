@@ -63,8 +63,10 @@ SHORT_LINK = 24
 MIN_MAIN_WORDS = 10
 #: A paragraph body (:func:`_paragraph_body`) of fewer characters is not the page's article text.
 BODY_CHARS = 500
+#: A paragraph body has at least this many paragraphs (an author's bio or a footer's blurb has one or two).
+MIN_BODY_PARAGRAPHS = 3
 #: A reading that leaves out the paragraph body and has fewer words than this share of the body's is not trusted.
-BODY_SHARE = 0.5
+BODY_SHARE = 1.0
 _SAMPLE_CHARS = 60
 _CHROME = frozenset({"header", "footer", "nav", "aside"})
 _WRAP_OPEN, _WRAP_CLOSE = "<div><div>", "</div></div>"
@@ -127,7 +129,7 @@ def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool, int]:
     root = tree.body
     if root is None:
         return "", False, visible
-    has_main = mains == 1 or _ROLE.search(data) is not None
+    has_main = mains > 0 or _ROLE.search(data) is not None
     has_article = bool((landmark == _ARTICLE_KEY).any())
     if has_main or has_article:
         kept = _marked_part(root, has_main, has_article)
@@ -182,12 +184,12 @@ def _main_content(tree: HTMLTree, body: _Body | None) -> str:
     article takes the article with it, and a ``<main>`` may hold a call to action while the article lies before
     it."""
     text = _extract(tree, main_content=True, comments=False, post_meta=False)
+    if _words(text) < MIN_MAIN_WORDS:
+        text = _extract(tree, main_content=False)
     if body is not None and _misses(text, body) and not _a_comment_thread(body):
         logger.debug("main content without the page's paragraph body: the body read instead")
-        text = _read_body(body)
-    if _words(text) >= MIN_MAIN_WORDS:
-        return text
-    return _extract(tree, main_content=False)
+        return _read_body(body)
+    return text
 
 
 def _extract(tree: HTMLTree, main_content: bool, comments: bool = True, post_meta: bool = True) -> str:
@@ -231,6 +233,7 @@ def _paragraph_body(data: bytes) -> tuple[_Body | None, int]:
 def _paragraph_parent(tree: LexborHTMLParser, data: bytes) -> _Body | None:
     """:func:`_paragraph_body`'s element."""
     totals: dict[int, int] = {}
+    counts: dict[int, int] = {}
     longest: dict[int, str] = {}
     parents: dict[int, LexborNode] = {}
     for paragraph in tree.css("p"):
@@ -240,13 +243,14 @@ def _paragraph_parent(tree: LexborHTMLParser, data: bytes) -> _Body | None:
         key = parent.mem_id
         text = paragraph.text()
         totals[key] = totals.get(key, 0) + len(text)
+        counts[key] = counts.get(key, 0) + 1
         if len(text) >= len(longest.get(key, "")):
             longest[key], parents[key] = text, parent
     for key in sorted(totals, key=totals.__getitem__, reverse=True):
         if totals[key] < BODY_CHARS:
             return None
         parent = parents[key]
-        if not _in_page_chrome(parent):
+        if counts[key] >= MIN_BODY_PARAGRAPHS and not _in_page_chrome(parent):
             sample = "".join(longest[key].split())
             middle = max(0, (len(sample) - _SAMPLE_CHARS) // 2)
             words = len(parent.text(separator=" ").split())
@@ -405,12 +409,13 @@ def _short_links(data: bytes, tags: np.ndarray, scan: TagScan) -> np.ndarray:
 
 
 def _marked_part(body: RNode, has_main: bool, has_article: bool) -> list[RNode]:
-    """The one outermost ``<main>``/``role="main"`` element if it holds text (several: cards of teasers, as a
-    page may have one), else the page's article, else none."""
+    """The outermost ``<main>``/``role="main"`` element if it holds text (of several, as a page may have one: the
+    largest if it holds most of their words, else none: cards of teasers), else the page's article, else none."""
     if has_main:
         mains = _outermost(body.query_selector_all("main, [role=main]"))
-        if len(mains) == 1 and _has_text(_text(mains[0])):
-            return mains
+        chosen = page_article([len(_text(node).split()) for node in mains]) if len(mains) > 1 else 0
+        if mains and chosen is not None and _has_text(_text(mains[chosen])):
+            return [mains[chosen]]
     if has_article:
         articles = _page_article(_outermost(body.query_selector_all("article")))
         if articles and any(_has_text(_text(node)) for node in articles):

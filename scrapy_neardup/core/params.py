@@ -35,8 +35,8 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: 10: every mode: a page whose self-closing SVG or MathML elements (an inline chart of a thousand ``<rect/>``) the
 #: scan took for open elements is parsed, not sent to the tag stripper.
 #: 11: every mode: the options of a ``<select>`` list are not text; ``"auto"``: a reading that leaves out the page's
-#: paragraph body (:func:`scrapy_neardup.core.main_content`), not as a comment thread, reads that body instead,
-#: and several ``<main>`` elements side by side are not the main content.
+#: paragraph body (:mod:`scrapy_neardup.core.main_content`), not as a comment thread, reads that body instead,
+#: and of several ``<main>`` elements only one that holds most of their words is the main content.
 SCHEME_VERSION = 11
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading

@@ -231,3 +231,27 @@ def test_several_main_elements_are_cards_not_the_main_content(head: str) -> None
     html = page(f"<div class=post><h1>River walk to grow</h1>{PARAGRAPHS}</div>{cards}", head)
     out = text(html)
     assert "council voted on tuesday" in out and "four million dollars" in out
+
+
+@pytest.mark.parametrize("head", [OG, ""])
+def test_of_several_main_elements_the_one_that_holds_most_of_their_words_is_read(head: str) -> None:
+    """A loading placeholder in a ``<main>`` of its own before the one that holds the article: the article's is the
+    main content (it holds most of the words of both), and the menu beside them stays out."""
+    menu = "".join(f"<li><a href=/s{i}>Section {i}</a></li>" for i in range(6))
+    html = page(f"<div class=menu><ul>{menu}</ul></div><main><p>Loading the story</p></main>"
+                f"<main><h1>River walk to grow</h1>{PARAGRAPHS}</main>", head)
+    out = text(html)
+    assert "council voted on tuesday" in out and "section 3" not in out
+    assert Sketcher().sketch(html).sketched == "main content"  # read as what the page marks, not the whole page
+
+
+def test_an_authors_long_bio_is_not_read_for_a_short_article() -> None:
+    """Two long paragraphs of an author's bio say more than a short article, and the extraction leaves them out:
+    a paragraph body has at least three paragraphs, so the bio is not read instead."""
+    bio = "".join(f"<p>Jane Roe has covered the valley's councils, courts and schools for {i + 12} years, and before "
+                  f"that wrote about rivers, mills and the people who live beside them for papers in three states "
+                  f"and on the radio. She grew up on a farm north of the mill, studied history in the city, and came "
+                  f"home to report on the places she knew, part {i}.</p>" for i in range(2))
+    html = page(f"<article><h1>River walk</h1><p>{STORY}</p></article><div class=author-bio>{bio}</div>")
+    out = text(html)
+    assert "council voted" in out and "covered the valley" not in out
