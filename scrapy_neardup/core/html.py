@@ -34,7 +34,6 @@ from .article import outermost, page_article, the_article
 from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
 from .normalize import scrub_unicode
 from .tag_scan import (
-    DROPPED,
     DROPPED_NAMES,
     LANDMARK,
     LANDMARK_NAMES,
@@ -383,18 +382,6 @@ def count_words(text: str) -> int:
     """The words of ``text`` much as its normalized text would hold them (ASCII punctuation separates words
     there too), counted on its bytes without normalizing it (a page's text that is not sketched)."""
     return len(text.encode("utf-8", "surrogatepass").translate(_SEPARATE).split())
-
-
-def visible_words(data: bytes) -> int:
-    """The words of the visible text of UTF-8 HTML ``data`` (its body, scripts, styles and the other non-text
-    elements aside) as :func:`count_words` counts them: for a page whose main content was read by a parser that
-    also leaves text out inside it (an article's extraction), so that the share removed can still be told. A
-    lexbor parse of its own: about half the time of tag-stripping expressions on news pages."""
-    tree = LexborHTMLParser(data)
-    for node in tree.css(DROPPED):
-        node.decompose()
-    body = tree.body
-    return 0 if body is None else count_words(body.text(separator=" "))
 
 
 def strip_tags(html: str) -> str:

@@ -79,7 +79,8 @@ def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None, b
     """:func:`marked_text`, the words of the visible text left out on the way where they were counted
     (:func:`scrapy_neardup.core.html.read_marked`), and whether the page declares itself an article
     (:func:`is_article_page`). An article's extraction also leaves out text inside the main content (comment
-    threads, teasers): there, the page's visible words (:func:`~.html.visible_words`) less the words kept."""
+    threads, teasers): there, the words of the page's visible text (its body, scripts, styles and the other
+    non-text elements aside, as :func:`~.html.count_words` counts them) less the words kept."""
     if not is_article_page(data, tags):
         return (*block_read_marked(data, tags), False)
     text, marked, visible = _article_text(data, tags)
@@ -106,8 +107,7 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
 
 
 def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool, int]:
-    """:func:`marked_text` of an article page, and the words of its visible text (as
-    :func:`~.html.visible_words` counts them)."""
+    """:func:`marked_text` of an article page, and the words of its visible text (:func:`_paragraph_body`)."""
     data = data.translate(CLEAR_MARKS)
     scan = TagScan.of(data, tags)
     hazard, _, _ = parse_hazard(scan, data, tags)
@@ -219,7 +219,8 @@ def _paragraph_body(data: bytes) -> tuple[_Body | None, int]:
     """The element of the page ``data`` whose ``<p>`` children hold the most text, if at least :data:`BODY_CHARS`
     and not a page's header, footer, navigation or sidebar (readability's paragraph parent: an article's
     paragraphs are siblings, a comment thread's each in its own comment); and the words of the page's visible text
-    (:func:`~.html.visible_words`), from the same parse.
+    (its body without scripts, styles and the other non-text elements, as :func:`~.html.count_words` counts them),
+    from the same parse.
 
     Read with lexbor through selectolax: a walk over Resiliparse's nodes costs ten times the page's parse."""
     tree = LexborHTMLParser(data)
