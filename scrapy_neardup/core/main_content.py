@@ -65,8 +65,6 @@ MIN_MAIN_WORDS = 10
 BODY_CHARS = 500
 #: A paragraph body has at least this many paragraphs (an author's bio or a footer's blurb has one or two).
 MIN_BODY_PARAGRAPHS = 3
-#: A reading that leaves out the paragraph body and has fewer words than this share of the body's is not trusted.
-BODY_SHARE = 1.0
 _SAMPLE_CHARS = 60
 _CHROME = frozenset({"header", "footer", "nav", "aside"})
 _WRAP_OPEN, _WRAP_CLOSE = "<div><div>", "</div></div>"
@@ -178,8 +176,8 @@ def _main_content(tree: HTMLTree, body: _Body | None) -> str:
     :data:`MIN_MAIN_WORDS` (a short page's own words may be where the rules see boilerplate: a lone list, a
     date line).
 
-    Where the main content leaves out the page's paragraph body ``body`` (:func:`_paragraph_body`), says less than
-    :data:`BODY_SHARE` of it, and the extraction did not leave it out as a comment thread, the body is read
+    Where the main content leaves out the page's paragraph body ``body`` (:func:`_paragraph_body`), has fewer words
+    than it, and the extraction did not leave it out as a comment thread, the body is read
     instead: a class name the extraction's rules match ("share", "newsletter") on an element that wraps the
     article takes the article with it, and a ``<main>`` may hold a call to action while the article lies before
     it."""
@@ -270,8 +268,8 @@ def _in_page_chrome(node: LexborNode) -> bool:
 
 
 def _misses(text: str, body: _Body) -> bool:
-    """Whether ``text`` leaves out the paragraph body ``body`` and says less than :data:`BODY_SHARE` of it."""
-    return _words(text) < BODY_SHARE * body.words and not _holds(text, body)
+    """Whether ``text`` leaves out the paragraph body ``body`` and has fewer words than it."""
+    return _words(text) < body.words and not _holds(text, body)
 
 
 def _holds(text: str, body: _Body) -> bool:
