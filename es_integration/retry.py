@@ -2,9 +2,13 @@
 
 A request failing with a connection error, a timeout, or HTTP 429/502/503/504 is retried up to ``retries``
 times with exponential backoff: ``backoff``, ``2 backoff``, ``4 backoff``, ... (0.1 s, 0.2 s, 0.4 s by
-default). Any other failure (wrong credentials, missing privileges, a bad request, a TLS failure) is final at
-once: retrying it would only delay the error. The synchronous jobs (``neardup es index`` etc.) use the
-client's and ``elasticsearch.helpers``' own retry options, which implement the same rule.
+default). So is an HTTP 500 whose every root cause is a node or shard copy gone away
+(:data:`NODE_LOSS_CAUSES`): a search whose shard copies were all on a node that just died answers "all shards
+failed" with the status of its shard failures, 500, until the replicas are promoted. Any other failure (wrong
+credentials, missing privileges, a bad request, a TLS failure, any other 500) is final at once: retrying it
+would only delay the error. The synchronous jobs (``neardup es index`` etc.) use the client's and
+``elasticsearch.helpers``' own retry options, which implement the same rule by status alone (the 500s of a
+failover are final there).
 """
 
 from __future__ import annotations
@@ -30,6 +34,17 @@ from scrapy_neardup.errors import NearDupError
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
+#: Root causes (``error.root_cause[].type``) of an HTTP 500 that mean a node or a shard copy went away, not that
+#: the request is wrong: a search or read relayed to a node that died answers with these until the cluster has
+#: moved the node's shards (Elasticsearch and OpenSearch name them alike).
+NODE_LOSS_CAUSES = frozenset({
+    "node_disconnected_exception", "node_not_connected_exception", "connect_transport_exception",
+    "node_closed_exception", "send_request_transport_exception", "receive_timeout_transport_exception",
+    "no_shard_available_action_exception", "primary_missing_action_exception", "unavailable_shards_exception",
+    "illegal_index_shard_state_exception", "index_shard_closed_exception", "shard_not_in_primary_mode_exception",
+})
+
+
 class ShardsUnavailable(NearDupError):
     """An answer with HTTP 200 that covers no (or not every) copy of a shard, as during a primary failover:
     retried like a 503."""
@@ -41,8 +56,18 @@ def is_retryable(exc: BaseException) -> bool:
         return True
 
     if isinstance(exc, ApiError):
-        return exc.meta.status in RETRY_STATUSES
+        return exc.meta.status in RETRY_STATUSES or (exc.meta.status == 500 and _lost_a_node(exc.body))
     return isinstance(exc, TransportConnectionError | ConnectionTimeout) and not isinstance(exc, TlsError)
+
+
+def _lost_a_node(body: Any) -> bool:
+    """Whether an error body's root causes are all in :data:`NODE_LOSS_CAUSES` (its own type when it names no
+    root cause)."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return False
+    roots = [cause.get("type") for cause in error.get("root_cause") or [] if isinstance(cause, dict)]
+    return all(kind in NODE_LOSS_CAUSES for kind in roots or [error.get("type")])
 
 
 def retrying(

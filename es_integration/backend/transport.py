@@ -3,9 +3,10 @@ under bounded retries (:meth:`Transport.call`); the raw bulk and multi-get calls
 
 Errors
 ------
-Requests failing with a connection error, a timeout, or HTTP 429/502/503/504 are retried up to ``retries``
-times with exponential backoff (0.1 s, 0.2 s, ...; the policy of :mod:`es_integration.retry`); then, or at
-once for any other failure (wrong credentials, missing privileges, bad index),
+Requests failing with a connection error, a timeout, HTTP 429/502/503/504, or an HTTP 500 from a node or shard
+copy gone away (a failover) are retried up to ``retries`` times with exponential backoff (0.1 s, 0.2 s, ...; the
+policy of :mod:`es_integration.retry`); then, or at once for any other failure (wrong credentials, missing
+privileges, bad index),
 :class:`~scrapy_neardup.errors.EsError` (a :class:`~scrapy_neardup.errors.BackendError`) is raised with
 a one-line message holding no secret. ``errors`` counts failed requests, ``retried`` the retries
 (``neardup/backend_retries`` in the crawl's stats).

@@ -202,8 +202,8 @@ class NearDuplicatePipeline:
     def _add_backend_stats(self) -> None:
         """Add what the backend's counters (:meth:`Backend.stats`) grew by since the last read: read after
         opening (what it found), and after closing, because closing may still write: retries (Elasticsearch:
-        connection errors, timeouts, HTTP 429/502/503/504) and what became of the items passed through
-        unchecked (``unchecked_indexed``, ``unchecked_unindexed``, ``unchecked_overflow``)."""
+        connection errors, timeouts, HTTP 429/502/503/504, the 500s of a failover) and what became of the items
+        passed through unchecked (``unchecked_indexed``, ``unchecked_unindexed``, ``unchecked_overflow``)."""
         assert self.backend is not None
         for name, count in self.backend.stats().items():
             grown = int(count) - self._backend_seen.get(name, 0)

@@ -335,7 +335,8 @@ def crawl_with_a_kill(es_cluster: Any, cluster_client: Any, cluster_index: str, 
     assert site.served == GROUPS * crawlers and kill_at < site.served
     # What the crawlers warned of (not the transport's per-node lines), shown when a check below fails.
     outcome["warnings"] = [f"crawler {c}: {line}" for c, r in results.items() for line in r.log.splitlines()
-                           if ("WARNING:" in line or "ERROR:" in line) and "node_pool" not in line]
+                           if any(mark in line for mark in ("WARNING:", "ERROR:", "EsError:"))
+                           and "node_pool" not in line]
     return fault, outcome, elapsed, kill_at
 
 

@@ -20,6 +20,8 @@ answers chosen requests with HTTP 429 (``es_rejected_execution_exception``), rej
 * ``test_429_bursts_during_a_crawl``: bursts of HTTP 429 on any request, on the pending writes, ``_refresh`` and
   ``_search``: absorbed by the retries, except one burst longer than them (its page passes unchecked and is
   written to the index later, after a per-item 429 on that write).
+* ``test_a_node_lost_mid_search_is_retried``: HTTP 500 "all shards failed" on ``_search``, for a node gone away
+  (retried, absorbed) and for a fault of the node's own (final: its page passes unchecked).
 * ``test_429_while_bulk_indexing``: ``index_records`` meeting whole-request and per-item 429s.
 * ``test_slow_answers_below_the_timeout``: every answer 0.3 s late: nothing fails, every page is checked.
 * ``test_crawler_killed_mid_check_then_recrawled``: a crawler SIGKILLed while its pending write or its decision
@@ -136,8 +138,19 @@ def read_message(stream: Any, *, request_method: str | None = None) -> Message |
     return message
 
 
-def error_response(status: int, reason: str, error: dict[str, Any]) -> Message:
-    body = json.dumps({"error": {"root_cause": [error], **error}, "status": status}).encode()
+#: The root cause of a search whose shard copies were all on a node that just died (Elasticsearch and OpenSearch
+#: answer "all shards failed", HTTP 500, until the replicas are promoted).
+NODE_DISCONNECTED = {
+    "type": "node_disconnected_exception",
+    "reason": "[node-1][127.0.0.1:9301][indices:data/read/search[phase/query]] disconnected",
+}
+#: The root cause of an HTTP 500 that is a fault of the node's own, not of a node gone away.
+NODE_BUG = {"type": "null_pointer_exception", "reason": "Cannot invoke \"Object.hashCode()\" because \"key\" is null"}
+
+
+def error_response(status: int, reason: str, error: dict[str, Any], root: dict[str, Any] | None = None) -> Message:
+    """An error answer: ``error`` is the root cause, and the error itself unless ``root`` wraps it."""
+    body = json.dumps({"error": {"root_cause": [error], **(root or error)}, "status": status}).encode()
     headers = [("X-elastic-product", "Elasticsearch"), ("content-type", "application/json")]
     return Message(f"HTTP/1.1 {status} {reason}", headers, body)
 
@@ -158,11 +171,12 @@ class Fault:
     target), ``method`` and ``body`` (a substring of the body), all optional, from the proxy's ``start``-th
     request on and after letting ``after`` matching requests by.
 
-    ``kind``: ``reject`` answers HTTP 429 without forwarding; ``not_found`` answers HTTP 404
-    ``index_not_found_exception`` for the index the target names, as a node that has not yet applied a new index
-    does; ``stall`` never answers (the client times out, or
-    is killed); ``drop_answer`` forwards the request, then hangs up instead of answering (the write is done, the
-    client does not know); ``bulk_items`` forwards a ``_bulk`` request without every ``every``-th item and
+    ``kind``: ``reject`` answers HTTP 429 without forwarding; ``node_lost`` answers HTTP 500 "all shards failed"
+    for a node disconnected (as during a failover), ``node_bug`` the same for a fault of the node's own;
+    ``not_found`` answers HTTP 404 ``index_not_found_exception`` for the index the target names, as a node that
+    has not yet applied a new index does; ``stall`` never answers (the client times out, or is killed);
+    ``drop_answer`` forwards the request, then hangs up instead of answering (the write is done, the client does
+    not know); ``bulk_items`` forwards a ``_bulk`` request without every ``every``-th item and
     answers those items with a per-item 429, as a node whose write queue is full does."""
 
     kind: str
@@ -361,6 +375,13 @@ class FaultProxy:
             return False
         if fault is not None and fault.kind == "reject":
             client.sendall(error_response(429, "Too Many Requests", REJECTED).encode())
+            return True
+        if fault is not None and fault.kind in ("node_lost", "node_bug"):
+            cause = NODE_DISCONNECTED if fault.kind == "node_lost" else NODE_BUG
+            client.sendall(error_response(500, "Internal Server Error", cause, {
+                "type": "search_phase_execution_exception", "reason": "all shards failed", "phase": "query",
+                "grouped": True, "failed_shards": [{"shard": 0, "index": "i", "node": "n", "reason": cause}],
+            }).encode())
             return True
         if fault is not None and fault.kind == "not_found":
             index = urlsplit(request.target).path.split("/")[1]
@@ -875,6 +896,42 @@ def test_429_bursts_during_a_crawl(es_url: str, es_client: Any, es_index: str, c
         kept=len(outcome["kept"]), dropped=len(outcome["dropped"]), unchecked=len(outcome["unchecked"]),
         retries=result.stat("neardup/backend_retries"), unchecked_indexed=result.stat("neardup/unchecked_indexed"),
     )
+
+
+def test_a_node_lost_mid_search_is_retried(es_url: str, es_index: str, crawl_dir: Path, ledger: Ledger) -> None:
+    """A search answered HTTP 500 "all shards failed" because a node went away (as a search meets while a dead
+    node's replicas are promoted) is retried like a 503: a burst of ``retries`` such answers is absorbed. The
+    same answer for a fault of the node's own (a null pointer) is final at once: one check fails, and its pages
+    pass through unchecked (and are written to the index later)."""
+    from es_integration.backend import ElasticsearchBackend
+
+    retries = ElasticsearchBackend.retries
+    proxy = FaultProxy(target_of(es_url), http=True)
+    faults = [proxy.add(Fault("node_bug", 1, path="/_search", start=8)),
+              proxy.add(Fault("node_lost", retries, path="/_search", start=16))]
+    site = HookSite(group_pages(changes=1), delay=0.1, hook=lambda n: None)
+    try:
+        result = run_crawl_process(crawl_dir, settings=es_settings(proxy.url, es_index, NEARDUP_ES_TIMEOUT=5),
+                                   spider={"start_url": site.url + "/"}, name="node-lost")
+    finally:
+        site.stop()
+        proxy.close()
+    outcome = account(result, site)
+    print(f"\nES 500s: {len(site.pages)} pages, {proxy.requests} requests, injected {proxy.injected}, kept "
+          f"{len(outcome['kept'])}, dropped {len(outcome['dropped'])}, unchecked {len(outcome['unchecked'])}, "
+          f"retries {result.stat('neardup/backend_retries')}")
+    assert all(fault.count == 0 for fault in faults), "a burst was not injected"
+    assert proxy.injected == {"node_lost": retries, "node_bug": 1}
+    assert outcome["lost"] == set() and outcome["bad_drops"] == {}
+    # Each node-lost answer was retried; the node's own fault was not: its check, and only it, failed.
+    assert result.stat("neardup/backend_retries") >= retries
+    final = [line for line in result.log.splitlines() if "EsError:" in line]
+    assert final and all("null_pointer_exception" in line for line in final), final
+    assert len(outcome["unchecked"]) >= 1 and result.data["finish_reason"] == "neardup_unchecked"
+    assert result.stat("neardup/unchecked_indexed") == len(outcome["unchecked"])
+    ledger.record(f"a crawl of {len(site.pages)} pages meeting {retries} HTTP 500s of a lost node (retried) and one "
+                  "of a node's own fault (final)", lost=len(outcome["lost"]), kept=len(outcome["kept"]),
+                  unchecked=len(outcome["unchecked"]), retries=result.stat("neardup/backend_retries"))
 
 
 def test_429_while_bulk_indexing(es_url: str, es_client: Any, es_index: str, ledger: Ledger) -> None:
