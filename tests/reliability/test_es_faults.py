@@ -832,6 +832,19 @@ def test_unreachable_at_start_is_a_clear_error(crawl_dir: Path) -> None:
 # -- HTTP 429 (rejected execution), slow answers, a crawler killed mid-check -------------------------------------
 
 
+def crawl_through(proxy: FaultProxy, crawl_dir: Path, es_index: str, name: str) -> tuple[CrawlResult, HookSite]:
+    """A crawl of the group pages through ``proxy`` (closed after it), and its site. Pages 0.1 s apart (two at a
+    time): batches of one to a few pages, so the crawl makes enough rounds for each fault to meet a different one."""
+    site = HookSite(group_pages(changes=1), delay=0.1, hook=lambda n: None)
+    try:
+        result = run_crawl_process(crawl_dir, settings=es_settings(proxy.url, es_index, NEARDUP_ES_TIMEOUT=5),
+                                   spider={"start_url": site.url + "/"}, name=name)
+    finally:
+        site.stop()
+        proxy.close()
+    return result, site
+
+
 def test_429_bursts_during_a_crawl(es_url: str, es_client: Any, es_index: str, crawl_dir: Path,
                                    ledger: Ledger) -> None:
     """Bursts of HTTP 429 while the crawl checks pages in batches (about 100 requests): bursts of up to
@@ -857,16 +870,8 @@ def test_429_bursts_during_a_crawl(es_url: str, es_client: Any, es_index: str, c
     # refresh and the sequencer's checkpoint read, sent together, and so take as few as half its retries.
     absorbed = (retries + 1) // 2 + 2 * retries + 2 + retries
 
-    # Pages 0.1 s apart (two at a time): batches of one to a few pages, so the crawl makes enough rounds for
-    # each burst to meet a different one.
-    site = HookSite(group_pages(changes=1), delay=0.1, hook=lambda n: None)
     started = time.monotonic()
-    try:
-        result = run_crawl_process(crawl_dir, settings=es_settings(proxy.url, es_index, NEARDUP_ES_TIMEOUT=5),
-                                   spider={"start_url": site.url + "/"}, name="rejected")
-    finally:
-        site.stop()
-        proxy.close()
+    result, site = crawl_through(proxy, crawl_dir, es_index, "rejected")
     # The over-long burst passes pages through unchecked: the crawl fails (NEARDUP_MAX_UNCHECKED = 0, the default).
     assert result.returncode == 1, result.log[-3000:]
     assert result.data["finish_reason"] == "neardup_unchecked"
@@ -909,13 +914,7 @@ def test_a_node_lost_mid_search_is_retried(es_url: str, es_index: str, crawl_dir
     proxy = FaultProxy(target_of(es_url), http=True)
     faults = [proxy.add(Fault("node_bug", 1, path="/_search", start=8)),
               proxy.add(Fault("node_lost", retries, path="/_search", start=16))]
-    site = HookSite(group_pages(changes=1), delay=0.1, hook=lambda n: None)
-    try:
-        result = run_crawl_process(crawl_dir, settings=es_settings(proxy.url, es_index, NEARDUP_ES_TIMEOUT=5),
-                                   spider={"start_url": site.url + "/"}, name="node-lost")
-    finally:
-        site.stop()
-        proxy.close()
+    result, site = crawl_through(proxy, crawl_dir, es_index, "node-lost")
     outcome = account(result, site)
     print(f"\nES 500s: {len(site.pages)} pages, {proxy.requests} requests, injected {proxy.injected}, kept "
           f"{len(outcome['kept'])}, dropped {len(outcome['dropped'])}, unchecked {len(outcome['unchecked'])}, "
