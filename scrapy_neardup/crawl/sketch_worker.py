@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -27,6 +26,11 @@ from ..core.host_template import HostTemplate
 from ..core.sketch import SKETCHED, Content, Sketch, Sketcher
 from ..core.text import looks_binary
 from ..errors import BinaryContent, SketchWorkerError
+
+try:  # POSIX only; elsewhere the pipes keep their size.
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _widen(fd: int) -> None:
     """Make the pipe ``fd`` hold :data:`_PIPE_SIZE` bytes where the system allows it (Linux); else leave it."""
-    setting = getattr(fcntl, "F_SETPIPE_SZ", None)
+    setting = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
     if setting is None:
         return
     try:
@@ -272,8 +276,11 @@ class SketchWorker:
         args = [sys.executable, "-m", __name__, json.dumps(sketcher_parameters(self.sketcher))]
         protocol = _WorkerProtocol(self.sketcher)
         process = reactor.spawnProcess(protocol, sys.executable, args, env=env, childFDs={0: "w", 1: "r", 2: 2})
-        for pipe in (process.pipes[0], process.pipes[1]):
-            _widen(pipe.fileno())
+        pipes = getattr(process, "pipes", {})  # POSIX processes: the parent's ends, by the child's descriptor
+        if 0 in pipes and 1 in pipes:
+            _widen(pipes[0].fileno())
+            _widen(pipes[1].fileno())
+            protocol.answers_fd = pipes[1].fileno()
         self._protocol = protocol
         logger.debug("sketch worker started (pid %s)", process.pid)
 
@@ -308,6 +315,8 @@ class _WorkerProtocol(ProcessProtocol):
         self._closed: Deferred[None] | None = None
         self._killer: Any = None
         self._exited = False
+        #: the parent's end of the child's stdout, read beyond what the reactor hands over (POSIX)
+        self.answers_fd: int | None = None
 
     def request(self, content: Content, template: HostTemplate | None) -> Deferred[Sketch]:
         if self.failure is not None:
@@ -337,7 +346,8 @@ class _WorkerProtocol(ProcessProtocol):
 
     def outReceived(self, data: bytes) -> None:  # noqa: N802 - Twisted's name
         # Twisted reads 8 KiB per readable event; what else the child has written is read now, not a turn later.
-        for fields, body in self._reader.feed(data + _ready(self._pipe.pipes[1].fileno())):
+        more = _ready(self.answers_fd) if self.answers_fd is not None else b""
+        for fields, body in self._reader.feed(data + more):
             if not self._waiting or self._waiting[0][0] != fields[0]:
                 self._fail(SketchWorkerError(f"sketch worker answered request {fields[0]} out of order"))
                 self._pipe.signalProcess("KILL")
