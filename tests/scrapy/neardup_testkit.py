@@ -713,10 +713,11 @@ def check_kinds_outcome(result: CrawlResult, site: NearDupSite, server: SiteServ
     assert {d["duplicate_of"] for d in result.dropped} <= set(result.kept_urls)
 
 
-def burst_items(groups: int = 3, per_group: int = 25) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """Interleaved near-duplicate variants of ``groups`` articles (each variant appends a distinct word)."""
+def burst_items(groups: int = 3, per_group: int = 25, words: int = 300) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Interleaved near-duplicate variants of ``groups`` articles of ``words`` words (each variant appends a
+    distinct word)."""
     items, group_of = [], {}
-    bases = [article_words(500 + g, 300) for g in range(groups)]
+    bases = [article_words(500 + g, words) for g in range(groups)]
     for i, g in itertools.product(range(per_group), range(groups)):
         url = f"http://variants.test/g{g}/v{i}"
         items.append({"url": url, "title": f"g{g} v{i}", "text": " ".join(bases[g] + [f"variant{i}"])})

@@ -226,8 +226,10 @@ def _bytes_written(pid: int) -> int:
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc to find and kill the worker")
 def test_worker_killed_mid_crawl_loses_nothing(tmp_path: Path, serve_site: Any) -> None:
     """SIGKILL the worker after it has sketched part of a burst of 600 near-duplicate variants: the crawl
-    finishes, sketching in-process from then on, with one page kept per group and every drop naming it."""
-    items, group_of = burst_items(groups=6, per_group=100)
+    finishes, sketching in-process from then on, with one page kept per group and every drop naming it. The pages
+    are long (3,000 words, 12 MB in all), so that the burst fills the worker's 1 MiB pipe many times over and
+    the kill lands while most of it is still to be answered."""
+    items, group_of = burst_items(groups=6, per_group=100, words=3_000)
     check_burst_precondition(items, group_of)
     server = serve_site({"/": Page(html_page("Burst", article_words(1, 20)))})
     outcome: dict[str, CrawlResult] = {}
@@ -258,6 +260,7 @@ def test_worker_killed_mid_crawl_loses_nothing(tmp_path: Path, serve_site: Any) 
     check_one_kept_per_group(result, group_of, groups=6)
     assert result.stat("neardup/sketch_worker_failed") == 1
     in_worker = result.stat("neardup/sketched_in_worker")
+    print(f"\nsketched in the worker before its death: {in_worker} of {len(items)}")
     assert 0 < in_worker < len(items)  # some pages were sketched by the worker, the rest after its death
     assert result.stat("neardup/checked") == len(items)
     assert "the sketch worker process failed; sketching in this process from now on" in result.log
