@@ -172,7 +172,7 @@ def test_pages_reach_the_worker_in_few_turns_of_a_busy_reactor() -> None:
     """The pipes to and from the worker hold 1 MiB (as much as the system lets a process ask for), so that a
     reactor kept busy by the crawl moves many pages per turn. With Linux's default 64 KiB, each turn moved at most
     64 KiB of requests, and 100 KB pages waited 1.4 s on average in a real crawl while the child sat idle. Counted
-    in reactor turns, not seconds: 12 MB of pages need at least 183 turns through 64 KiB pipes."""
+    in reactor turns, not seconds: the 13.6 MB of pages need at least 208 turns through 64 KiB pipes."""
     limit = min(1 << 20, int(Path("/proc/sys/fs/pipe-max-size").read_text()))
     child = subprocess.run([sys.executable, "-c", _BUSY_REACTOR], capture_output=True, text=True, timeout=300,
                            cwd=REPO, check=True)
@@ -227,7 +227,7 @@ def _bytes_written(pid: int) -> int:
 def test_worker_killed_mid_crawl_loses_nothing(tmp_path: Path, serve_site: Any) -> None:
     """SIGKILL the worker after it has sketched part of a burst of 600 near-duplicate variants: the crawl
     finishes, sketching in-process from then on, with one page kept per group and every drop naming it. The pages
-    are long (3,000 words, 12 MB in all), so that the burst fills the worker's 1 MiB pipe many times over and
+    are long (3,000 words, 17 MB in all), so that the burst fills the worker's 1 MiB pipe many times over and
     the kill lands while most of it is still to be answered."""
     items, group_of = burst_items(groups=6, per_group=100, words=3_000)
     check_burst_precondition(items, group_of)
