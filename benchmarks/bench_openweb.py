@@ -52,7 +52,11 @@ Metrics, each page decided in order (originals first, then each kind of copy), t
 The peer: trafilatura's extraction (``favor_precision`` off, defaults) and datasketch ``MinHashLSH(threshold=0.9,
 num_perm=128)`` over the same word 5-shingles, the first page of a match kept.
 
-Run: ``python benchmarks/bench_openweb.py [--dir DIR] [--methods auto,trafilatura+lsh] [--json out.json]``.
+``--threshold R`` (repeatable) runs both methods at resemblance ``R`` instead of 0.9: the product with the t its
+settings choose for ``R`` (``NEARDUP_THRESHOLD``, ``--threshold``), the peer with ``MinHashLSH(threshold=R)``.
+
+Run: ``python benchmarks/bench_openweb.py [--dir DIR] [--methods auto,trafilatura+lsh] [--threshold R ...]
+[--json out.json]``.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ from corpora import parse, serialize, strip_semantics  # noqa: E402
 from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
 from scrapy_neardup.core.host_template import learn_template  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
+from scrapy_neardup.core.theory import DEFAULT_THRESHOLD  # noqa: E402
 
 DEFAULT_DIR = Path.home() / ".cache" / "scrapy-neardup" / "openweb" / "aeb"
 KINDS = ("print", "amp", "syndicated", "again")
@@ -300,8 +305,9 @@ def _declare_utf8(root: lxml.html.HtmlElement) -> None:
 Decisions = dict[str, str | None]  # key -> matched key (None: kept)
 
 
-def product(pages: Sequence[Page]) -> tuple[Decisions, float]:
-    """The defaults as ``neardup dedupe`` runs them: ``"auto"`` content, host templates learned over the batch."""
+def product(pages: Sequence[Page], threshold: float = DEFAULT_THRESHOLD) -> tuple[Decisions, float]:
+    """The defaults as ``neardup dedupe`` runs them: ``"auto"`` content, host templates learned over the batch;
+    ``threshold``: the resemblance to catch (``--threshold``; t is chosen for it as the product chooses it)."""
     sketcher = Sketcher()
     start = time.process_time()
     htmls = [p.html for p in pages]
@@ -315,7 +321,7 @@ def product(pages: Sequence[Page]) -> tuple[Decisions, float]:
     learned = {host: learn_template(sample).hashes for host, sample in by_host.items()}
     sketches = sketcher.sketch_many(htmls, templates=[learned.get(host_of(p.key) or "") for p in pages])
     cpu = time.process_time() - start
-    deduper = Deduper(sketcher)
+    deduper = Deduper(sketcher, threshold=threshold)
     decisions: Decisions = {}
     for page, sketch in zip(pages, sketches, strict=True):
         verdict = deduper.check_sketch(page.key, sketch)
@@ -323,12 +329,12 @@ def product(pages: Sequence[Page]) -> tuple[Decisions, float]:
     return decisions, cpu
 
 
-def trafilatura_lsh(pages: Sequence[Page]) -> tuple[Decisions, float]:
+def trafilatura_lsh(pages: Sequence[Page], threshold: float = DEFAULT_THRESHOLD) -> tuple[Decisions, float]:
     import trafilatura
     from datasketch import MinHash, MinHashLSH
 
     start = time.process_time()
-    lsh = MinHashLSH(threshold=0.9, num_perm=128)
+    lsh = MinHashLSH(threshold=threshold, num_perm=128)
     decisions: Decisions = {}
     for page in pages:
         text = trafilatura.extract(page.html.decode("utf-8", "replace")) or ""
@@ -343,7 +349,7 @@ def trafilatura_lsh(pages: Sequence[Page]) -> tuple[Decisions, float]:
     return decisions, time.process_time() - start
 
 
-METHODS: dict[str, Callable[[Sequence[Page]], tuple[Decisions, float]]] = {
+METHODS: dict[str, Callable[[Sequence[Page], float], tuple[Decisions, float]]] = {
     "auto": product, "trafilatura+lsh": trafilatura_lsh,
 }
 
@@ -378,6 +384,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=Path(os.environ.get("NEARDUP_OPENWEB_DIR", DEFAULT_DIR)))
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--threshold", type=float, action="append",
+                        help=f"resemblance to catch, both methods (repeat for several; default {DEFAULT_THRESHOLD})")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     try:
@@ -396,12 +404,12 @@ def main() -> None:
     variants = {"served": served, "stripped": stripped(served)}
     rows = []
     for variant, pages in variants.items():
-        for name in args.methods.split(","):
-            decisions, cpu = METHODS[name](pages)
-            row = {"variant": variant, "method": name, "pages": len(pages), "cpu_s": round(cpu, 2),
-                   **score(pages, decisions, distinct)}
+        for name, threshold in itertools.product(args.methods.split(","), args.threshold or [DEFAULT_THRESHOLD]):
+            decisions, cpu = METHODS[name](pages, threshold)
+            row = {"variant": variant, "method": name, "threshold": threshold, "pages": len(pages),
+                   "cpu_s": round(cpu, 2), **score(pages, decisions, distinct)}
             rows.append(row)
-            print(f"{variant:9} {name:16} pages {len(pages):5}  kept-recall {row['kept_recall']:.3f}  "
+            print(f"{variant:9} {name:16} {threshold:4.2f} pages {len(pages):5}  kept-recall {row['kept_recall']:.3f}  "
                   f"precision {row['precision']:.3f}  distinct dropped {row['distinct_dropped']:3}  "
                   f"by kind {row['by_kind']}  cpu {cpu:.1f} s", flush=True)
     if args.json:

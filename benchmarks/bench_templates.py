@@ -35,7 +35,7 @@ it and in all groups, and the members of J <= 0.5 to their group's first page (t
 Prints a table and writes ``benchmarks/results/templates.json``.
 
     python benchmarks/bench_templates.py [--corpus NAME ...] [--variant served|stripped] [--method NAME ...]
-                                         [--worst N] [--output FILE]
+                                         [--threshold R] [--worst N] [--output FILE]
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ from scrapy_neardup.core.host_template import SAMPLE_PAGES, learn_template  # no
 from scrapy_neardup.core.mirror_table import host_of  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
 from scrapy_neardup.core.text import ContentMode  # noqa: E402
+from scrapy_neardup.core.theory import DEFAULT_THRESHOLD  # noqa: E402
 
 logger = logging.getLogger(__name__)
 RESULTS = ROOT / "benchmarks" / "results"
@@ -94,9 +95,10 @@ class MethodResult:
 Method = Callable[[Sequence[tuple[str, bytes]]], MethodResult]
 
 
-def product_method(content: ContentMode, learn: str | None = None) -> Method:
+def product_method(content: ContentMode, learn: str | None = None, threshold: float = DEFAULT_THRESHOLD) -> Method:
     """The product's sketching with ``Sketcher(content=content)`` and ``Deduper``'s first-seen-is-kept decisions
-    (default ``k`` and threshold); groups from ``GroupBuilder`` on the same sketches, both linkages.
+    (default ``k``; ``t`` chosen for ``threshold`` as the settings choose it: ``--threshold``, default 0.9);
+    groups from ``GroupBuilder`` on the same sketches, both linkages.
 
     ``learn`` (``"auto"`` mode): how each host's template is learned: ``"batch"`` from all of the host's pages (as
     ``neardup dedupe`` does), ``"crawl"`` from its first
@@ -109,7 +111,7 @@ def product_method(content: ContentMode, learn: str | None = None) -> Method:
         templates = _templates(sketcher, pages, learn) if learn is not None else None
         sketches = sketcher.sketch_many([html for _, html in pages], templates=templates)
         cpu = time.process_time() - start
-        deduper = Deduper(sketcher)
+        deduper = Deduper(sketcher, threshold=threshold)
         builders = {linkage: GroupBuilder(sketcher.num_perm, deduper.min_shared, sketcher.tag, linkage=linkage)
                     for linkage in ("transitive", "representative")}
         decisions: dict[str, Decision] = {}
@@ -138,20 +140,24 @@ def _templates(sketcher: Sketcher, pages: Sequence[tuple[str, bytes]], learn: st
     return [learned.get(host_of(key) or "") for key, _ in pages]
 
 
-METHODS: dict[str, Callable[[], Method]] = {
-    "body": lambda: product_method("body"),
-    "main": lambda: product_method("main"),
-    "auto": lambda: product_method("auto", "crawl"),
-    "auto-batch": lambda: product_method("auto", "batch"),
+#: The built-in methods, each made for a threshold.
+METHODS: dict[str, Callable[[float], Method]] = {
+    "body": lambda threshold: product_method("body", threshold=threshold),
+    "main": lambda threshold: product_method("main", threshold=threshold),
+    "auto": lambda threshold: product_method("auto", "crawl", threshold),
+    "auto-batch": lambda threshold: product_method("auto", "batch", threshold),
 }
 #: Also available by name: ``auto`` without host templates (each page read alone).
-EXTRA_METHODS: dict[str, Callable[[], Method]] = {"auto-none": lambda: product_method("auto", None)}
+EXTRA_METHODS: dict[str, Callable[[float], Method]] = {
+    "auto-none": lambda threshold: product_method("auto", None, threshold),
+}
 
 
-def resolve_method(name: str) -> Method:
-    """A method by name (:data:`METHODS`) or ``module:attribute`` (a method, or a factory taking no argument)."""
+def resolve_method(name: str, threshold: float = DEFAULT_THRESHOLD) -> Method:
+    """A method by name (:data:`METHODS`, made for ``threshold``) or ``module:attribute`` (a method, or a factory
+    taking no argument)."""
     if name in METHODS or name in EXTRA_METHODS:
-        return {**METHODS, **EXTRA_METHODS}[name]()
+        return {**METHODS, **EXTRA_METHODS}[name](threshold)
     if ":" not in name:
         raise SystemExit(f"unknown method {name!r}: one of {', '.join(METHODS)} or module:attribute")
     module, attribute = name.split(":", 1)
@@ -223,12 +229,14 @@ def main() -> None:
     parser.add_argument("--corpus", action="append", choices=CORPUS_NAMES, help="default: all")
     parser.add_argument("--variant", action="append", choices=VARIANTS, help="default: both")
     parser.add_argument("--method", action="append", help=f"default: {', '.join(METHODS)}")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help=f"resemblance the built-in methods catch (default {DEFAULT_THRESHOLD})")
     parser.add_argument("--worst", type=int, default=3, help="worst false drops printed per row (all kept: 10)")
     parser.add_argument("--output", type=Path, default=RESULTS / "templates.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     names = args.method or list(METHODS)
-    methods = {name: resolve_method(name) for name in names}
+    methods = {name: resolve_method(name, args.threshold) for name in names}
     rows: list[dict[str, Any]] = []
     corpora_info = []
     build_start = time.perf_counter()

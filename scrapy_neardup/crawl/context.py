@@ -65,13 +65,16 @@ class CrawlContext:
             setattr(crawler, ATTRIBUTE, context)
         return context
 
-    def on_scheduled(self, observer: Callable[[Any], None]) -> None:
-        """Call ``observer`` with each request the crawl schedules (Scrapy's ``request_scheduled``), after the
-        observers added before it. The signal is followed from the first observer on, not before: Scrapy
-        dispatches it for every link a spider yields (most of them then refused as duplicates), at about 2 µs a
-        handler (``benchmarks/bench_links.py``), and a crawl whose mirror middleware and copy waits are off has
-        nothing to do with it."""
+    def on_scheduled(self, observer: Callable[[Any, bool], None]) -> None:
+        """Call ``observer(request, first)`` with each request the crawl schedules (Scrapy's
+        ``request_scheduled``) for the first time, and with the requests seen before that
+        :meth:`~scrapy_neardup.crawl.hooks.CrawlHooks.request_scheduled` lets through, after the observers added
+        before it. The signal is followed from the first observer on, not before: Scrapy dispatches it for every
+        link a spider yields (most of them then refused as duplicates), at about 2 µs a handler
+        (``benchmarks/bench_links.py``), and a crawl whose mirror middleware and copy waits are off has nothing to
+        do with it."""
         if not self.hooks.scheduled and self.crawler is not None:
+            self.hooks.fingerprint_with(self.crawler.request_fingerprinter.fingerprint)
             self.crawler.signals.connect(self.hooks.request_scheduled, signal=signals.request_scheduled)
         self.hooks.scheduled.append(observer)
 

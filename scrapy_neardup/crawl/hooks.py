@@ -5,6 +5,7 @@ Design notes: docs/architecture.md#scrapy_neardupcrawlhooks
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,10 +53,19 @@ class CrawlHooks:
         self.mirror_decisions: list[Any] = []
         #: whether a middleware reads canonical links from responses (else the pipeline reads its text field).
         self.reads_canonical_links = False
-        #: called with each scheduled request, in the order they were added (the mirror middleware first: it may
-        #: raise ``IgnoreRequest``, which ignores the request and skips the rest). One signal handler for all of
-        #: them: Scrapy's dispatch costs more per handler than these do, on every link a spider schedules.
-        self.scheduled: list[Callable[[Any], None]] = []
+        #: called with ``(request, first)`` for each request scheduled with a fingerprint not seen before
+        #: (``first``), and for a request seen before that carries one of :attr:`news_keys` in its meta; in the
+        #: order they were added (the mirror middleware first: it may raise ``IgnoreRequest``, which ignores the
+        #: request and skips the rest). One signal handler for all of them: Scrapy's dispatch costs more per
+        #: handler than these do, on every link a spider schedules, and most links are of pages seen before.
+        self.scheduled: list[Callable[[Any, bool], None]] = []
+        #: meta keys that make a request seen before news to the observers: a redirect (its source is no longer a
+        #: page to come), a mirror's request handed back to be refused.
+        self.news_keys: list[str] = ["redirect_urls"]
+        # The fingerprints of the requests scheduled: in a crawl the duplicate filter's own objects (Scrapy's
+        # fingerprinter computes them once per request and caches them), so that the set costs its slots only.
+        self._fingerprint: Callable[[Any], object] = operator.attrgetter("url")
+        self._scheduled_before: set[object] = set()
         #: called with each request that was scheduled and will not be downloaded after all (the mirror middleware
         #: hands a mirror's request back to be refused): no page comes of it.
         self.withdrawn: list[Callable[[Any], None]] = []
@@ -102,13 +112,31 @@ class CrawlHooks:
         if host not in self._ranks:
             self._ranks[host] = len(self._ranks)
 
+    def fingerprint_with(self, fingerprint: Callable[[Any], object]) -> None:
+        """Tell scheduled requests apart by ``fingerprint`` (the crawl's request fingerprinter; else by URL)."""
+        self._fingerprint = fingerprint
+
     def request_scheduled(self, request: Any, spider: Any = None) -> None:
-        """Scrapy's ``request_scheduled`` signal: start requests in the spider's order, then every other."""
-        host = host_of(request.url)
-        if host is not None:
-            self.meet(host)
+        """Scrapy's ``request_scheduled`` signal: hosts are met in the order of their first requests (start
+        requests in the spider's order, then every other). A request of a fingerprint scheduled before (the
+        scheduler refuses it, or it is a retry of a page already counted) reaches the observers only with one of
+        :attr:`news_keys` in its meta."""
+        fingerprint = self._fingerprint(request)
+        first = fingerprint not in self._scheduled_before
+        if first:
+            self._scheduled_before.add(fingerprint)
+            host = host_of(request.url)
+            if host is not None:
+                self.meet(host)
+        else:
+            meta = request.meta
+            for key in self.news_keys:
+                if key in meta:
+                    break
+            else:
+                return
         for observer in self.scheduled:
-            observer(request)
+            observer(request, first)
 
     def rank(self, host: str) -> int | None:
         """0 for the host met first, 1 for the next...; ``None`` for a host no request was scheduled for."""

@@ -67,7 +67,9 @@ class MirrorHostsMiddleware:
         # Reads the state settings and builds the backend's host store: a wrong setting is met here first.
         with component_startup(crawler):
             middleware = cls(crawler, config, hosts)
-        CrawlContext.of(crawler).on_scheduled(middleware.request_scheduled)
+        context = CrawlContext.of(crawler)
+        context.hooks.news_keys.append(_SKIPPED)  # a request handed back is scheduled again, to be refused
+        context.on_scheduled(middleware.request_scheduled)
         crawler.signals.connect(middleware.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(middleware.spider_closed, signal=signals.spider_closed)
         return middleware
@@ -86,7 +88,7 @@ class MirrorHostsMiddleware:
         if self.store is not None and self._spider_open:  # not when the crawl failed to start (backend down)
             await self._close_store()
 
-    def request_scheduled(self, request: Request, spider: Any = None) -> None:
+    def request_scheduled(self, request: Request, first: bool) -> None:
         """Hosts are met in the order their first requests are scheduled: start URLs in the spider's order (the
         downloader's own order follows its slots, not the spider)."""
         host = host_of(request.url)

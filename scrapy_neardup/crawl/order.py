@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import operator
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -68,16 +67,11 @@ class KeepOrder:
         self._pending: dict[int, dict[int, int]] = {}
         self._first_checked: dict[int, int] = {}  # hash of a path and query -> best rank of a host that checked it
         self._waiters: dict[int, list[Deferred[None]]] = {}  # hash of a path and query -> pages waiting on it
-        # Fingerprints of the requests followed: in a crawl, the same objects the duplicate filter keeps (its
-        # fingerprinter caches them per request), so that the set costs its slots only.
-        self._followed: set[object] = set()
-        self._fingerprint: Callable[[Any], object] = operator.attrgetter("url")  # the crawl's, once followed
 
     def follow(self, crawler: Crawler, room: int) -> None:
         """Follow ``crawler``'s requests (what is pending where), and let at most ``room`` characters of pages
         wait at once, the scraper's room grown by them while they wait."""
         self.room, self.grow = room, ScraperRoom(crawler).grow
-        self._fingerprint = crawler.request_fingerprinter.fingerprint
         self.context.on_scheduled(self.request_scheduled)
         self.hooks.withdrawn.append(self.request_withdrawn)
         # No request_dropped handler: Scrapy sends that signal for every link refused as a duplicate (most of the
@@ -86,20 +80,17 @@ class KeepOrder:
 
     # -- what is pending where ---------------------------------------------------------------------------------
 
-    def request_scheduled(self, request: Any, spider: Any = None) -> None:
+    def request_scheduled(self, request: Any, first: bool) -> None:
         """A request was scheduled: its page is pending (a redirect's target takes over from its source), unless
-        a request of the same fingerprint was followed before. The scheduler's duplicate filter refuses that
-        one, and a retry (``dont_filter``) is of a page still pending or answered: either way it brings no page
-        that is not counted already."""
+        a request of the same fingerprint was scheduled before (not ``first``). The scheduler's duplicate filter
+        refuses that one, and a retry (``dont_filter``) is of a page still pending or answered: either way it
+        brings no page that is not counted already."""
         if self.wait <= 0:
             return
         for source in request.meta.get("redirect_urls", [])[-1:]:
             self._add(source, -1)
-        fingerprint = self._fingerprint(request)
-        if fingerprint in self._followed:
-            return
-        self._followed.add(fingerprint)
-        self._add(request.url, 1)  # (the hooks met its host first)
+        if first:
+            self._add(request.url, 1)  # (the hooks met its host first)
 
     def request_withdrawn(self, request: Any) -> None:
         """The mirror middleware withdrew a scheduled request (a mirror's page): it brings no page."""

@@ -384,3 +384,29 @@ def test_a_link_seen_before_is_not_a_page_to_come() -> None:
         wait_for_b(1.0)
     order.request_withdrawn(pending)  # the one request that brings it gone: nothing of a's is to come there
     assert wait_for_b(1.0) < 0.6  # the copy wait (0.2 s) only
+
+
+def test_observers_hear_of_a_page_once_and_of_news_about_it() -> None:
+    """A link to a page scheduled before (again, with a fragment, as a retry) reaches no observer: on a
+    ``CrawlSpider`` nine links of ten are such links, and the observers would only find that they saw the page.
+    A redirect to a page seen before still does (its source is given back), as does a mirror's request handed
+    back to be refused; and hosts are ranked by their first requests."""
+    from scrapy import Request
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_neardup.crawl.context import CrawlContext
+
+    context = CrawlContext.of(get_crawler())
+    heard: list[tuple[str, bool]] = []
+    context.on_scheduled(lambda request, first: heard.append((request.url, first)))
+    hooks = context.hooks
+    hooks.news_keys.append("handed_back")
+    a, b = "http://a.test", "http://b.test"
+    hooks.request_scheduled(Request(f"{a}/x"))
+    hooks.request_scheduled(Request(f"{a}/x#part"))
+    hooks.request_scheduled(Request(f"{a}/x", dont_filter=True, meta={"retry_times": 1}))
+    hooks.request_scheduled(Request(f"{b}/y"))
+    hooks.request_scheduled(Request(f"{a}/x", meta={"redirect_urls": [f"{a}/old"]}))
+    hooks.request_scheduled(Request(f"{b}/y", meta={"handed_back": True}))
+    assert heard == [(f"{a}/x", True), (f"{b}/y", True), (f"{a}/x", False), (f"{b}/y", False)]
+    assert (hooks.rank(f"{a}:80"), hooks.rank(f"{b}:80")) == (0, 1)  # host_of's form
