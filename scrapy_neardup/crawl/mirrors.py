@@ -90,7 +90,8 @@ class MirrorHostsMiddleware:
 
     def request_scheduled(self, request: Request, first: bool) -> None:
         """Hosts are met in the order their first requests are scheduled: start URLs in the spider's order (the
-        downloader's own order follows its slots, not the spider)."""
+        downloader's own order follows its slots, not the spider). ``first`` is False for a request seen before,
+        which reaches this only when handed back by :meth:`process_request` (its mark is in ``news_keys``)."""
         host = host_of(request.url)
         if host is None:
             return
