@@ -144,7 +144,14 @@ def index_docs(client: Any, index: str) -> dict[str, dict[str, Any]]:
 
 
 def shard_copies(client: Any, index: str) -> list[dict[str, Any]]:
-    return list(client.cat.shards(index=index, format="json", h="shard,prirep,state,node"))
+    """The index's shard copies from ``_cat/shards``. A relocating copy's node column reads
+    ``"source -> ip node-id target"``: ``node`` is the source (the node holding it now), ``relocating_to`` the
+    target's name."""
+    copies = list(client.cat.shards(index=index, format="json", h="shard,prirep,state,node"))
+    for copy in copies:
+        source, arrow, target = (copy.get("node") or "").partition(" -> ")
+        copy["node"], copy["relocating_to"] = source, target.split()[-1] if arrow else None
+    return copies
 
 
 @pytest.fixture
@@ -203,8 +210,9 @@ def test_crawlers_and_groups_on_a_cluster(es_cluster: Any, cluster_client: Any, 
     assert (settings["number_of_shards"], settings["auto_expand_replicas"]) == (str(SHARDS), "0-1")
     sequencer = sequencer_index(cluster_index)
     for index in (cluster_index, sequencer):
-        health = cluster_client.cluster.health(index=index, wait_for_status="green", timeout="60s")
-        assert health["status"] == "green" and health["number_of_nodes"] == 3
+        health = cluster_client.cluster.health(index=index, wait_for_status="green", timeout="60s",
+                                                wait_for_no_relocating_shards=True)
+        assert health["status"] == "green" and health["number_of_nodes"] == 3 and not health["relocating_shards"]
     settings = cluster_client.indices.get_settings(index=cluster_index)[cluster_index]["settings"]["index"]
     assert settings["number_of_replicas"] == "1"
     copies = shard_copies(cluster_client, cluster_index)
@@ -300,9 +308,12 @@ def crawl_with_a_kill(es_cluster: Any, cluster_client: Any, cluster_index: str, 
                 cluster_client.indices.put_settings(index=index,
                                                     settings={"index.unassigned.node_left.delayed_timeout": "0"})
                 # The premise is a failover: replicas must be started (in sync) before their primary dies, or the
-                # kill takes the only copy away. Usually done long before; on a loaded machine it may not be.
-                health = cluster_client.cluster.health(index=index, wait_for_status="green", timeout="60s")
-                if health.get("status") != "green":
+                # kill takes the only copy away. Usually done long before; on a loaded machine it may not be. No
+                # copy may be relocating either (the cluster rebalances after an earlier test's node restart): the
+                # victim is chosen by where each primary is, which must not change under the kill.
+                health = cluster_client.cluster.health(index=index, wait_for_status="green", timeout="60s",
+                                                        wait_for_no_relocating_shards=True)
+                if health.get("status") != "green" or health.get("relocating_shards"):
                     raise RuntimeError(f"{index} was not green before the kill: {dict(health)}")
             (sequencer,) = [c["node"] for c in shard_copies(cluster_client, indices[1]) if c["prirep"] == "p"]
             master = cluster_client.cat.master(format="json")[0]["node"]
