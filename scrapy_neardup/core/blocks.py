@@ -46,6 +46,11 @@ PASSAGE_SHARE = 0.5
 #: The passages kept must hold at least this share of the page's own words (link blocks and the blocks right after
 #: them aside); else the page keeps them all (its content is a table or a list, and its prose a sidebar's).
 PASSAGES_OF_PAGE = 0.4
+#: The same share for a page that marks nothing, read under its host's template (a blog's post without ``<main>``,
+#: a reference page of a documentation site stripped of it): what the template leaves is the page's own, and the
+#: passages must be most of it. A post is its prose; a class page's description is a small part of what the page
+#: says (its members' tables).
+PASSAGES_UNDER_TEMPLATE = 0.6
 #: A passage of which at least this share of the prose blocks follow a link block is a list of teasers (headline,
 #: then excerpt), not the page's text.
 TEASER_SHARE = 0.5
@@ -231,22 +236,30 @@ def link_lists(blocks: Blocks, is_link: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def own_blocks(blocks: Blocks, template: np.ndarray | None = None, prose: bool = False) -> np.ndarray:
+def own_blocks(blocks: Blocks, template: np.ndarray | None = None, prose_share: float | None = None) -> np.ndarray:
     """``bool[n]``: the blocks of what the page says itself (see the module doc), its host's template being
-    ``template`` (sorted uint64 block hashes; None: none known); with ``prose``, only its :func:`passages` of
-    prose when it has such passages (:func:`reads_prose`)."""
-    return own_selection(blocks, template, prose)[0]
+    ``template`` (sorted uint64 block hashes; None: none known); with ``prose_share`` (:func:`prose_share`), only
+    its :func:`passages` of prose when it has such passages holding that share of its words (None: read whole)."""
+    return own_selection(blocks, template, prose_share)[0]
 
 
-def reads_prose(article: bool, marked: bool, template: np.ndarray | None) -> bool:
-    """Whether a page is read for its :func:`passages` of prose: a page that declares itself an article, and a page
-    that neither marks its main content nor has a host template to remove (a print version, a host of a few
-    pages). Documentation pages, whose signatures and lists are their content, mark their main content or share
-    a host template with their site, and are read whole."""
-    return article or (not marked and (template is None or template.size == 0))
+def prose_share(article: bool, marked: bool, template: np.ndarray | None) -> float | None:
+    """The least share of a page's own words (link blocks and the blocks right after them aside) that its
+    :func:`passages` of prose must hold for the page to be read for them alone; None: the page is read whole.
+
+    None for a page that marks its main content and does not declare itself an article (a documentation page):
+    there, signatures, tables and lists are content. :data:`PASSAGES_OF_PAGE` on an article page and on a page
+    that marks nothing and has no host template (a print version, a host of a few pages).
+    :data:`PASSAGES_UNDER_TEMPLATE` on a page that marks nothing, read under its host's ``template`` (sorted uint64
+    block hashes; None or empty: none known)."""
+    if marked and not article:
+        return None
+    templated = template is not None and template.size > 0
+    return PASSAGES_UNDER_TEMPLATE if templated else PASSAGES_OF_PAGE
 
 
-def own_selection(blocks: Blocks, template: np.ndarray | None = None, prose: bool = False) -> tuple[np.ndarray, bool]:
+def own_selection(blocks: Blocks, template: np.ndarray | None = None,
+                  prose_share: float | None = None) -> tuple[np.ndarray, bool]:
     """:func:`own_blocks` and :func:`thin` in one pass."""
     has_words = blocks.counts > 0
     own = has_words & ~_in_template(blocks.hashes, template)
@@ -254,12 +267,15 @@ def own_selection(blocks: Blocks, template: np.ndarray | None = None, prose: boo
     keep = own & ~link_lists(blocks, is_link)
     words = int(blocks.counts[keep].sum())
     if words >= MIN_OWN_WORDS:
-        kept = passages(blocks, keep, is_link) if prose and is_link is not None else None
+        kept = None
+        if prose_share is not None and is_link is not None:
+            kept = passages(blocks, keep, is_link, prose_share)
         return (keep if kept is None else kept), False
     return (own if own.any() else has_words), words > 0
 
 
-def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None) -> np.ndarray | None:
+def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None,
+             of_page: float = PASSAGES_OF_PAGE) -> np.ndarray | None:
     """``bool[n]``: the blocks of ``keep`` that lie in the page's passages of prose, or None when the page keeps
     all of ``keep`` (docs/content.md, "How auto reads a page", step 5).
 
@@ -271,10 +287,11 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     a passage ends at its last prose block that does not follow a link block. The largest passage is kept with
     every passage of at least :data:`PASSAGE_SHARE` of its prose words. None when the prose is too little to
     trust: the largest passage under :data:`MIN_PASSAGE_WORDS` words; fewer than :data:`MIN_PROSE_BLOCKS` prose
-    blocks kept and under :data:`LONE_PROSE_WORDS` words (a sidebar's blurb); the passages under
-    :data:`PASSAGES_OF_PAGE` of the words of ``keep`` that are neither link blocks nor right after one (a table
-    or a list, whose prose is a sidebar's); and on pages without link text (plain text: every line is what the
-    text says). ``is_link``: the page's :func:`link_blocks`, when known.
+    blocks kept and under :data:`LONE_PROSE_WORDS` words (a sidebar's blurb); the passages under ``of_page``
+    (:data:`PASSAGES_OF_PAGE`; see :func:`prose_share`) of the words of ``keep``
+    that are neither link blocks nor right after one (a table or a list, whose prose is a sidebar's); and on pages
+    without link text (plain text: every line is what the text says). ``is_link``: the page's
+    :func:`link_blocks`, when known.
     """
     counts, chars, link_chars = blocks.counts, blocks.chars, blocks.link_chars
     if not link_chars.any():
@@ -307,7 +324,7 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     out: np.ndarray = keep & _spans(counts.size, prose[first[chosen]], prose[last[chosen]]) & ~link_block
     # The share is of what could be the page's text: link blocks and what follows them (teasers under their
     # headlines) are not.
-    if counts[out].sum() < PASSAGES_OF_PAGE * counts[keep & ~link_block & ~after_link].sum():
+    if counts[out].sum() < of_page * counts[keep & ~link_block & ~after_link].sum():
         return None
     return out
 
@@ -337,14 +354,14 @@ def thin(blocks: Blocks, template: np.ndarray | None = None) -> bool:
     return own_selection(blocks, template)[1]
 
 
-def own_words(blocks: Blocks, template: np.ndarray | None = None, prose: bool = False) -> np.ndarray:
+def own_words(blocks: Blocks, template: np.ndarray | None = None, prose_share: float | None = None) -> np.ndarray:
     """``bool[w]``: the words of the blocks :func:`own_blocks` keeps."""
-    return own_blocks(blocks, template, prose)[blocks.block] if blocks.block.size else np.zeros(0, dtype=bool)
+    return own_blocks(blocks, template, prose_share)[blocks.block] if blocks.block.size else np.zeros(0, dtype=bool)
 
 
-def own_text(blocks: Blocks, template: np.ndarray | None = None, prose: bool = False) -> bytes:
+def own_text(blocks: Blocks, template: np.ndarray | None = None, prose_share: float | None = None) -> bytes:
     """The normalized text of what the page says itself (its words of :func:`own_words`, single spaces)."""
-    return blocks.text(own_words(blocks, template, prose))
+    return blocks.text(own_words(blocks, template, prose_share))
 
 
 def _in_template(hashes: np.ndarray, template: np.ndarray | None) -> np.ndarray:

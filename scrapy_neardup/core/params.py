@@ -37,12 +37,14 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: 11: every mode: the options of a ``<select>`` list are not text; ``"auto"``: a reading that leaves out the page's
 #: paragraph body (:mod:`scrapy_neardup.core.main_content`), not as a comment thread, reads that body instead,
 #: and of several ``<main>`` elements only one that holds most of their words is the main content.
-SCHEME_VERSION = 11
+#: 12: ``"auto"``: a page that marks nothing, read under its host's template, read by its passages of prose when
+#: they hold most of its own words (:data:`scrapy_neardup.core.blocks.PASSAGES_UNDER_TEMPLATE`), no longer whole.
+SCHEME_VERSION = 12
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading
 #: of self-closing SVG elements (10) and of ``<select>`` lists (11).
 BODY_SCHEME_VERSION = 11
-#: The scheme ``"main"`` sketches carry: 6 to 9 changed ``"auto"`` only.
+#: The scheme ``"main"`` sketches carry: 6 to 9 and 12 changed ``"auto"`` only.
 MAIN_SCHEME_VERSION = 11
 #: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it), and the modes
 #: it changed (``None``: every mode).
@@ -57,6 +59,8 @@ _SCHEME_CHANGES: dict[int, tuple[tuple[str, ...] | None, str]] = {
     10: (None, "a page with many self-closing SVG elements (an inline chart) read as tag-stripped text"),
     11: (None, "the options of <select> lists read as text, and (auto) an article's paragraph body lost to a class "
                "name or a misplaced <main>"),
+    12: (("auto",), "a page that marks nothing read whole under its host's template, with the teasers and widgets "
+                    "around its prose"),
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a

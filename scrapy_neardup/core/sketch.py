@@ -14,7 +14,7 @@ import mmh3
 import numpy as np
 
 from ..errors import IncompatibleSketches
-from .blocks import own_selection, own_text, reads_prose, split_blocks, split_blocks_many
+from .blocks import own_selection, own_text, prose_share, split_blocks, split_blocks_many
 from .minhash import OnePermutationHasher
 from .params import (  # the tag codec is re-exported: it was defined here in earlier versions
     BODY_SCHEME_VERSION,
@@ -347,12 +347,13 @@ class Sketcher:
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
 
 
-def auto_reading(cleaned: CleanText, template: np.ndarray | None) -> tuple[np.ndarray | None, bool]:
+def auto_reading(cleaned: CleanText, template: np.ndarray | None) -> tuple[np.ndarray | None, float | None]:
     """How ``"auto"`` reads a cleaned page whose host's template is ``template``: the template it is read under
-    (none for a page that marks its main content: the page says what it says), and whether it is read for its
-    passages of prose (:func:`~scrapy_neardup.core.blocks.reads_prose`)."""
+    (none for a page that marks its main content: the page says what it says), and the share of its own words its
+    passages of prose must hold to be read alone (:func:`~scrapy_neardup.core.blocks.prose_share`; None: read
+    whole)."""
     template = None if cleaned.marked else template
-    return template, reads_prose(cleaned.article, cleaned.marked, template)
+    return template, prose_share(cleaned.article, cleaned.marked, template)
 
 
 def _occurrences(words: np.ndarray, run: np.ndarray) -> np.ndarray:

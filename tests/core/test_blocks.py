@@ -10,13 +10,16 @@ from scrapy_neardup.core.blocks import (
     MIN_OWN_WORDS,
     MIN_PASSAGE_WORDS,
     PASSAGE_GAP,
+    PASSAGES_OF_PAGE,
+    PASSAGES_UNDER_TEMPLATE,
     PROSE_CHARS,
     link_lists,
     own_text,
     passages,
-    reads_prose,
+    prose_share,
     split_blocks,
 )
+from scrapy_neardup.core.host_template import learn_template
 from scrapy_neardup.core.html import marked_text, tag_positions
 from scrapy_neardup.core.marks import BLOCK, LINK_END, LINK_START
 from scrapy_neardup.core.sketch import Sketcher
@@ -135,7 +138,7 @@ def _gap() -> str:
 
 
 def _prose(text: str) -> bytes:
-    return own_text(_marked(text), None, prose=True)
+    return own_text(_marked(text), None, PASSAGES_OF_PAGE)
 
 
 def test_an_article_keeps_its_passage_without_dateline_share_block_and_comment_count() -> None:
@@ -188,9 +191,62 @@ def test_short_prose_tables_and_plain_text_are_read_whole() -> None:
     assert passages(plain, plain.counts > 0) is None
 
 
-def test_which_pages_are_read_for_their_prose() -> None:
+def test_which_pages_are_read_for_their_prose_and_how_much_it_must_be() -> None:
     empty, learned = np.zeros(0, dtype=np.uint64), np.array([7], dtype=np.uint64)
-    assert reads_prose(True, True, None) and reads_prose(True, False, learned)  # articles, always
-    assert reads_prose(False, False, None) and reads_prose(False, False, empty)  # nothing marked, no template
-    assert not reads_prose(False, True, None)  # a documentation page that marks its main content
-    assert not reads_prose(False, False, learned)  # a page of a site whose template is known
+    assert prose_share(False, True, None) is None  # a documentation page that marks its main content: read whole
+    # Nothing else says what is the page's own: the passages need only be a good part of it.
+    assert prose_share(True, True, None) == prose_share(True, False, None) == PASSAGES_OF_PAGE  # article pages
+    assert prose_share(False, False, None) == prose_share(False, False, empty) == PASSAGES_OF_PAGE  # a print copy
+    # What the host's template leaves is the page's own: the passages must be most of it.
+    assert prose_share(False, False, learned) == prose_share(True, False, learned) == PASSAGES_UNDER_TEMPLATE
+    assert PASSAGES_OF_PAGE < PASSAGES_UNDER_TEMPLATE
+
+
+def test_under_a_host_template_the_passages_must_be_most_of_the_page() -> None:
+    """A page whose passages hold about half its own words (a reference page: a class's description, then its
+    members' table) keeps its passages only when no host template is known; under one, it is read whole."""
+    article = _paragraph("a") + _paragraph("b") + _paragraph("c")
+    cells = "".join(_block(f"row{i} cell value") for i in range(20))
+    page = _marked(article + _gap() + cells + _block("home", link=True))
+    keep = page.counts > 0
+    chosen = passages(page, keep)
+    assert chosen is not None
+    share = page.counts[chosen].sum() / page.counts[keep].sum()
+    assert PASSAGES_OF_PAGE <= share < PASSAGES_UNDER_TEMPLATE
+    template = np.array([7], dtype=np.uint64)  # known, and none of this page's blocks
+    assert own_text(page, None, PASSAGES_OF_PAGE) == _prose(article) == own_text(_marked(article))
+    assert own_text(page, template, PASSAGES_UNDER_TEMPLATE) == own_text(page, template) == own_text(page)
+    # A post with a teaser block of its own after it (no two pages share it): the post alone, template or not.
+    teasers = "".join(_block(f"headline {i} of another story", link=True) + _paragraph(f"t{i}x", 20) for i in range(3))
+    post = _marked(article + teasers)
+    assert own_text(post, template, PASSAGES_UNDER_TEMPLATE) == own_text(post, None, PASSAGES_OF_PAGE)
+    assert own_text(post, template, PASSAGES_UNDER_TEMPLATE) == _prose(article)
+    assert b"t0x0" in own_text(post, template)
+
+
+def test_a_blog_post_under_its_sites_template_is_read_without_the_teasers_added_to_it() -> None:
+    """Through the sketcher, as ``neardup dedupe`` runs it: posts of one site that mark nothing, the template
+    learned from them; a post served again with a "related stories" block of headlines and teasers reads as
+    itself. A reference page of the same site, whose prose is half of what it says, keeps its members' table."""
+    sketcher = Sketcher()
+
+    def page(body: str) -> str:
+        return (f"<html><body><div><a href=/>Home</a> <a href=/blog>Blog</a> <a href=/about>About</a></div>"
+                f"<div>{body}</div><div><p>Copyright the example project</p></div></body></html>")
+
+    def post(n: int, words: int = 30) -> str:
+        return page(f"<h1>Post {n}</h1>" + "".join(
+            f"<p>{' '.join(f'n{n}p{i}w{j}' for j in range(words))}</p>" for i in range(3)))
+
+    posts = [post(n) for n in range(8)]
+    template = learn_template([h for h in sketcher.block_hashes(posts) if h is not None]).hashes
+    assert template.size
+    related = "".join(f"<li><a href=/p{i}>Another story {i}</a><p>{' '.join(f'r{i}w{j}' for j in range(20))}</p></li>"
+                      for i in range(3))
+    again = posts[0].replace("</div><div><p>Copyright", f"<h3>Related stories</h3><ul>{related}</ul></div>"
+                             "<div><p>Copyright")
+    assert sketcher.text(again, template=template) == sketcher.text(posts[0], template=template)
+    members = "".join(f"<tr><td><code>method_{i}(x)</code></td><td>returns {i}</td></tr>" for i in range(20))
+    description = "".join(f"<p>{' '.join(f'd{i}w{j}' for j in range(40))}</p>" for i in range(2))
+    reference = page(f"<h1>Class C</h1>{description}<table>{members}</table>")
+    assert b"method_19" in sketcher.text(reference, template=template)
