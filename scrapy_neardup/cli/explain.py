@@ -129,9 +129,8 @@ def explain(sketcher: Sketcher, min_shared: int, sides: list[Side]) -> dict[str,
         side.marked = cleaned.marked
         side.sketched = sketcher.text(side.content, template=side.template).decode("utf-8")
         if sketcher.content == "auto":  # were passages of prose read? (the same text without them differs)
-            template, share = auto_reading(cleaned, side.template)
-            if share is not None:
-                side.prose = own_text(split_blocks(cleaned.utf8), template).decode("utf-8") != side.sketched
+            template, _ = auto_reading(cleaned, side.template)
+            side.prose = own_text(split_blocks(cleaned.utf8), template).decode("utf-8") != side.sketched
         side.whole = clean_text(side.content, None, sketcher.max_chars, "body").text
     sketches: list[Sketch] = sketcher.sketch_many([a.content, b.content], templates=[a.template, b.template])
     k = sketcher.num_perm

@@ -51,6 +51,10 @@ PASSAGES_OF_PAGE = 0.4
 #: passages must be most of it. A post is its prose; a class page's description is a small part of what the page
 #: says (its members' tables).
 PASSAGES_UNDER_TEMPLATE = 0.6
+#: The same share in the main content a page marks without declaring itself an article (a documentation page, a
+#: blog's post in ``<main>``): only a part that is nearly all prose loses what lies around its passages (a post's
+#: title, byline and links to its neighbours); a reference page's signatures, tables and lists are read whole.
+PASSAGES_OF_MAIN = 0.9
 #: A passage of which at least this share of the prose blocks follow a link block is a list of teasers (headline,
 #: then excerpt), not the page's text.
 TEASER_SHARE = 0.5
@@ -243,17 +247,17 @@ def own_blocks(blocks: Blocks, template: np.ndarray | None = None, prose_share: 
     return own_selection(blocks, template, prose_share)[0]
 
 
-def prose_share(article: bool, marked: bool, template: np.ndarray | None) -> float | None:
+def prose_share(article: bool, marked: bool, template: np.ndarray | None) -> float:
     """The least share of a page's own words (link blocks and the blocks right after them aside) that its
-    :func:`passages` of prose must hold for the page to be read for them alone; None: the page is read whole.
+    :func:`passages` of prose must hold for the page to be read for them alone.
 
-    None for a page that marks its main content and does not declare itself an article (a documentation page):
-    there, signatures, tables and lists are content. :data:`PASSAGES_OF_PAGE` on an article page and on a page
-    that marks nothing and has no host template (a print version, a host of a few pages).
-    :data:`PASSAGES_UNDER_TEMPLATE` on a page that marks nothing, read under its host's ``template`` (sorted uint64
-    block hashes; None or empty: none known)."""
+    :data:`PASSAGES_OF_PAGE` on an article page and on a page that marks nothing and has no host template (a print
+    version, a host of a few pages). :data:`PASSAGES_UNDER_TEMPLATE` on a page that marks nothing, read under its
+    host's ``template`` (sorted uint64 block hashes; None or empty: none known). :data:`PASSAGES_OF_MAIN` in the
+    main content a page marks without declaring itself an article (a documentation page, a post in ``<main>``):
+    there, signatures, tables and lists are content, and only a part that is nearly all prose is cut."""
     if marked and not article:
-        return None
+        return PASSAGES_OF_MAIN
     templated = template is not None and template.size > 0
     return PASSAGES_UNDER_TEMPLATE if templated else PASSAGES_OF_PAGE
 

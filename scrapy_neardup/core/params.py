@@ -37,8 +37,9 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: 11: every mode: the options of a ``<select>`` list are not text; ``"auto"``: a reading that leaves out the page's
 #: paragraph body (:mod:`scrapy_neardup.core.main_content`), not as a comment thread, reads that body instead,
 #: and of several ``<main>`` elements only one that holds most of their words is the main content.
-#: 12: ``"auto"``: a page that marks nothing, read under its host's template, read by its passages of prose when
-#: they hold most of its own words (:data:`scrapy_neardup.core.blocks.PASSAGES_UNDER_TEMPLATE`), no longer whole.
+#: 12: ``"auto"``: a page that marks nothing, read under its host's template, and the main content a page marks
+#: without declaring an article, read by their passages of prose when those hold most, or nearly all, of their own
+#: words (:func:`scrapy_neardup.core.blocks.prose_share`), no longer whole.
 SCHEME_VERSION = 12
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading
@@ -59,8 +60,8 @@ _SCHEME_CHANGES: dict[int, tuple[tuple[str, ...] | None, str]] = {
     10: (None, "a page with many self-closing SVG elements (an inline chart) read as tag-stripped text"),
     11: (None, "the options of <select> lists read as text, and (auto) an article's paragraph body lost to a class "
                "name or a misplaced <main>"),
-    12: (("auto",), "a page that marks nothing read whole under its host's template, with the teasers and widgets "
-                    "around its prose"),
+    12: (("auto",), "a page read whole under its host's template, or within the main content it marks, with the "
+                    "teasers, bylines and neighbours' links around its prose"),
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a

@@ -347,11 +347,10 @@ class Sketcher:
         return jaccard(self.shingle_set(a, is_html), self.shingle_set(b, is_html))
 
 
-def auto_reading(cleaned: CleanText, template: np.ndarray | None) -> tuple[np.ndarray | None, float | None]:
+def auto_reading(cleaned: CleanText, template: np.ndarray | None) -> tuple[np.ndarray | None, float]:
     """How ``"auto"`` reads a cleaned page whose host's template is ``template``: the template it is read under
     (none for a page that marks its main content: the page says what it says), and the share of its own words its
-    passages of prose must hold to be read alone (:func:`~scrapy_neardup.core.blocks.prose_share`; None: read
-    whole)."""
+    passages of prose must hold to be read alone (:func:`~scrapy_neardup.core.blocks.prose_share`)."""
     template = None if cleaned.marked else template
     return template, prose_share(cleaned.article, cleaned.marked, template)
 

@@ -10,6 +10,7 @@ from scrapy_neardup.core.blocks import (
     MIN_OWN_WORDS,
     MIN_PASSAGE_WORDS,
     PASSAGE_GAP,
+    PASSAGES_OF_MAIN,
     PASSAGES_OF_PAGE,
     PASSAGES_UNDER_TEMPLATE,
     PROSE_CHARS,
@@ -193,13 +194,14 @@ def test_short_prose_tables_and_plain_text_are_read_whole() -> None:
 
 def test_which_pages_are_read_for_their_prose_and_how_much_it_must_be() -> None:
     empty, learned = np.zeros(0, dtype=np.uint64), np.array([7], dtype=np.uint64)
-    assert prose_share(False, True, None) is None  # a documentation page that marks its main content: read whole
+    # A page's marked main content (a documentation page, a post in <main>): cut only when nearly all prose.
+    assert prose_share(False, True, None) == prose_share(False, True, learned) == PASSAGES_OF_MAIN
     # Nothing else says what is the page's own: the passages need only be a good part of it.
     assert prose_share(True, True, None) == prose_share(True, False, None) == PASSAGES_OF_PAGE  # article pages
     assert prose_share(False, False, None) == prose_share(False, False, empty) == PASSAGES_OF_PAGE  # a print copy
     # What the host's template leaves is the page's own: the passages must be most of it.
     assert prose_share(False, False, learned) == prose_share(True, False, learned) == PASSAGES_UNDER_TEMPLATE
-    assert PASSAGES_OF_PAGE < PASSAGES_UNDER_TEMPLATE
+    assert PASSAGES_OF_PAGE < PASSAGES_UNDER_TEMPLATE < PASSAGES_OF_MAIN
 
 
 def test_under_a_host_template_the_passages_must_be_most_of_the_page() -> None:
@@ -250,3 +252,25 @@ def test_a_blog_post_under_its_sites_template_is_read_without_the_teasers_added_
     description = "".join(f"<p>{' '.join(f'd{i}w{j}' for j in range(40))}</p>" for i in range(2))
     reference = page(f"<h1>Class C</h1>{description}<table>{members}</table>")
     assert b"method_19" in sketcher.text(reference, template=template)
+
+
+def test_a_post_in_main_reads_as_its_print_copy_a_reference_page_in_main_whole() -> None:
+    """Through the sketcher: a blog post in ``<main>`` loses its title, byline, date and "next / previous" links
+    (its print copy has none of them but the title); a reference page in ``<main>``, whose prose is its
+    description, keeps its members' table, which it would lose if it marked nothing."""
+    sketcher = Sketcher()
+    paragraphs = "".join(f"<p>{' '.join(f'p{i}w{j}' for j in range(30))}</p>" for i in range(4))
+    post = (f"<html><body><nav><a href=/>home</a></nav><main><h1>A post</h1><p>Jane Doe</p><p>3 March 2024</p>"
+            f"{paragraphs}<p><a href=/next>Next article: another post</a></p>"
+            f"<p><a href=/prev>Previous article: an older post</a></p></main></body></html>")
+    printed = f"<html><body><h1>A post</h1>{paragraphs}<p><a href=/>example.org</a></p></body></html>"
+    assert sketcher.text(post) == sketcher.text(printed)
+    # Not nearly all prose (a byline of 22 short words: 82% of its words in passages): read whole.
+    assert b"jane doe" in sketcher.text(post.replace("</p><p>3 March", " " + "x " * 20 + "</p><p>3 March"))
+    # Its description (80 words) is half its words: enough for passages on a page that marks nothing, not in <main>.
+    members = "".join(f"<tr><td><code>method_{i}(x)</code></td><td>returns {i}</td></tr>" for i in range(20))
+    description = "".join(f"<p>{' '.join(f'd{i}w{j}' for j in range(40))}</p>" for i in range(2))
+    reference = (f"<html><body><main><h1>Class C</h1>{description}<table>{members}</table>"
+                 f"<p><a href=/up>up</a></p></main></body></html>")
+    assert b"method_19" in sketcher.text(reference)
+    assert b"method_19" not in sketcher.text(reference.replace("main>", "div>"))
