@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 
@@ -240,11 +241,12 @@ def link_lists(blocks: Blocks, is_link: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def own_blocks(blocks: Blocks, template: np.ndarray | None = None, prose_share: float | None = None) -> np.ndarray:
+def own_blocks(blocks: Blocks, template: np.ndarray | None = None, passage_share: float | None = None) -> np.ndarray:
     """``bool[n]``: the blocks of what the page says itself (see the module doc), its host's template being
-    ``template`` (sorted uint64 block hashes; None: none known); with ``prose_share`` (:func:`prose_share`), only
-    its :func:`passages` of prose when it has such passages holding that share of its words (None: read whole)."""
-    return own_selection(blocks, template, prose_share)[0]
+    ``template`` (sorted uint64 block hashes; None: none known); with ``passage_share`` (:func:`prose_share`),
+    only its :func:`passages` of prose when it has such passages holding that share of its words (None: read
+    whole)."""
+    return own_selection(blocks, template, passage_share)[0]
 
 
 def prose_share(article: bool, marked: bool, template: np.ndarray | None) -> float:
@@ -258,12 +260,11 @@ def prose_share(article: bool, marked: bool, template: np.ndarray | None) -> flo
     there, signatures, tables and lists are content, and only a part that is nearly all prose is cut."""
     if marked and not article:
         return PASSAGES_OF_MAIN
-    templated = template is not None and template.size > 0
-    return PASSAGES_UNDER_TEMPLATE if templated else PASSAGES_OF_PAGE
+    return PASSAGES_UNDER_TEMPLATE if _known(template) else PASSAGES_OF_PAGE
 
 
 def own_selection(blocks: Blocks, template: np.ndarray | None = None,
-                  prose_share: float | None = None) -> tuple[np.ndarray, bool]:
+                  passage_share: float | None = None) -> tuple[np.ndarray, bool]:
     """:func:`own_blocks` and :func:`thin` in one pass."""
     has_words = blocks.counts > 0
     own = has_words & ~_in_template(blocks.hashes, template)
@@ -272,8 +273,8 @@ def own_selection(blocks: Blocks, template: np.ndarray | None = None,
     words = int(blocks.counts[keep].sum())
     if words >= MIN_OWN_WORDS:
         kept = None
-        if prose_share is not None and is_link is not None:
-            kept = passages(blocks, keep, is_link, prose_share)
+        if passage_share is not None and is_link is not None:
+            kept = passages(blocks, keep, is_link, passage_share)
         return (keep if kept is None else kept), False
     return (own if own.any() else has_words), words > 0
 
@@ -292,10 +293,9 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     every passage of at least :data:`PASSAGE_SHARE` of its prose words. None when the prose is too little to
     trust: the largest passage under :data:`MIN_PASSAGE_WORDS` words; fewer than :data:`MIN_PROSE_BLOCKS` prose
     blocks kept and under :data:`LONE_PROSE_WORDS` words (a sidebar's blurb); the passages under ``of_page``
-    (:data:`PASSAGES_OF_PAGE`; see :func:`prose_share`) of the words of ``keep``
-    that are neither link blocks nor right after one (a table or a list, whose prose is a sidebar's); and on pages
-    without link text (plain text: every line is what the text says). ``is_link``: the page's
-    :func:`link_blocks`, when known.
+    (:data:`PASSAGES_OF_PAGE`; see :func:`prose_share`) of the words of ``keep`` that are neither link blocks nor
+    right after one (a table or a list, whose prose is a sidebar's); and on pages without link text (plain text:
+    every line is what the text says). ``is_link``: the page's :func:`link_blocks`, when known.
     """
     counts, chars, link_chars = blocks.counts, blocks.chars, blocks.link_chars
     if not link_chars.any():
@@ -358,19 +358,24 @@ def thin(blocks: Blocks, template: np.ndarray | None = None) -> bool:
     return own_selection(blocks, template)[1]
 
 
-def own_words(blocks: Blocks, template: np.ndarray | None = None, prose_share: float | None = None) -> np.ndarray:
+def own_words(blocks: Blocks, template: np.ndarray | None = None, passage_share: float | None = None) -> np.ndarray:
     """``bool[w]``: the words of the blocks :func:`own_blocks` keeps."""
-    return own_blocks(blocks, template, prose_share)[blocks.block] if blocks.block.size else np.zeros(0, dtype=bool)
+    return own_blocks(blocks, template, passage_share)[blocks.block] if blocks.block.size else np.zeros(0, dtype=bool)
 
 
-def own_text(blocks: Blocks, template: np.ndarray | None = None, prose_share: float | None = None) -> bytes:
+def own_text(blocks: Blocks, template: np.ndarray | None = None, passage_share: float | None = None) -> bytes:
     """The normalized text of what the page says itself (its words of :func:`own_words`, single spaces)."""
-    return blocks.text(own_words(blocks, template, prose_share))
+    return blocks.text(own_words(blocks, template, passage_share))
+
+
+def _known(template: np.ndarray | None) -> TypeGuard[np.ndarray]:
+    """Whether ``template`` holds any block (None and an empty array: no template known)."""
+    return template is not None and template.size > 0
 
 
 def _in_template(hashes: np.ndarray, template: np.ndarray | None) -> np.ndarray:
-    if template is None or template.size == 0:
-        return np.zeros(hashes.size, dtype=bool)
-    at = np.minimum(np.searchsorted(template, hashes), template.size - 1)
-    found: np.ndarray = template[at] == hashes
-    return found
+    if _known(template):
+        at = np.minimum(np.searchsorted(template, hashes), template.size - 1)
+        found: np.ndarray = template[at] == hashes
+        return found
+    return np.zeros(hashes.size, dtype=bool)
