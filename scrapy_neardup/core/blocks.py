@@ -16,7 +16,7 @@ from typing import TypeGuard
 import numpy as np
 
 from .hashing import fmix64_inplace
-from .marks import BLOCK, LINK_END, LINK_START, MARKS
+from .marks import BLOCK, LINK_START, MARKS
 from .shingles import join_texts, word_hashes
 
 #: A block whose link characters are at least this share of its characters is a link block (an index entry such as
@@ -156,38 +156,47 @@ def _read_marks(
     buffer: bytes, ends: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The words of a :func:`~scrapy_neardup.core.shingles.join_texts` buffer (starts, lengths), each word's global
-    block, whether it is link text, and where the block boundaries are; one pass over the separators (the marks are
-    separators), no search per word.
+    block, whether it is link text, and where the block boundaries are: two numpy passes over the bytes find the
+    words (where runs of word bytes start and end) and the marks, and the rest works on those (the runs of spaces
+    of a text sketched in ``"auto"`` mode are not collapsed, so it holds several separators a word, which cost
+    nothing beyond the first pass).
 
     A word's block is the number of block boundaries and text ends before it; it is link text when the latest
     mark before it is :data:`LINK_START` rather than :data:`LINK_END`, a block boundary or a text end (a link
     never runs past its block).
     """
     data = np.frombuffer(buffer, dtype=np.uint8, count=int(ends[-1]) + 1)
-    separators = np.flatnonzero(data <= _SEPARATOR)  # the last byte is a text's closing space: never empty
-    codes = data[separators]
-    closing = codes == BLOCK
-    boundaries = separators[closing]
-    closing[np.searchsorted(separators, ends)] = True  # text ends are separators too
-    # Token k runs from separator k - 1 (exclusive) to separator k; marks next to spaces leave empty tokens, so only
-    # the separators that end a word are kept (those more than one byte after the previous separator).
-    gaps = np.diff(separators, prepend=-1)
-    word_ends = np.flatnonzero(gaps > 1)
-    lengths = gaps[word_ends] - 1
-    starts = separators[word_ends] - lengths
-    # The blocks closed before a word: the closing separators among 0 .. k - 1.
-    closed = np.cumsum(closing.view(np.uint8), dtype=np.int64)  # counting bytes: twice as fast as bools
-    block = closed[word_ends] - closing[word_ends]
+    word = data > _SEPARATOR
+    # Where runs of word bytes start and end, alternately (the last byte is a text's closing space: every word
+    # that starts ends before it).
+    edges = np.flatnonzero(word[1:] != word[:-1]) + 1
+    if word[0]:
+        edges = np.concatenate(([0], edges))
+    starts = edges[::2]
+    lengths = edges[1::2] - starts
+    marks = np.flatnonzero(data < _SEPARATOR)
+    codes = data[marks]
+    boundaries = marks[codes == BLOCK]
+    # Each boundary and text end steps the block number up at the first word after it.
+    first_after = np.searchsorted(starts, np.concatenate((boundaries, ends)))
+    block = np.cumsum(np.bincount(first_after, minlength=starts.size + 1)[: starts.size])
     opens = codes == LINK_START
     if opens.any():
-        closing |= codes == LINK_END
-        latest = np.where(opens | closing, np.arange(separators.size), -1)
+        # The latest mark (or text end) before each word: of the marks whose first word after them is the same,
+        # the last; carried forward over the words that follow no mark.
+        at = np.concatenate((marks, ends))
+        order = np.argsort(at, kind="stable")
+        link = np.concatenate((opens, np.zeros(ends.size, dtype=bool)))[order]
+        first_after = np.searchsorted(starts, at[order])
+        last = np.ones(order.size, dtype=bool)
+        np.not_equal(first_after[1:], first_after[:-1], out=last[:-1])
+        latest = np.full(starts.size + 1, -1, dtype=np.int64)
+        latest[first_after[last]] = np.flatnonzero(last)
         np.maximum.accumulate(latest, out=latest)
-        # Token k is link text when the latest mark among separators 0 .. k - 1 opens a link.
-        before = latest[np.maximum(word_ends - 1, 0)]
-        in_link = (word_ends > 0) & (before >= 0) & opens[np.maximum(before, 0)]
+        before = latest[: starts.size]
+        in_link = (before >= 0) & link[np.maximum(before, 0)]
     else:
-        in_link = np.zeros(word_ends.size, dtype=bool)
+        in_link = np.zeros(starts.size, dtype=bool)
     return starts, lengths, block, in_link, boundaries
 
 

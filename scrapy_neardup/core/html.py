@@ -31,7 +31,7 @@ import numpy as np
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from .article import outermost, page_article, the_article
-from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
+from .marks import BLOCK, LINK_END, LINK_START, clear_marks
 from .normalize import scrub_unicode
 from .tag_scan import (
     DROPPED_NAMES,
@@ -132,7 +132,7 @@ def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None]:
     :func:`count_words`), read from the parsed tree only where that costs no walk of the page's main text;
     ``None`` when it was not read (several main elements).
     """
-    data = data.translate(CLEAR_MARKS)
+    data = clear_marks(data)
     scan = TagScan.of(data, tags)
     hazard, dropped, start_tags = parse_hazard(scan if tags.size > SAFE_TAGS else None, data, tags)
     marks = scan.table(MARK_TABLE)

@@ -32,7 +32,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 from .article import page_article
 from .html import count_words, strip_tags
 from .html import read_marked as block_read_marked
-from .marks import BLOCK, CLEAR_MARKS, LINK_END, LINK_START
+from .marks import BLOCK, LINK_END, LINK_START, clear_marks
 from .normalize import scrub_unicode
 from .tag_scan import DROPPED, LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard, tag_ends
 
@@ -106,7 +106,7 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
 
 def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool, int]:
     """:func:`marked_text` of an article page, and the words of its visible text (:func:`_paragraph_body`)."""
-    data = data.translate(CLEAR_MARKS)
+    data = clear_marks(data)
     scan = TagScan.of(data, tags)
     hazard, _, _ = parse_hazard(scan, data, tags)
     marks = scan.table(MARK_TABLE)

@@ -19,5 +19,12 @@ LINK_END = 0x1C
 MARKS = (BLOCK, LINK_START, LINK_END)
 #: ``bytes.translate`` table that turns the marker bytes of raw input into spaces.
 CLEAR_MARKS = bytes(32 if b in MARKS else b for b in range(256))
-#: ``str.translate`` table doing the same on text.
-CLEAR_MARKS_STR = {b: " " for b in MARKS}
+_MARK_BYTES = tuple(bytes((mark,)) for mark in MARKS)
+
+
+def clear_marks(data: bytes) -> bytes:
+    """UTF-8 ``data`` with the marker bytes it holds turned into spaces (:data:`CLEAR_MARKS`); ``data`` itself when
+    it holds none, as nearly every page: three byte searches cost a tenth of the copy."""
+    if any(mark in data for mark in _MARK_BYTES):
+        return data.translate(CLEAR_MARKS)
+    return data

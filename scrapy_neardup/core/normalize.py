@@ -6,9 +6,10 @@ format characters such as soft hyphens and zero-width spaces, lookalike letters 
 whitespace and punctuation (every character that is not a letter, digit, underscore or kept mark separates words).
 Invalid Unicode (lone surrogates) is replaced rather than raised on. See ``docs/folding.md``.
 
-Two foldings share the code: the plain one, and the *marked* one, which keeps the marker bytes of
+Three foldings share the code: the plain one; the *marked* one, which keeps the marker bytes of
 :mod:`scrapy_neardup.core.marks` where they are (every other separator becomes a space), so that the block
-structure HTML extraction recorded survives into the normalized text.
+structure HTML extraction recorded survives into the normalized text; and the *lines* one, for plain text read one
+block a line: each line feed becomes a block mark.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fold import before_nfkc, fold_utf8
-from .marks import MARKS
+from .marks import BLOCK, MARKS
 
 # Long non-ASCII texts get NFKC in pieces of about this many characters (see _nfkc).
 _NFKC_PIECE = 1 << 16
@@ -64,6 +65,11 @@ class Folding:
 PLAIN = Folding.keeping()
 #: Every separator a space but the marker bytes.
 MARKED = Folding.keeping(MARKS)
+#: Every separator a space but the line feed, which becomes :data:`~scrapy_neardup.core.marks.BLOCK`: plain text read
+#: one block a line, in the same ``bytes.translate`` pass (no folded character is a line feed). The table is applied
+#: twice to a folded run of non-ASCII characters (:func:`_fold_sparse`), so it keeps the marks it makes; a text's own
+#: block marks are turned into spaces before (:func:`scrapy_neardup.core.text.clean_text`).
+LINES = Folding(bytes(BLOCK if b in (0x0A, BLOCK) else PLAIN.fold[b] for b in range(256)))
 
 
 def scrub_unicode(text: str, keep_marks: bool = False) -> str:
@@ -96,8 +102,9 @@ def normalize_capped(
     text: str, max_chars: int | None, folding: Folding = PLAIN, collapse: bool = True,
 ) -> tuple[bytes, bool]:
     """:func:`normalize_utf8`, with NFKC's output cut at ``max_chars`` characters (and whether it was), under
-    ``folding`` (:data:`MARKED` keeps the marker bytes). ``collapse=False`` leaves runs of spaces (and spaces at
-    either end) as they are: the same words, one pass fewer, for callers that only read words.
+    ``folding`` (:data:`MARKED` keeps the marker bytes, :data:`LINES` marks the lines). ``collapse=False`` leaves
+    runs of spaces (and spaces at either end) as they are: the same words, one pass fewer, for callers that only
+    read words.
 
     Every step is local, so most of the work is done on bytes: ASCII letters are lower-cased and ASCII
     separators turned into spaces by one ``bytes.translate``, and runs of spaces collapsed with numpy. Only

@@ -24,8 +24,8 @@ import numpy as np
 
 from .html import looks_like_html, markup_to_text
 from .main_content import read_marked
-from .marks import BLOCK, LINK_END, LINK_START, MARKS
-from .normalize import MARKED, normalize_capped
+from .marks import BLOCK, LINK_END, LINK_START
+from .normalize import LINES, MARKED, normalize_capped
 
 #: Default cap on the characters of raw content looked at; a longer page is truncated and flagged.
 DEFAULT_MAX_CHARS = 8_000_000
@@ -57,9 +57,6 @@ _BINARY_SIGNATURES = (
     b"7z\xbc\xaf\x27\x1c", b"\x28\xb5\x2f\xfd", b"\x7fELF", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", b"\x00asm",
 )
 _LT = 0x3C
-# Plain text in "auto" mode: each line a block. The marker characters a text holds literally become spaces first
-# (str.replace per character: memchr-fast, where str.translate with a dict costs a dict look-up per character).
-_MARK_CHARS = tuple(chr(m) for m in MARKS)
 _BLOCK_CHAR = chr(BLOCK)
 
 
@@ -149,10 +146,12 @@ def clean_text(
             raw = _addresses_as_links(raw)
         else:
             raw = markup_to_text(data, tags, mode)
-    elif mode == "auto":
-        raw = _lines_to_blocks(raw)
     if mode == "auto":
-        utf8, cut = normalize_capped(raw, max_chars, MARKED, collapse)
+        # Plain text: each line a block, its line feeds made block marks by the folding itself, which makes the link
+        # marks a text holds spaces; a block mark it holds is made one here.
+        if not is_html and _BLOCK_CHAR in raw:
+            raw = raw.replace(_BLOCK_CHAR, " ")
+        utf8, cut = normalize_capped(raw, max_chars, MARKED if is_html else LINES, collapse)
     else:
         utf8, cut = normalize_capped(raw, max_chars, collapse=collapse)
     return CleanText(utf8, truncated or cut, marked, outside, article)
@@ -171,14 +170,6 @@ def _addresses_as_links(raw: str) -> str:
     if "://" not in raw and "www." not in raw:  # two substring searches; the expression only on pages with one
         return raw
     return _ADDRESS.sub(_AS_LINK, raw)
-
-
-def _lines_to_blocks(raw: str) -> str:
-    """Plain text with each line a block: literal marker characters to spaces, newlines to :data:`BLOCK`."""
-    for mark in _MARK_CHARS:
-        if mark in raw:
-            raw = raw.replace(mark, " ")
-    return raw.replace("\n", _BLOCK_CHAR)
 
 
 def _head(content: str | bytes | bytearray | memoryview, max_chars: int) -> tuple[str, bool]:

@@ -120,6 +120,23 @@ def test_plain_text_has_a_block_per_line() -> None:
     assert int((page.counts > 0).sum()) == 3
 
 
+def test_plain_text_lines_hold_when_a_line_starts_with_a_character_that_is_folded() -> None:
+    # A non-ASCII character is folded with the character before it, here the line feed: the line must still end.
+    # (Long lines of ASCII: the text is folded piece by piece, as most pages are.)
+    ascii_words = " plain words" * 20
+    text = f"a quote follows{ascii_words}\n“best” is the word{ascii_words}\nÉtude starts{ascii_words}\n—\nthe last"
+    page = split_blocks(clean_text(text, False, mode="auto").utf8)
+    assert int((page.counts > 0).sum()) == 4
+    assert page.text() == Sketcher(content="body").text(text, is_html=False)
+
+
+def test_marker_bytes_in_plain_text_are_plain_separators() -> None:
+    page = split_blocks(clean_text("one\x1dtwo\x1cthree\x1efour\nfive", False, mode="auto").utf8)
+    assert not page.link_chars.any()
+    assert page.counts[page.counts > 0].tolist() == [4, 1]
+    assert page.text() == b"one two three four five"
+
+
 @pytest.mark.parametrize("mode", ["body", "main", "auto"])
 def test_every_mode_reads_main_role_main_once(mode: str) -> None:
     words = " ".join(f"w{i}" for i in range(40))
