@@ -147,8 +147,8 @@ def clean_text(
         else:
             raw = markup_to_text(data, tags, mode)
     if mode == "auto":
-        # Plain text: each line a block, its line feeds made block marks by the folding itself, which makes the link
-        # marks a text holds spaces; a block mark it holds is made one here.
+        # Plain text: each line a block, its line feeds made block marks by the folding itself (which also makes any
+        # link mark the text holds a space); a block mark the text holds is made a space here.
         if not is_html and _BLOCK_CHAR in raw:
             raw = raw.replace(_BLOCK_CHAR, " ")
         utf8, cut = normalize_capped(raw, max_chars, MARKED if is_html else LINES, collapse)
