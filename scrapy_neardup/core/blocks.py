@@ -176,25 +176,29 @@ def _read_marks(
     lengths = edges[1::2] - starts
     marks = np.flatnonzero(data < _SEPARATOR)
     codes = data[marks]
-    boundaries = marks[codes == BLOCK]
+    is_boundary = codes == BLOCK
+    boundaries = marks[is_boundary]
+    # The first word after each mark and after each text end.
+    mark_after = np.searchsorted(starts, marks)
+    end_after = np.searchsorted(starts, ends)
     # Each boundary and text end steps the block number up at the first word after it.
-    first_after = np.searchsorted(starts, np.concatenate((boundaries, ends)))
-    block = np.cumsum(np.bincount(first_after, minlength=starts.size + 1)[: starts.size])
+    steps = np.bincount(np.concatenate((mark_after[is_boundary], end_after)), minlength=starts.size + 1)
+    block = np.cumsum(steps[: starts.size])
     opens = codes == LINK_START
     if opens.any():
-        # The latest mark (or text end) before each word: of the marks whose first word after them is the same,
-        # the last; carried forward over the words that follow no mark.
-        at = np.concatenate((marks, ends))
-        order = np.argsort(at, kind="stable")
-        link = np.concatenate((opens, np.zeros(ends.size, dtype=bool)))[order]
-        first_after = np.searchsorted(starts, at[order])
-        last = np.ones(order.size, dtype=bool)
-        np.not_equal(first_after[1:], first_after[:-1], out=last[:-1])
-        latest = np.full(starts.size + 1, -1, dtype=np.int64)
-        latest[first_after[last]] = np.flatnonzero(last)
-        np.maximum.accumulate(latest, out=latest)
-        before = latest[: starts.size]
-        in_link = (before >= 0) & link[np.maximum(before, 0)]
+        # What the marks and text ends before each word say, carried forward over the words after none: the last
+        # mark before a word says link text when it opens a link and no text end lies between them (the first
+        # end after it comes before a later word); a text end alone says not.
+        next_end = np.searchsorted(ends, marks)
+        says = opens & (end_after[next_end] > mark_after)
+        last = np.ones(marks.size, dtype=bool)
+        np.not_equal(mark_after[1:], mark_after[:-1], out=last[:-1])
+        said = np.full(starts.size + 1, -1, dtype=np.int8)
+        said[end_after] = 0
+        said[mark_after[last]] = says[last]
+        at = np.where(said >= 0, np.arange(starts.size + 1), 0)
+        np.maximum.accumulate(at, out=at)
+        in_link = said[at[: starts.size]] == 1
     else:
         in_link = np.zeros(starts.size, dtype=bool)
     return starts, lengths, block, in_link, boundaries

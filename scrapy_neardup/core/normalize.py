@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,23 +33,25 @@ _SPACE = 32
 # A non-ASCII text with more than one run of non-ASCII characters per this many bytes is folded whole.
 _SPARSE_RUNS = 64
 _RUN_CACHE_SIZE = 1 << 16
+# Folded non-ASCII runs (:func:`_fold_sparse`), before the folding's table: the same for every folding.
+_RUNS: dict[bytes, bytes] = {}
 # NFKC turns one character into at most 18 (U+FDFA).
 _NFKC_MAX_GROWTH = 18
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class Folding:
-    """The byte table of one folding and the cache of folded non-ASCII runs.
+    """The byte table of one folding.
 
     Attributes:
         fold: ``bytes.translate`` table: ASCII separators (everything but letters, digits, underscore and, in the
             marked folding, the marker bytes) to spaces, A-Z lower-cased (ASCII's part of casefold). Bytes >= 128
             belong to UTF-8 sequences of characters that :mod:`scrapy_neardup.core.fold` kept as word characters,
-            so they stay.
+            so they stay. Applied once to a text, after its non-ASCII characters are folded (which never yields an
+            ASCII control character), so a table need not map its own output to itself.
     """
 
     fold: bytes
-    cache: dict[bytes, bytes] = field(default_factory=dict)
 
     @classmethod
     def keeping(cls, kept: tuple[int, ...] = ()) -> Folding:
@@ -65,11 +67,9 @@ class Folding:
 PLAIN = Folding.keeping()
 #: Every separator a space but the marker bytes.
 MARKED = Folding.keeping(MARKS)
-#: Every separator a space but the line feed, which becomes :data:`~scrapy_neardup.core.marks.BLOCK`: plain text read
-#: one block a line, in the same ``bytes.translate`` pass (no folded character is a line feed). The table is applied
-#: twice to a folded run of non-ASCII characters (:func:`_fold_sparse`), so it keeps the marks it makes; a text's own
-#: block marks are turned into spaces before (:func:`scrapy_neardup.core.text.clean_text`).
-LINES = Folding(bytes(BLOCK if b in (0x0A, BLOCK) else PLAIN.fold[b] for b in range(256)))
+#: Every separator a space, a block mark the text holds too, but the line feed, which becomes
+#: :data:`~scrapy_neardup.core.marks.BLOCK`: plain text read one block a line, in the same ``bytes.translate`` pass.
+LINES = Folding(bytes(BLOCK if b == 0x0A else PLAIN.fold[b] for b in range(256)))
 
 
 def scrub_unicode(text: str, keep_marks: bool = False) -> str:
@@ -153,9 +153,9 @@ def _fold_sparse(raw: bytes, edges: list[int], starts_high: bool, folding: Foldi
 
     NFKC never changes or reorders anything across the boundary before an ASCII character (ASCII characters
     are starters nothing composes onto); the separator test and case folding go character by character. So
-    the ASCII stretches are folded by ``bytes.translate`` and each run of non-ASCII characters, with the
-    ASCII character before it (``e`` and a combining accent compose into ``é``), by the exact path, through a
-    cache: pages repeat the same few runs (``’``, ``—``, ``¶``, ``é``...).
+    each run of non-ASCII characters, with the ASCII character before it (``e`` and a combining accent compose
+    into ``é``), takes the Unicode path (:func:`_fold_unicode`) through a cache (pages repeat the same few runs:
+    ``’``, ``—``, ``¶``, ``é``...), and the text joined again takes the folding's ``bytes.translate`` once.
     """
     if starts_high:
         edges.insert(0, 1)  # a run at the very start (there is no character before it)
@@ -163,7 +163,7 @@ def _fold_sparse(raw: bytes, edges: list[int], starts_high: bool, folding: Foldi
         edges.append(len(raw))
     starts = [start - 1 for start in edges[::2]]  # runs begin with the ASCII character before them
     ends = edges[1::2]
-    cache = folding.cache
+    cache = _RUNS
     if len(cache) > _RUN_CACHE_SIZE:
         cache.clear()
     pieces = [raw[: starts[0]]]
@@ -171,16 +171,17 @@ def _fold_sparse(raw: bytes, edges: list[int], starts_high: bool, folding: Foldi
         run = raw[start:end]
         folded = cache.get(run)
         if folded is None:
-            folded = cache[run] = _fold_exact(run.decode("utf-8"), folding)
+            folded = cache[run] = _fold_unicode(run.decode("utf-8"))
         pieces.append(folded)
         pieces.append(raw[end:next_start])
     return b"".join(pieces).translate(folding.fold)
 
 
-def _fold_exact(text: str, folding: Folding) -> bytes:
-    """The reference definition: NFKC, then every non-ASCII character folded (:func:`fold_utf8`: accents, format
-    characters and lookalikes, case, separators to spaces), then ASCII lower-cased and its separators spaces."""
-    return fold_utf8(unicodedata.normalize("NFKC", before_nfkc(text)).encode("utf-8")).translate(folding.fold)
+def _fold_unicode(text: str) -> bytes:
+    """The Unicode part of the reference definition: NFKC, then every non-ASCII character folded
+    (:func:`fold_utf8`: accents, format characters and lookalikes, case, separators to spaces); ASCII is left for
+    the folding's table."""
+    return fold_utf8(unicodedata.normalize("NFKC", before_nfkc(text)).encode("utf-8"))
 
 
 def _fold_dense(raw: bytes, folding: Folding) -> bytes:

@@ -24,7 +24,7 @@ import numpy as np
 
 from .html import looks_like_html, markup_to_text
 from .main_content import read_marked
-from .marks import BLOCK, LINK_END, LINK_START
+from .marks import LINK_END, LINK_START
 from .normalize import LINES, MARKED, normalize_capped
 
 #: Default cap on the characters of raw content looked at; a longer page is truncated and flagged.
@@ -57,7 +57,6 @@ _BINARY_SIGNATURES = (
     b"7z\xbc\xaf\x27\x1c", b"\x28\xb5\x2f\xfd", b"\x7fELF", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", b"\x00asm",
 )
 _LT = 0x3C
-_BLOCK_CHAR = chr(BLOCK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +146,8 @@ def clean_text(
         else:
             raw = markup_to_text(data, tags, mode)
     if mode == "auto":
-        # Plain text: each line a block, its line feeds made block marks by the folding itself (which also makes any
-        # link mark the text holds a space); a block mark the text holds is made a space here.
-        if not is_html and _BLOCK_CHAR in raw:
-            raw = raw.replace(_BLOCK_CHAR, " ")
+        # Plain text: each line a block, its line feeds made block marks by the folding itself (which makes any
+        # mark the text holds a space).
         utf8, cut = normalize_capped(raw, max_chars, MARKED if is_html else LINES, collapse)
     else:
         utf8, cut = normalize_capped(raw, max_chars, collapse=collapse)

@@ -135,6 +135,13 @@ def test_marker_bytes_in_plain_text_are_plain_separators() -> None:
     assert not page.link_chars.any()
     assert page.counts[page.counts > 0].tolist() == [4, 1]
     assert page.text() == b"one two three four five"
+    # Also where a folded character follows the mark (it is folded with it) on a page folded piece by piece.
+    ascii_words = " plain words" * 20
+    text = f"one{ascii_words}\x1e“two”{ascii_words}\x1d—three\nfour"
+    page = split_blocks(clean_text(text, False, mode="auto").utf8)
+    assert int((page.counts > 0).sum()) == 2
+    assert not page.link_chars.any()
+    assert page.text() == Sketcher(content="body").text(text, is_html=False)
 
 
 @pytest.mark.parametrize("mode", ["body", "main", "auto"])
