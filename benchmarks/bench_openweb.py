@@ -55,8 +55,12 @@ num_perm=128)`` over the same word 5-shingles, the first page of a match kept.
 ``--threshold R`` (repeatable) runs both methods at resemblance ``R`` instead of 0.9: the product with the t its
 settings choose for ``R`` (``NEARDUP_THRESHOLD``, ``--threshold``), the peer with ``MinHashLSH(threshold=R)``.
 
+``--containment C`` also runs the defaults with a rule the product does not apply: a page dropped when a larger
+kept page holds at least ``C`` of its shingles, estimated from the sketches (``benchmarks/containment.py``); rows
+``auto+contained`` and ``auto+contained-articles`` (only kept pages that declare themselves articles hold others).
+
 Run: ``python benchmarks/bench_openweb.py [--dir DIR] [--methods auto,trafilatura+lsh] [--threshold R ...]
-[--json out.json]``.
+[--containment C] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -82,11 +86,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "accuracy"))
 
+import containment  # noqa: E402
 from corpora import parse, serialize, strip_semantics  # noqa: E402
 
 from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
 from scrapy_neardup.core.host_template import learn_template  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
+from scrapy_neardup.core.text import clean_text  # noqa: E402
 from scrapy_neardup.core.theory import DEFAULT_THRESHOLD  # noqa: E402
 
 DEFAULT_DIR = Path.home() / ".cache" / "scrapy-neardup" / "openweb" / "aeb"
@@ -308,6 +314,17 @@ Decisions = dict[str, str | None]  # key -> matched key (None: kept)
 def product(pages: Sequence[Page], threshold: float = DEFAULT_THRESHOLD) -> tuple[Decisions, float]:
     """The defaults as ``neardup dedupe`` runs them: ``"auto"`` content, host templates learned over the batch;
     ``threshold``: the resemblance to catch (``--threshold``; t is chosen for it as the product chooses it)."""
+    sketcher, sketches, cpu = _sketch(pages)
+    deduper = Deduper(sketcher, threshold=threshold)
+    decisions: Decisions = {}
+    for page, sketch in zip(pages, sketches, strict=True):
+        verdict = deduper.check_sketch(page.key, sketch)
+        decisions[page.key] = None if verdict.match is None else verdict.match.key
+    return decisions, cpu
+
+
+def _sketch(pages: Sequence[Page]) -> tuple[Sketcher, list[Any], float]:
+    """The pages' default sketches, host templates learned over the batch, and the CPU seconds they took."""
     sketcher = Sketcher()
     start = time.process_time()
     htmls = [p.html for p in pages]
@@ -320,13 +337,23 @@ def product(pages: Sequence[Page], threshold: float = DEFAULT_THRESHOLD) -> tupl
             by_host.setdefault(host_of(page.key) or "", []).append(hashes)
     learned = {host: learn_template(sample).hashes for host, sample in by_host.items()}
     sketches = sketcher.sketch_many(htmls, templates=[learned.get(host_of(p.key) or "") for p in pages])
-    cpu = time.process_time() - start
-    deduper = Deduper(sketcher, threshold=threshold)
-    decisions: Decisions = {}
-    for page, sketch in zip(pages, sketches, strict=True):
-        verdict = deduper.check_sketch(page.key, sketch)
-        decisions[page.key] = None if verdict.match is None else verdict.match.key
-    return decisions, cpu
+    return sketcher, sketches, time.process_time() - start
+
+
+def contained(least: float, articles_only: bool) -> Callable[[Sequence[Page], float], tuple[Decisions, float]]:
+    """The defaults plus a rule the product does not apply (``benchmarks/containment.py``): a page is also dropped
+    when a larger kept page holds at least ``least`` of it (``articles_only``: a kept page that declares itself an
+    article)."""
+
+    def run(pages: Sequence[Page], threshold: float = DEFAULT_THRESHOLD) -> tuple[Decisions, float]:
+        sketcher, sketches, cpu = _sketch(pages)
+        articles = [clean_text(p.html, None, mode="auto", collapse=False).article for p in pages] if articles_only \
+            else None
+        decisions, _ = containment.decide([p.key for p in pages], sketches, sketcher, threshold=threshold,
+                                          least=least, articles=articles)
+        return decisions, cpu
+
+    return run
 
 
 def trafilatura_lsh(pages: Sequence[Page], threshold: float = DEFAULT_THRESHOLD) -> tuple[Decisions, float]:
@@ -386,8 +413,18 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--threshold", type=float, action="append",
                         help=f"resemblance to catch, both methods (repeat for several; default {DEFAULT_THRESHOLD})")
+    parser.add_argument("--containment", type=float, metavar="C",
+                        help="also the defaults with a page dropped when a larger kept page holds at least C of it "
+                             "(auto+contained; auto+contained-articles: kept article pages only), a rule the "
+                             "product does not apply (benchmarks/containment.py)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    methods = dict(METHODS)
+    names = args.methods.split(",")
+    if args.containment is not None:
+        methods["auto+contained"] = contained(args.containment, articles_only=False)
+        methods["auto+contained-articles"] = contained(args.containment, articles_only=True)
+        names += ["auto+contained", "auto+contained-articles"]
     try:
         articles = load_articles(args.dir)
     except FileNotFoundError as error:
@@ -404,8 +441,8 @@ def main() -> None:
     variants = {"served": served, "stripped": stripped(served)}
     rows = []
     for variant, pages in variants.items():
-        for name, threshold in itertools.product(args.methods.split(","), args.threshold or [DEFAULT_THRESHOLD]):
-            decisions, cpu = METHODS[name](pages, threshold)
+        for name, threshold in itertools.product(names, args.threshold or [DEFAULT_THRESHOLD]):
+            decisions, cpu = methods[name](pages, threshold)
             row = {"variant": variant, "method": name, "threshold": threshold, "pages": len(pages),
                    "cpu_s": round(cpu, 2), **score(pages, decisions, distinct)}
             rows.append(row)

@@ -17,7 +17,10 @@ A method is a function from the pages of a corpus variant, ``(key, HTML bytes)``
 * ``auto`` (the default): ``Sketcher()``, each page's own text, its host's template learned as a crawl learns it:
   from the host's first :data:`~scrapy_neardup.core.host_template.SAMPLE_PAGES` pages in crawl order;
 * ``auto-batch``: the same, the template learned over all of the host's pages, as ``neardup dedupe`` learns it;
-* ``auto-none`` (by name only): the same without host templates.
+* ``auto-none`` (by name only): the same without host templates;
+* ``auto-contained``, ``auto-contained-articles`` (by name only): ``auto`` plus a rule the product does not apply, a
+  page also dropped when a larger kept page (a kept article page) holds at least 0.9 of it
+  (``benchmarks/containment.py``).
 
 Add a method by putting it in :data:`METHODS`, or name one on the command line as ``module:attribute`` (a method,
 or a factory without arguments returning one; ``module`` importable with the repository root on ``sys.path``).
@@ -58,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "accuracy"))
 
+import containment  # noqa: E402
 from corpora import CORPUS_NAMES, VARIANTS, Corpus, Variant, load_corpus  # noqa: E402
 from evaluate import Decision, components_report, evaluate, star_groups  # noqa: E402
 from labels import labels_for  # noqa: E402
@@ -67,7 +71,7 @@ from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
 from scrapy_neardup.core.host_template import SAMPLE_PAGES, learn_template  # noqa: E402
 from scrapy_neardup.core.mirror_table import host_of  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
-from scrapy_neardup.core.text import ContentMode  # noqa: E402
+from scrapy_neardup.core.text import ContentMode, clean_text  # noqa: E402
 from scrapy_neardup.core.theory import DEFAULT_THRESHOLD  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -147,9 +151,34 @@ METHODS: dict[str, Callable[[float], Method]] = {
     "auto": lambda threshold: product_method("auto", "crawl", threshold),
     "auto-batch": lambda threshold: product_method("auto", "batch", threshold),
 }
-#: Also available by name: ``auto`` without host templates (each page read alone).
+def contained_method(articles_only: bool, threshold: float = DEFAULT_THRESHOLD) -> Method:
+    """``auto`` (templates learned as a crawl learns them) plus a rule the product does not apply
+    (``benchmarks/containment.py``): a page is also dropped when a larger kept page holds at least 0.9 of it
+    (``articles_only``: a kept page that declares itself an article)."""
+
+    def run(pages: Sequence[tuple[str, bytes]]) -> MethodResult:
+        sketcher = Sketcher()
+        start = time.process_time()
+        sketches = sketcher.sketch_many([html for _, html in pages], templates=_templates(sketcher, pages, "crawl"))
+        cpu = time.process_time() - start
+        articles = [clean_text(html, None, mode="auto", collapse=False).article for _, html in pages] \
+            if articles_only else None
+        matched, dropped = containment.decide([key for key, _ in pages], sketches, sketcher, threshold=threshold,
+                                              articles=articles)
+        logger.info("containment alone dropped %d of %d pages", dropped, len(pages))
+        decisions: dict[str, Decision] = {key: ("kept", None) if match is None else ("dropped", match)
+                                          for key, match in matched.items()}
+        return MethodResult(decisions, cpu)
+
+    return run
+
+
+#: Also available by name: ``auto`` without host templates (each page read alone); ``auto`` with the containment
+#: rule the product does not apply, in every kept page or in kept article pages only.
 EXTRA_METHODS: dict[str, Callable[[float], Method]] = {
     "auto-none": lambda threshold: product_method("auto", None, threshold),
+    "auto-contained": lambda threshold: contained_method(False, threshold),
+    "auto-contained-articles": lambda threshold: contained_method(True, threshold),
 }
 
 
