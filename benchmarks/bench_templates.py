@@ -144,13 +144,6 @@ def _templates(sketcher: Sketcher, pages: Sequence[tuple[str, bytes]], learn: st
     return [learned.get(host_of(key) or "") for key, _ in pages]
 
 
-#: The built-in methods, each made for a threshold.
-METHODS: dict[str, Callable[[float], Method]] = {
-    "body": lambda threshold: product_method("body", threshold=threshold),
-    "main": lambda threshold: product_method("main", threshold=threshold),
-    "auto": lambda threshold: product_method("auto", "crawl", threshold),
-    "auto-batch": lambda threshold: product_method("auto", "batch", threshold),
-}
 def contained_method(articles_only: bool, threshold: float = DEFAULT_THRESHOLD) -> Method:
     """``auto`` (templates learned as a crawl learns them) plus a rule the product does not apply
     (``benchmarks/containment.py``): a page is also dropped when a larger kept page holds at least 0.9 of it
@@ -172,6 +165,14 @@ def contained_method(articles_only: bool, threshold: float = DEFAULT_THRESHOLD) 
 
     return run
 
+
+#: The built-in methods, each made for a threshold.
+METHODS: dict[str, Callable[[float], Method]] = {
+    "body": lambda threshold: product_method("body", threshold=threshold),
+    "main": lambda threshold: product_method("main", threshold=threshold),
+    "auto": lambda threshold: product_method("auto", "crawl", threshold),
+    "auto-batch": lambda threshold: product_method("auto", "batch", threshold),
+}
 
 #: Also available by name: ``auto`` without host templates (each page read alone); ``auto`` with the containment
 #: rule the product does not apply, in every kept page or in kept article pages only.
