@@ -92,7 +92,6 @@ from corpora import parse, serialize, strip_semantics  # noqa: E402
 from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
 from scrapy_neardup.core.host_template import learn_template  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
-from scrapy_neardup.core.text import clean_text  # noqa: E402
 from scrapy_neardup.core.theory import DEFAULT_THRESHOLD  # noqa: E402
 
 DEFAULT_DIR = Path.home() / ".cache" / "scrapy-neardup" / "openweb" / "aeb"
@@ -347,8 +346,7 @@ def contained(least: float, articles_only: bool) -> Callable[[Sequence[Page], fl
 
     def run(pages: Sequence[Page], threshold: float = DEFAULT_THRESHOLD) -> tuple[Decisions, float]:
         sketcher, sketches, cpu = _sketch(pages)
-        articles = [clean_text(p.html, None, mode="auto", collapse=False).article for p in pages] if articles_only \
-            else None
+        articles = containment.declares_article([p.html for p in pages]) if articles_only else None
         decisions, _ = containment.decide([p.key for p in pages], sketches, sketcher, threshold=threshold,
                                           least=least, articles=articles)
         return decisions, cpu

@@ -71,7 +71,7 @@ from scrapy_neardup.core.dedupe import Deduper  # noqa: E402
 from scrapy_neardup.core.host_template import SAMPLE_PAGES, learn_template  # noqa: E402
 from scrapy_neardup.core.mirror_table import host_of  # noqa: E402
 from scrapy_neardup.core.sketch import Sketcher  # noqa: E402
-from scrapy_neardup.core.text import ContentMode, clean_text  # noqa: E402
+from scrapy_neardup.core.text import ContentMode  # noqa: E402
 from scrapy_neardup.core.theory import DEFAULT_THRESHOLD  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -154,8 +154,7 @@ def contained_method(articles_only: bool, threshold: float = DEFAULT_THRESHOLD) 
         start = time.process_time()
         sketches = sketcher.sketch_many([html for _, html in pages], templates=_templates(sketcher, pages, "crawl"))
         cpu = time.process_time() - start
-        articles = [clean_text(html, None, mode="auto", collapse=False).article for _, html in pages] \
-            if articles_only else None
+        articles = containment.declares_article([html for _, html in pages]) if articles_only else None
         matched, dropped = containment.decide([key for key, _ in pages], sketches, sketcher, threshold=threshold,
                                               articles=articles)
         logger.info("containment alone dropped %d of %d pages", dropped, len(pages))

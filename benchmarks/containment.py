@@ -7,8 +7,8 @@ For shingle sets ``A`` (the new page, ``a`` shingles) and ``B`` (a kept page, ``
     C = |A & B| / a = J (a + b) / ((1 + J) a)
 
 with ``J`` estimated by the shared positions over ``k`` and ``a``, ``b`` by the sketches' shingle counts. Only kept
-pages sharing at least ``min_shared`` positions are candidates: by default 64 of 128, resemblance 0.5, below which
-the documentation labeller counts a drop as false whatever the containment.
+pages sharing at least :data:`MIN_RESEMBLANCE` of the positions are candidates (64 of 128): below it the
+documentation labeller counts a drop as false whatever the containment.
 
 ``bench_openweb.py --containment C`` and ``bench_templates.py --method auto-contained`` (``...-articles``: only kept
 pages that declare themselves articles hold others) print what the rule would change. The product decides on
@@ -23,11 +23,12 @@ import numpy as np
 
 from scrapy_neardup.core.index import SketchIndex
 from scrapy_neardup.core.sketch import Sketch, Sketcher
+from scrapy_neardup.core.text import clean_text
 from scrapy_neardup.core.theory import DEFAULT_THRESHOLD, min_shared_for
 
-#: Least containment for a drop, least shared positions (of 128) for a candidate, least shingles of a page dropped.
+#: Least containment for a drop, least share of shared positions for a candidate, least shingles of a page dropped.
 LEAST_CONTAINMENT = 0.9
-MIN_SHARED = 64
+MIN_RESEMBLANCE = 0.5
 MIN_SHINGLES = 20
 
 
@@ -73,7 +74,13 @@ def _holder(i: int, kept: list[int], signatures: np.ndarray, sizes: np.ndarray, 
     j = shared / signatures.shape[1]
     a, b = sizes[i], sizes[rows]
     containment = j * (a + b) / ((1 + j) * a)
-    ok = holders[rows] & (shared >= MIN_SHARED) & (b >= a) & (containment >= least)
+    ok = holders[rows] & (j >= MIN_RESEMBLANCE) & (b >= a) & (containment >= least)
     if not ok.any():
         return None
     return int(rows[np.flatnonzero(ok)[np.argmax(shared[ok])]])
+
+
+def declares_article(htmls: Sequence[bytes]) -> list[bool]:
+    """Which pages declare themselves articles, as the default reads them (``CleanText.article``): the holders of
+    the ``...-articles`` rows."""
+    return [clean_text(html, None, mode="auto", collapse=False).article for html in htmls]
