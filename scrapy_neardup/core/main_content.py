@@ -9,7 +9,8 @@ sign-in, ads, modals, print chrome, hidden elements, link clusters. Where the pa
 (``<main>``, ``role="main"``, or an ``<article>`` that is the page's article: :func:`the_article`), only that part of
 the page is read, with the same rules applied inside it (comments and share blocks inside an ``<article>`` go too).
 Rules that read class names misfire on real themes, so what they keep is checked against the page's paragraph body
-(:func:`_paragraph_body`): a reading that leaves it out, and says less, gives way to the body.
+(:func:`_paragraph_body`): a reading that leaves it out, and says less, gives way to the body; on a page that marks
+nothing, a reading that says much more than the body's column (:func:`_column`) gives way to the column.
 
 The block marks of :mod:`scrapy_neardup.core.marks` are put into the HTML before it is parsed (:mod:`.tag_scan`),
 and come out of the extraction in place for :mod:`scrapy_neardup.core.blocks`, which then removes the link lists
@@ -65,8 +66,18 @@ MIN_MAIN_WORDS = 10
 BODY_CHARS = 500
 #: A paragraph body has at least this many paragraphs (an author's bio or a footer's blurb has one or two).
 MIN_BODY_PARAGRAPHS = 3
+#: The paragraph body's column (:func:`_column`) is its ancestor with the largest ``P - w (T - P)``: ``P`` the
+#: characters of its paragraphs, ``T`` of all its text, ``w`` this weight. An article split into several paragraph
+#: containers (one per section, ads between them) is one column; a sidebar or footer beside it adds text outside
+#: paragraphs and lowers the score.
+OTHER_TEXT_WEIGHT = 3
+#: Where the page marks nothing, an extraction with more than this many times the words of the paragraph body's
+#: column (and holding the body) has kept what surrounds the article (an author's bio, "most read" lists, a site's
+#: blurb): the column is read instead.
+COLUMN_EXCESS = 1.2
 _SAMPLE_CHARS = 60
 _CHROME = frozenset({"header", "footer", "nav", "aside"})
+_COLUMN_STOPS = _CHROME | {"body", "html"}
 _WRAP_OPEN, _WRAP_CLOSE = "<div><div>", "</div></div>"
 _WRAP_OPEN_B, _WRAP_CLOSE_B = _WRAP_OPEN.encode(), _WRAP_CLOSE.encode()
 _BLOCK_STR = chr(BLOCK)
@@ -138,7 +149,7 @@ def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool, int]:
             text = _main_content(part, body)
             if _has_text(text):
                 return _with_heading(text, part), True, visible
-    return _with_heading(_main_content(tree, body), tree), False, visible
+    return _with_heading(_main_content(tree, body, marked=False), tree), False, visible
 
 
 def _main_span(data: bytes, body: _Body | None) -> str | None:
@@ -171,7 +182,7 @@ def _with_heading(text: str, tree: HTMLTree) -> str:
     return _BLOCK_STR + title + _BLOCK_STR + text
 
 
-def _main_content(tree: HTMLTree, body: _Body | None) -> str:
+def _main_content(tree: HTMLTree, body: _Body | None, marked: bool = True) -> str:
     """The main content of ``tree``; all of its text when the main content is shorter than
     :data:`MIN_MAIN_WORDS` (a short page's own words may be where the rules see boilerplate: a lone list, a
     date line).
@@ -180,13 +191,23 @@ def _main_content(tree: HTMLTree, body: _Body | None) -> str:
     than it, and the extraction did not leave it out as a comment thread, the body is read
     instead: a class name the extraction's rules match ("share", "newsletter") on an element that wraps the
     article takes the article with it, and a ``<main>`` may hold a call to action while the article lies before
-    it."""
+    it.
+
+    ``marked``: whether ``tree`` is the part of the page it marks as its main content. Where it is not (a page
+    that marks nothing), an extraction that holds the paragraph body and says more than :data:`COLUMN_EXCESS`
+    times the words of the body's column (:func:`_column`) gives way to the column: without ``<aside>`` and
+    ``<footer>`` to go by, the extraction keeps the widgets and blurbs around an article."""
     text = _extract(tree, main_content=True, comments=False, post_meta=False)
     if _words(text) < MIN_MAIN_WORDS:
         text = _extract(tree, main_content=False)
     if body is not None and _misses(text, body) and not _a_comment_thread(body):
         logger.debug("main content without the page's paragraph body: the body read instead")
         return _read_body(body)
+    if not marked and body is not None and _words(text) > COLUMN_EXCESS * body.words and _holds(text, body):
+        column = _column(body)
+        if _words(text) > COLUMN_EXCESS * column.words:
+            logger.debug("main content beyond the paragraph body's column: the column read instead")
+            return _read_body(column)
     return text
 
 
@@ -205,12 +226,14 @@ class _Body:
             reading holds the body when it holds this).
         words: the element's words.
         page: the page it was found in.
+        node: the element, in the page's lexbor tree (which it keeps alive).
     """
 
     html: str
     sample: str
     words: int
     page: bytes
+    node: LexborNode
 
 
 def _paragraph_body(data: bytes) -> tuple[_Body | None, int]:
@@ -253,8 +276,26 @@ def _paragraph_parent(tree: LexborHTMLParser, data: bytes) -> _Body | None:
             sample = "".join(longest[key].split())
             middle = max(0, (len(sample) - _SAMPLE_CHARS) // 2)
             words = len(parent.text(separator=" ").split())
-            return _Body(parent.html or "", sample[middle : middle + _SAMPLE_CHARS], words, data)
+            return _Body(parent.html or "", sample[middle : middle + _SAMPLE_CHARS], words, data, parent)
     return None
+
+
+def _column(body: _Body) -> _Body:
+    """The paragraph body's column: of ``body``'s element and its ancestors below ``<body>`` (and below the page's
+    header, footer, navigation and sidebars), the one with the largest ``P - w (T - P)`` of
+    :data:`OTHER_TEXT_WEIGHT` (readability joins its top candidate's siblings that hold paragraphs, weighed by how
+    much else they bring)."""
+    best, best_score = body.node, None
+    node: LexborNode | None = body.node
+    while node is not None and node.tag not in _COLUMN_STOPS:
+        paragraphs = sum(len(p.text(strip=True)) for p in node.css("p"))
+        score = paragraphs - OTHER_TEXT_WEIGHT * (len(node.text(strip=True)) - paragraphs)
+        if best_score is None or score > best_score:
+            best, best_score = node, score
+        node = node.parent
+    if best is body.node:
+        return body
+    return _Body(best.html or "", body.sample, len(best.text(separator=" ").split()), body.page, best)
 
 
 def _in_page_chrome(node: LexborNode) -> bool:

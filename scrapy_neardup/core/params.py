@@ -40,12 +40,14 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: 12: ``"auto"``: a page that marks nothing, read under its host's template, and the main content a page marks
 #: without declaring an article, read by their passages of prose when those hold most, or nearly all, of their own
 #: words (:func:`scrapy_neardup.core.blocks.prose_share`), no longer whole.
-SCHEME_VERSION = 12
+#: 13: ``"auto"``: an article page that marks nothing read in its paragraph body's column when the extraction keeps
+#: much more (:func:`scrapy_neardup.core.main_content._column`).
+SCHEME_VERSION = 13
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading
 #: of self-closing SVG elements (10) and of ``<select>`` lists (11).
 BODY_SCHEME_VERSION = 11
-#: The scheme ``"main"`` sketches carry: 6 to 9 and 12 changed ``"auto"`` only.
+#: The scheme ``"main"`` sketches carry: 6 to 9, 12 and 13 changed ``"auto"`` only.
 MAIN_SCHEME_VERSION = 11
 #: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it), and the modes
 #: it changed (``None``: every mode).
@@ -62,6 +64,8 @@ _SCHEME_CHANGES: dict[int, tuple[tuple[str, ...] | None, str]] = {
                "name or a misplaced <main>"),
     12: (("auto",), "a page read whole under its host's template, or within the main content it marks, with the "
                     "teasers, bylines and neighbours' links around its prose"),
+    13: (("auto",), "an article page that marks nothing read with the author's bio, \"most read\" lists and site "
+                    "blurbs its extraction kept around the article"),
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a
