@@ -9,8 +9,9 @@ sign-in, ads, modals, print chrome, hidden elements, link clusters. Where the pa
 (``<main>``, ``role="main"``, or an ``<article>`` that is the page's article: :func:`the_article`), only that part of
 the page is read, with the same rules applied inside it (comments and share blocks inside an ``<article>`` go too).
 Rules that read class names misfire on real themes, so what they keep is checked against the page's paragraph body
-(:func:`_paragraph_body`): a reading that leaves it out, and says less, gives way to the body; on a page that marks
-nothing, a reading that says much more than the body's column (:func:`_column`) gives way to the column.
+(:func:`~.paragraph_body.paragraph_body`): a reading that leaves it out, and says less, gives way to the body; on a
+page that marks nothing, a reading that says much more than the body's column (:func:`~.paragraph_body.column`)
+gives way to the column.
 
 The block marks of :mod:`scrapy_neardup.core.marks` are put into the HTML before it is parsed (:mod:`.tag_scan`),
 and come out of the extraction in place for :mod:`scrapy_neardup.core.blocks`, which then removes the link lists
@@ -22,20 +23,19 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import ElementNode as RNode
 from resiliparse.parse.html import HTMLTree
-from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from .article import page_article
 from .html import count_words, strip_tags
 from .html import read_marked as block_read_marked
 from .marks import BLOCK, LINK_END, LINK_START, clear_marks
 from .normalize import scrub_unicode
-from .tag_scan import DROPPED, LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard, tag_ends
+from .paragraph_body import ParagraphBody, column, paragraph_body
+from .tag_scan import LANDMARK, MARK_TABLE, TagScan, insert_marks, name_key, parse_hazard, tag_ends
 
 __all__ = ["is_article_page", "marked_text", "read_marked"]
 
@@ -62,22 +62,10 @@ _SLASH = ord("/")
 SHORT_LINK = 24
 #: A main content of fewer words is not trusted: the page's whole text is read instead.
 MIN_MAIN_WORDS = 10
-#: A paragraph body (:func:`_paragraph_body`) of fewer characters is not the page's article text.
-BODY_CHARS = 500
-#: A paragraph body has at least this many paragraphs (an author's bio or a footer's blurb has one or two).
-MIN_BODY_PARAGRAPHS = 3
-#: The paragraph body's column (:func:`_column`) is its ancestor with the largest ``P - w (T - P)``: ``P`` the
-#: characters of its paragraphs, ``T`` of all its text, ``w`` this weight. An article split into several paragraph
-#: containers (one per section, ads between them) is one column; a sidebar or footer beside it adds text outside
-#: paragraphs and lowers the score.
-OTHER_TEXT_WEIGHT = 3
 #: Where the page marks nothing, an extraction with more than this many times the words of the paragraph body's
 #: column (and holding the body) has kept what surrounds the article (an author's bio, "most read" lists, a site's
 #: blurb): the column is read instead.
 COLUMN_EXCESS = 1.2
-_SAMPLE_CHARS = 60
-_CHROME = frozenset({"header", "footer", "nav", "aside"})
-_COLUMN_STOPS = _CHROME | {"body", "html"}
 _WRAP_OPEN, _WRAP_CLOSE = "<div><div>", "</div></div>"
 _WRAP_OPEN_B, _WRAP_CLOSE_B = _WRAP_OPEN.encode(), _WRAP_CLOSE.encode()
 _BLOCK_STR = chr(BLOCK)
@@ -116,7 +104,8 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
 
 
 def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool, int]:
-    """:func:`marked_text` of an article page, and the words of its visible text (:func:`_paragraph_body`)."""
+    """:func:`marked_text` of an article page, and the words of its visible text
+    (:func:`~.paragraph_body.paragraph_body`)."""
     data = clear_marks(data)
     scan = TagScan.of(data, tags)
     hazard, _, _ = parse_hazard(scan, data, tags)
@@ -126,7 +115,7 @@ def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool, int]:
         logger.debug("HTML nested too deep for a linear-time parse: tags stripped instead")
         text = strip_tags(scrub_unicode(data.decode("utf-8", "replace"), keep_marks=True))
         return text, False, count_words(text)
-    body, visible = _paragraph_body(data)
+    body, visible = paragraph_body(data)
     landmark = scan.keys[(marks & LANDMARK != 0) & scan.letter & ~scan.closing]
     mains = int((landmark == _MAIN_KEY).sum())
     if mains == 1:
@@ -152,7 +141,7 @@ def _article_text(data: bytes, tags: np.ndarray) -> tuple[str, bool, int]:
     return _with_heading(_main_content(tree, body, marked=False), tree), False, visible
 
 
-def _main_span(data: bytes, body: _Body | None) -> str | None:
+def _main_span(data: bytes, body: ParagraphBody | None) -> str | None:
     """The main content of the bytes from the first ``<main`` to the end of the last ``</main>`` (as
     :func:`marked_text` reads a marked part), or None when there is no such span or it holds no text."""
     first = _MAIN_OPEN.search(data)
@@ -182,21 +171,21 @@ def _with_heading(text: str, tree: HTMLTree) -> str:
     return _BLOCK_STR + title + _BLOCK_STR + text
 
 
-def _main_content(tree: HTMLTree, body: _Body | None, marked: bool = True) -> str:
+def _main_content(tree: HTMLTree, body: ParagraphBody | None, marked: bool = True) -> str:
     """The main content of ``tree``; all of its text when the main content is shorter than
     :data:`MIN_MAIN_WORDS` (a short page's own words may be where the rules see boilerplate: a lone list, a
     date line).
 
-    Where the main content leaves out the page's paragraph body ``body`` (:func:`_paragraph_body`), has fewer words
-    than it, and the extraction did not leave it out as a comment thread, the body is read
-    instead: a class name the extraction's rules match ("share", "newsletter") on an element that wraps the
-    article takes the article with it, and a ``<main>`` may hold a call to action while the article lies before
-    it.
+    Where the main content leaves out the page's paragraph body ``body``
+    (:func:`~.paragraph_body.paragraph_body`), has fewer words than it, and the extraction did not leave it out as a
+    comment thread, the body is read instead: a class name the extraction's rules match ("share", "newsletter") on
+    an element that wraps the article takes the article with it, and a ``<main>`` may hold a call to action while
+    the article lies before it.
 
     ``marked``: whether ``tree`` is the part of the page it marks as its main content. Where it is not (a page
     that marks nothing), an extraction that holds the paragraph body and says more than :data:`COLUMN_EXCESS`
-    times the words of the body's column (:func:`_column`) gives way to the column: without ``<aside>`` and
-    ``<footer>`` to go by, the extraction keeps the widgets and blurbs around an article."""
+    times the words of the body's column (:func:`~.paragraph_body.column`) gives way to the column: without
+    ``<aside>`` and ``<footer>`` to go by, the extraction keeps the widgets and blurbs around an article."""
     text = _extract(tree, main_content=True, comments=False, post_meta=False)
     if _words(text) < MIN_MAIN_WORDS:
         text = _extract(tree, main_content=False)
@@ -204,10 +193,10 @@ def _main_content(tree: HTMLTree, body: _Body | None, marked: bool = True) -> st
         logger.debug("main content without the page's paragraph body: the body read instead")
         return _read_body(body)
     if not marked and body is not None and _words(text) > COLUMN_EXCESS * body.words and _holds(text, body):
-        column = _column(body)
-        if _words(text) > COLUMN_EXCESS * column.words:
+        wider = column(body)
+        if _words(text) > COLUMN_EXCESS * wider.words:
             logger.debug("main content beyond the paragraph body's column: the column read instead")
-            return _read_body(column)
+            return _read_body(wider)
     return text
 
 
@@ -216,110 +205,19 @@ def _extract(tree: HTMLTree, main_content: bool, comments: bool = True, post_met
                               alt_texts=False, comments=comments, post_meta=post_meta)
 
 
-@dataclass(frozen=True)
-class _Body:
-    """A page's paragraph body (:func:`_paragraph_body`).
 
-    Attributes:
-        html: the element's HTML.
-        sample: the middle :data:`_SAMPLE_CHARS` characters of its longest paragraph, whitespace removed (a
-            reading holds the body when it holds this).
-        words: the element's words.
-        page: the page it was found in.
-        node: the element, in the page's lexbor tree (which it keeps alive).
-    """
-
-    html: str
-    sample: str
-    words: int
-    page: bytes
-    node: LexborNode
-
-
-def _paragraph_body(data: bytes) -> tuple[_Body | None, int]:
-    """The element of the page ``data`` whose ``<p>`` children hold the most text, if at least :data:`BODY_CHARS`
-    and not a page's header, footer, navigation or sidebar (readability's paragraph parent: an article's
-    paragraphs are siblings, a comment thread's each in its own comment); and the words of the page's visible text
-    (its body without scripts, styles and the other non-text elements, as :func:`~.html.count_words` counts them),
-    from the same parse.
-
-    Read with lexbor through selectolax: a walk over Resiliparse's nodes costs ten times the page's parse."""
-    tree = LexborHTMLParser(data)
-    for node in tree.css(DROPPED):
-        node.decompose()
-    page = tree.body
-    visible = 0 if page is None else count_words(page.text(separator=" "))
-    return _paragraph_parent(tree, data), visible
-
-
-def _paragraph_parent(tree: LexborHTMLParser, data: bytes) -> _Body | None:
-    """:func:`_paragraph_body`'s element."""
-    totals: dict[int, int] = {}
-    counts: dict[int, int] = {}
-    longest: dict[int, str] = {}
-    parents: dict[int, LexborNode] = {}
-    for paragraph in tree.css("p"):
-        parent = paragraph.parent
-        if parent is None:
-            continue
-        key = parent.mem_id
-        text = paragraph.text()
-        totals[key] = totals.get(key, 0) + len(text)
-        counts[key] = counts.get(key, 0) + 1
-        if len(text) >= len(longest.get(key, "")):
-            longest[key], parents[key] = text, parent
-    for key in sorted(totals, key=totals.__getitem__, reverse=True):
-        if totals[key] < BODY_CHARS:
-            return None
-        parent = parents[key]
-        if counts[key] >= MIN_BODY_PARAGRAPHS and not _in_page_chrome(parent):
-            sample = "".join(longest[key].split())
-            middle = max(0, (len(sample) - _SAMPLE_CHARS) // 2)
-            words = len(parent.text(separator=" ").split())
-            return _Body(parent.html or "", sample[middle : middle + _SAMPLE_CHARS], words, data, parent)
-    return None
-
-
-def _column(body: _Body) -> _Body:
-    """The paragraph body's column: of ``body``'s element and its ancestors below ``<body>`` (and below the page's
-    header, footer, navigation and sidebars), the one with the largest ``P - w (T - P)`` of
-    :data:`OTHER_TEXT_WEIGHT` (readability joins its top candidate's siblings that hold paragraphs, weighed by how
-    much else they bring)."""
-    best, best_score = body.node, None
-    node: LexborNode | None = body.node
-    while node is not None and node.tag not in _COLUMN_STOPS:
-        paragraphs = sum(len(p.text(strip=True)) for p in node.css("p"))
-        score = paragraphs - OTHER_TEXT_WEIGHT * (len(node.text(strip=True)) - paragraphs)
-        if best_score is None or score > best_score:
-            best, best_score = node, score
-        node = node.parent
-    if best is body.node:
-        return body
-    return _Body(best.html or "", body.sample, len(best.text(separator=" ").split()), body.page, best)
-
-
-def _in_page_chrome(node: LexborNode) -> bool:
-    """Whether ``node`` is or lies inside a ``<header>``, ``<footer>``, ``<nav>`` or ``<aside>``."""
-    parent: LexborNode | None = node
-    while parent is not None:
-        if parent.tag in _CHROME:
-            return True
-        parent = parent.parent
-    return False
-
-
-def _misses(text: str, body: _Body) -> bool:
+def _misses(text: str, body: ParagraphBody) -> bool:
     """Whether ``text`` leaves out the paragraph body ``body`` and has fewer words than it."""
     return _words(text) < body.words and not _holds(text, body)
 
 
-def _holds(text: str, body: _Body) -> bool:
+def _holds(text: str, body: ParagraphBody) -> bool:
     """Whether ``text`` holds ``body``'s sample (whitespace aside: the extraction and lexbor space the text of
     inline elements differently)."""
     return body.sample in "".join(text.split())
 
 
-def _a_comment_thread(body: _Body) -> bool:
+def _a_comment_thread(body: ParagraphBody) -> bool:
     """Whether the extraction of the whole page leaves ``body`` out as a comment thread (it holds it when comment
     sections count as main content, not otherwise)."""
     tree = HTMLTree.parse_from_bytes(body.page, "utf-8", "replace")
@@ -327,7 +225,7 @@ def _a_comment_thread(body: _Body) -> bool:
         _extract(tree, main_content=True, comments=False, post_meta=False), body)
 
 
-def _read_body(body: _Body) -> str:
+def _read_body(body: ParagraphBody) -> str:
     """The text of a paragraph body: its main content, or all of it if the extraction's rules leave it out again."""
     part = HTMLTree.parse(_WRAP_OPEN + body.html + _WRAP_CLOSE)
     text = _extract(part, main_content=True, comments=False, post_meta=False)

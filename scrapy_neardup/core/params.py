@@ -41,7 +41,7 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: without declaring an article, read by their passages of prose when those hold most, or nearly all, of their own
 #: words (:func:`scrapy_neardup.core.blocks.prose_share`), no longer whole.
 #: 13: ``"auto"``: an article page that marks nothing read in its paragraph body's column when the extraction keeps
-#: much more (:func:`scrapy_neardup.core.main_content._column`).
+#: much more (:func:`scrapy_neardup.core.paragraph_body.column`).
 SCHEME_VERSION = 13
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading
