@@ -192,6 +192,8 @@ def _main_content(tree: HTMLTree, body: ParagraphBody | None, marked: bool = Tru
     if body is not None and _misses(text, body) and not _a_comment_thread(body):
         logger.debug("main content without the page's paragraph body: the body read instead")
         return _read_body(body)
+    # The column holds the body, so a reading within COLUMN_EXCESS of the body's words is within it of the column's:
+    # the walk up the tree is left out for it.
     if not marked and body is not None and _words(text) > COLUMN_EXCESS * body.words and _holds(text, body):
         wider = column(body)
         if _words(text) > COLUMN_EXCESS * wider.words:

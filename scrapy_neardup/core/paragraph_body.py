@@ -37,7 +37,6 @@ class ParagraphBody:
     """A page's paragraph body (:func:`paragraph_body`), or its column (:func:`column`).
 
     Attributes:
-        html: the element's HTML.
         sample: the middle :data:`_SAMPLE_CHARS` characters of its longest paragraph, whitespace removed (a
             reading holds the body when it holds this).
         words: the element's words.
@@ -45,11 +44,15 @@ class ParagraphBody:
         node: the element, in the page's lexbor tree (which it keeps alive).
     """
 
-    html: str
     sample: str
     words: int
     page: bytes
     node: LexborNode
+
+    @property
+    def html(self) -> str:
+        """The element's HTML (serialized when asked for: most readings never need it)."""
+        return self.node.html or ""
 
 
 def paragraph_body(data: bytes) -> tuple[ParagraphBody | None, int]:
@@ -92,7 +95,7 @@ def _paragraph_parent(tree: LexborHTMLParser, data: bytes) -> ParagraphBody | No
             sample = "".join(longest[key].split())
             middle = max(0, (len(sample) - _SAMPLE_CHARS) // 2)
             words = len(parent.text(separator=" ").split())
-            return ParagraphBody(parent.html or "", sample[middle : middle + _SAMPLE_CHARS], words, data, parent)
+            return ParagraphBody(sample[middle : middle + _SAMPLE_CHARS], words, data, parent)
     return None
 
 
@@ -111,7 +114,7 @@ def column(body: ParagraphBody) -> ParagraphBody:
         node = node.parent
     if best is body.node:
         return body
-    return ParagraphBody(best.html or "", body.sample, len(best.text(separator=" ").split()), body.page, best)
+    return ParagraphBody(body.sample, len(best.text(separator=" ").split()), body.page, best)
 
 
 def _in_page_chrome(node: LexborNode) -> bool:
