@@ -11,7 +11,9 @@ the page is read, with the same rules applied inside it (comments and share bloc
 Rules that read class names misfire on real themes, so what they keep is checked against the page's paragraph body
 (:func:`~.paragraph_body.paragraph_body`): a reading that leaves it out, and says less, gives way to the body; on a
 page that marks nothing, a reading that says much more than the body's column (:func:`~.paragraph_body.column`)
-gives way to the column.
+gives way to the column. On a forum topic, whose posts are all comments to those rules, the thread is what the
+page says (:func:`_main_content`). Any page read as a few words that has ``<noscript>`` elements is read again as a
+browser without scripts shows it (:func:`read_marked`): forums whose scripts render a topic serve it there.
 
 The block marks of :mod:`scrapy_neardup.core.marks` are put into the HTML before it is parsed (:mod:`.tag_scan`),
 and come out of the extraction in place for :mod:`scrapy_neardup.core.blocks`, which then removes the link lists
@@ -30,7 +32,7 @@ from resiliparse.parse.html import ElementNode as RNode
 from resiliparse.parse.html import HTMLTree
 
 from .article import page_article
-from .html import count_words, strip_tags
+from .html import count_words, strip_tags, tag_positions
 from .html import read_marked as block_read_marked
 from .marks import BLOCK, LINK_END, LINK_START, clear_marks
 from .normalize import scrub_unicode
@@ -66,6 +68,16 @@ MIN_MAIN_WORDS = 10
 #: column (and holding the body) has kept what surrounds the article (an author's bio, "most read" lists, a site's
 #: blurb): the column is read instead.
 COLUMN_EXCESS = 1.2
+#: A page read as fewer words, with ``<noscript>`` elements, is read again with their content (:func:`read_marked`).
+SCRIPT_SHELL_WORDS = 50
+#: ... unless it has more bytes of HTML than this: a hostile page of a few words and millions of tags is not parsed
+#: twice (a forum topic's page, scripts included, is a few hundred kilobytes).
+SCRIPT_SHELL_BYTES = 2_000_000
+#: A main content of fewer words beside a comment thread that makes it at least :data:`MIN_THREAD_WORDS` words is a
+#: forum topic or a discussion: the thread is what the page says (:func:`_main_content`).
+THREAD_PAGE_WORDS = 25
+MIN_THREAD_WORDS = 50
+_NOSCRIPT = re.compile(rb"<(/?)noscript\b", re.IGNORECASE)
 _WRAP_OPEN, _WRAP_CLOSE = "<div><div>", "</div></div>"
 _WRAP_OPEN_B, _WRAP_CLOSE_B = _WRAP_OPEN.encode(), _WRAP_CLOSE.encode()
 _BLOCK_STR = chr(BLOCK)
@@ -77,7 +89,27 @@ def read_marked(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None, b
     (:func:`scrapy_neardup.core.html.read_marked`), and whether the page declares itself an article
     (:func:`is_article_page`). An article's extraction also leaves out text inside the main content (comment
     threads, teasers): there, the words of the page's visible text (its body, scripts, styles and the other
-    non-text elements aside, as :func:`~.html.count_words` counts them) less the words kept."""
+    non-text elements aside, as :func:`~.html.count_words` counts them) less the words kept.
+
+    A page read as fewer than :data:`SCRIPT_SHELL_WORDS` words that has ``<noscript>`` elements is read again as a
+    browser without scripts shows it (and a crawler is one), their content included; that reading is kept when it
+    says at least :data:`SCRIPT_SHELL_WORDS` words and more than twice the first: a forum whose scripts render the
+    topic puts it in ``<noscript>`` for readers without them (Discourse, Flarum), while a page's "enable
+    JavaScript" notice is a few words. A page of more than :data:`SCRIPT_SHELL_BYTES` bytes is read once."""
+    reading = _read(data, tags)
+    if len(data) > SCRIPT_SHELL_BYTES:
+        return reading
+    # Split no further than the words that tell: this runs on every page.
+    if len(reading[0].split(maxsplit=SCRIPT_SHELL_WORDS - 1)) >= SCRIPT_SHELL_WORDS or _NOSCRIPT.search(data) is None:
+        return reading
+    shown = _NOSCRIPT.sub(rb"<\1div", data)
+    without_scripts = _read(shown, tag_positions(shown))
+    enough = max(SCRIPT_SHELL_WORDS, 2 * _words(reading[0]) + 1)
+    return without_scripts if _words(without_scripts[0]) >= enough else reading
+
+
+def _read(data: bytes, tags: np.ndarray) -> tuple[str, bool, int | None, bool]:
+    """:func:`read_marked` of the page as it is."""
     if not is_article_page(data, tags):
         return (*block_read_marked(data, tags), False)
     text, marked, visible = _article_text(data, tags)
@@ -96,10 +128,7 @@ def marked_text(data: bytes, tags: np.ndarray) -> tuple[str, bool]:
     already in ``data`` become spaces first. A page that does not declare itself an article
     (:func:`is_article_page`) is read by :func:`scrapy_neardup.core.html.marked_text` instead.
     """
-    if not is_article_page(data, tags):
-        text, marked, _ = block_read_marked(data, tags)
-        return text, marked
-    text, marked, _ = _article_text(data, tags)
+    text, marked, _, _ = read_marked(data, tags)
     return text, marked
 
 
@@ -174,7 +203,9 @@ def _with_heading(text: str, tree: HTMLTree) -> str:
 def _main_content(tree: HTMLTree, body: ParagraphBody | None, marked: bool = True) -> str:
     """The main content of ``tree``; all of its text when the main content is shorter than
     :data:`MIN_MAIN_WORDS` (a short page's own words may be where the rules see boilerplate: a lone list, a
-    date line).
+    date line). Where it is shorter than :data:`THREAD_PAGE_WORDS`, and the comment thread beside it makes it at
+    least :data:`MIN_THREAD_WORDS` words, it is read with the thread: on a forum topic every post is a comment to the
+    extraction's rules, and the first post is the topic.
 
     Where the main content leaves out the page's paragraph body ``body``
     (:func:`~.paragraph_body.paragraph_body`), has fewer words than it, and the extraction did not leave it out as a
@@ -187,7 +218,13 @@ def _main_content(tree: HTMLTree, body: ParagraphBody | None, marked: bool = Tru
     times the words of the body's column (:func:`~.paragraph_body.column`) gives way to the column: without
     ``<aside>`` and ``<footer>`` to go by, the extraction keeps the widgets and blurbs around an article."""
     text = _extract(tree, main_content=True, comments=False, post_meta=False)
-    if _words(text) < MIN_MAIN_WORDS:
+    words = _words(text)
+    if words < THREAD_PAGE_WORDS:
+        thread = _extract(tree, main_content=True, comments=True, post_meta=False)
+        if _words(thread) >= MIN_THREAD_WORDS and (body is None or _holds(thread, body)):
+            logger.debug("a comment thread beside a main content of a few words: the thread read")
+            return thread
+    if words < MIN_MAIN_WORDS:
         text = _extract(tree, main_content=False)
     if body is not None and _misses(text, body) and not _a_comment_thread(body):
         logger.debug("main content without the page's paragraph body: the body read instead")

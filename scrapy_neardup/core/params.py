@@ -42,12 +42,15 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: words (:func:`scrapy_neardup.core.blocks.prose_share`), no longer whole.
 #: 13: ``"auto"``: an article page that marks nothing read in its paragraph body's column when the extraction keeps
 #: much more (:func:`scrapy_neardup.core.paragraph_body.column`).
-SCHEME_VERSION = 13
+#: 14: ``"auto"``: a page read as a few words read again with its ``<noscript>`` content when that says much more
+#: (forums whose scripts render a topic), and a forum topic whose posts the extraction takes for comments read with
+#: its thread (:mod:`scrapy_neardup.core.main_content`).
+SCHEME_VERSION = 14
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading
 #: of self-closing SVG elements (10) and of ``<select>`` lists (11).
 BODY_SCHEME_VERSION = 11
-#: The scheme ``"main"`` sketches carry: 6 to 9, 12 and 13 changed ``"auto"`` only.
+#: The scheme ``"main"`` sketches carry: 6 to 9 and 12 to 14 changed ``"auto"`` only.
 MAIN_SCHEME_VERSION = 11
 #: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it), and the modes
 #: it changed (``None``: every mode).
@@ -66,6 +69,8 @@ _SCHEME_CHANGES: dict[int, tuple[tuple[str, ...] | None, str]] = {
                     "teasers, bylines and neighbours' links around its prose"),
     13: (("auto",), "an article page that marks nothing read with the author's bio, \"most read\" lists and site "
                     "blurbs its extraction kept around the article"),
+    14: (("auto",), "a forum topic that its scripts render, or whose posts the extraction takes for comments, read "
+                    "as a few words"),
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a

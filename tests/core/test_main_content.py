@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scrapy_neardup.core.main_content import MIN_MAIN_WORDS, is_article_page
+from scrapy_neardup.core.main_content import MIN_MAIN_WORDS, SCRIPT_SHELL_BYTES, is_article_page
 from scrapy_neardup.core.sketch import Sketcher
 
 STORY = ("The city council voted on Tuesday to extend the river walk by two miles, a plan that residents have argued "
@@ -206,6 +206,12 @@ def test_an_article_wrapped_in_a_share_container_is_still_read() -> None:
         f"<div class=post-content>{PARAGRAPHS}</div></div></article></div>")
     out = text(html)
     assert "council voted on tuesday" in out and "four million dollars" in out
+    # With a comment thread after it, the headline alone is short of an article: the thread is not read for it, as
+    # it would be on a forum topic, because the paragraph body is not in it.
+    thread = "".join(f"<div class=comment><p>Reader {i} says the council should pave the old towpath instead of "
+                     f"building a new one.</p></div>" for i in range(4))
+    out = text(html.replace("</article>", f"</article><section class=comments>{thread}</section>"))
+    assert "council voted on tuesday" in out and "reader" not in out
 
 
 def test_an_article_before_a_main_element_that_holds_something_else_is_read() -> None:
@@ -317,3 +323,79 @@ def test_a_marked_article_is_not_cut_to_its_paragraph_column() -> None:
                 f"<div class=c-side>{facts}</div></article>")
     out = text(html)
     assert "council voted on tuesday" in out and "fact 7 the walk will have benches" in out
+
+
+POSTS = ("I bought the new case last week and the two small ports on the back are not in the manual at all.",
+         "Those are for the fan hub: plug the hub cable into the left one and the lighting cable into the right.",
+         "Thanks, that worked, and the fans now spin up with the pump instead of running flat out all the time.",
+         "Same here, the manual for the white edition is also missing that page, support says a new one is coming.")
+
+
+def _forum_topic(posts: tuple[str, ...]) -> str:
+    """A forum topic as forum software serves it: every post (the first one too) an ``<article>`` of class
+    "comment" inside ``<main>``."""
+    cards = "".join(f"<article class='cPost ipsComment'><aside class=author><a href=/u/{i}>member{i}</a></aside>"
+                    f"<div class=post-content><p>{post}</p></div></article>" for i, post in enumerate(posts))
+    return page(f"<header><a href=/>Forums</a></header><main><h1>New case ports</h1>"
+                f"<div class=meta>By <a href=/u/0>member0</a> in <a href=/f/3>Hardware</a></div>"
+                f"<div class=comments>{cards}</div></main>", head="")
+
+
+def test_a_forum_topic_whose_posts_are_comments_is_read_whole() -> None:
+    """Beside a main content of a title and a byline, the comment thread is what the page says: its posts are read,
+    and the topic and its print copy are one page."""
+    topic = _forum_topic(POSTS)
+    out = text(topic)
+    assert "not in the manual" in out and "new one is coming" in out
+    printed = page("<h1>New case ports</h1><p>By member0 in Hardware</p>" + "".join(f"<p>{post}</p>" for post in POSTS),
+                   head="")
+    assert Sketcher().jaccard(topic, printed) >= 0.9
+
+
+def test_a_short_post_with_a_short_thread_is_not_read_with_it() -> None:
+    """A thread that leaves the page short of a forum topic's words is not what the page says: the post alone is."""
+    html = page(f"<article><h1>Ports</h1><p>{POSTS[0]}</p>"
+                f"<section class=comments><div class=comment><p>{POSTS[1]}</p></div></section></article>")
+    out = text(html)
+    assert "not in the manual" in out and "fan hub" not in out
+
+
+def _scripted(notice: str, shown: str) -> str:
+    """A page its scripts render, with what it shows readers without scripts in ``<noscript>`` (as Discourse and
+    Flarum serve a topic)."""
+    return page(f"<noscript><p>{notice}</p></noscript><div id=app><div class=spinner>Loading</div></div>"
+                f"<noscript data-path=/t/ports/7><div id=main-outlet>{shown}</div></noscript>", head="")
+
+
+def test_a_page_its_scripts_render_is_read_as_it_shows_without_scripts() -> None:
+    posts = "".join(f"<div class=crawler-post><span class=creator>member{i}</span><p>{post}</p></div>"
+                    for i, post in enumerate(POSTS))
+    html = _scripted("To use this forum you need JavaScript.", f"<h1>New case ports</h1>{posts}")
+    out = text(html)
+    assert "not in the manual" in out and "new one is coming" in out
+    # The same topic as the forum serves it to a search engine's crawler: the same posts, without <noscript>.
+    crawler_view = page(f"<div id=main-outlet><h1>New case ports</h1>{posts}</div>", head="")
+    assert Sketcher().jaccard(html, crawler_view) >= 0.9
+
+
+def test_a_page_too_large_to_read_twice_is_read_as_it_is() -> None:
+    """The second reading is bounded: a page of more than SCRIPT_SHELL_BYTES bytes is not parsed again."""
+    posts = "".join(f"<p>{post}</p>" for post in POSTS)
+    scripted = _scripted("You need JavaScript.", posts)
+    assert "new one is coming" in text(scripted)
+    padded = scripted.replace("<div id=app>", f"<script>var x = '{'x' * SCRIPT_SHELL_BYTES}';</script><div id=app>")
+    assert "new one is coming" not in text(padded)
+
+
+def test_a_noscript_notice_stays_out_of_a_page_that_says_something() -> None:
+    """``<noscript>`` content is read only where the page without it says little and the content says much more:
+    an "enable JavaScript" notice, or a tracking pixel's fallback, stays out."""
+    notice = "JavaScript is disabled in your browser, so some parts of this page may not work as they should."
+    assert "javascript" not in text(page(f"<noscript><p>{notice}</p></noscript><main><p>{STORY}</p></main>"))
+    short = "The river walk opens on Friday."
+    out = text(page(f"<noscript><p>{notice}</p></noscript><p>{short}</p>", head=""))
+    assert "river walk opens" in out and "javascript" not in out
+    # A short page: its notice would make it over 50 words, but not twice as long.
+    longer = " ".join([short] * 6)
+    out = text(page(f"<noscript><p>{notice}</p></noscript><p>{longer}</p>", head=""))
+    assert "river walk opens" in out and "javascript" not in out
