@@ -298,8 +298,11 @@ def test_ctrl_c_in_dedupe_is_one_line_and_exit_130(tmp_path: Path) -> None:
     import signal
     import time
 
+    # SIGINT as a terminal delivers it: a test run that a script starts in the background (`pytest &`) ignores
+    # SIGINT, and the child would inherit that and never see the signal.
     proc = subprocess.Popen([NEARDUP, "dedupe", "-", "--content", "main"], stdin=subprocess.PIPE,
-                            stdout=open(tmp_path / "out.jsonl", "wb"), stderr=subprocess.PIPE)  # noqa: SIM115
+                            stdout=open(tmp_path / "out.jsonl", "wb"), stderr=subprocess.PIPE,  # noqa: SIM115
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdin is not None and proc.stderr is not None
     records = 600  # more than one batch (512): the first batch is checked and written while the pipe stays open
     proc.stdin.write("".join(json.dumps({"id": i, "text": f"{ARTICLE} {i}"}) + "\n"
