@@ -1,7 +1,7 @@
 """Sketching throughput, text to signature, on one core; peers run in the same process; plus accuracy.
 
 Corpus: the HTML pages of Debian's ``python3.11-doc`` package (``apt-get install python3.11-doc``; about 530
-pages). Their text is extracted once, outside the timings, with ``scrapy_neardup.core.text.html_to_text``; every
+pages). Their text is extracted once, outside the timings, with ``scrapy_neardup.core.html.html_to_text``; every
 method below sketches the same extracted texts, and MB/s is megabytes (10**6 bytes) of that text, as UTF-8,
 per second of wall time (best of ``--repeat`` interleaved runs; MB per CPU second beside it, which other load
 on the machine disturbs less). The process is pinned to one CPU and rensa to one thread.
@@ -10,9 +10,11 @@ Methods (k = 128 everywhere):
 
 * ``ours``: ``Sketcher().sketch_many(texts)``, default settings (normalization, word 5-shingles,
   one-permutation MinHash, fingerprints, ``Sketch`` objects). Also split into ``ours: normalize`` (the
-  ``clean_text`` part) and ``ours: signatures`` (``Sketcher.signatures`` on normalized bytes). With default
-  settings the first 4 KiB of every text are sniffed for markup; a page whose text shows HTML tags (a code
-  example) is parsed as HTML. ``ours, is_html=False`` skips the sniffing (the texts are known to be text).
+  ``clean_text`` part, as ``sketch_many`` calls it in the default mode) and ``ours: signatures``
+  (``Sketcher.signatures`` on normalized bytes: word hashes, shingles and MinHash of the whole text, without
+  reading its blocks). With default settings the first 4 KiB of every text are sniffed for markup; a page whose
+  text shows HTML tags (a code example) is parsed as HTML. ``ours, is_html=False`` skips the sniffing (the texts
+  are known to be text).
 * ``ours + html``: ``Sketcher().sketch_many(html_pages)``, the same from the raw HTML (extraction included).
 * ``rensa``: per page ``text.lower().split()``, 5-gram strings joined by spaces, ``RMinHash(128, 42)``,
   ``update(shingles)``, ``digest()``: what its users write. ``rensa batch`` feeds the same shingle lists to
@@ -243,7 +245,7 @@ def throughput(texts: list[str], htmls: list[str], repeat: int) -> dict[str, Any
     sketch_texts = {
         "ours": lambda xs: sketcher.sketch_many(xs),
         "ours, is_html=False": lambda xs: sketcher.sketch_many(xs, is_html=False),
-        "ours: normalize": lambda xs: [clean_text(t) for t in xs],
+        "ours: normalize": lambda xs: [clean_text(t, None, sketcher.max_chars, "auto", collapse=False) for t in xs],
         "ours + html": lambda xs: sketcher.sketch_many(xs),
         "rensa": run_rensa,
         "rensa batch": run_rensa_batch,
