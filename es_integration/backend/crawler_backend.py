@@ -97,10 +97,15 @@ class ElasticsearchBackend(Backend):
     """
 
     #: attempts after the first for a retryable failure: with ``backoff`` 0.1 s, 3.1 s of waits in all, longer
-    #: than a primary's failover (0.6-1.6 s measured on a 3-node cluster), which a check then rides out
+    #: than a primary's failover on an idle 3-node cluster (0.6-1.6 s measured); a longer one: ``failover_wait``
     retries = _Delegated("_transport", 5)
     #: first backoff in seconds (doubled per retry)
     backoff = _Delegated("_transport", 0.1)
+    #: seconds from a request's first attempt during which a failure a failover answers (HTTP 503, a node gone
+    #: away, a shard copy that did not answer) is retried past ``retries``: a loaded cluster may take seconds to
+    #: remove a dead node and promote its replicas (30 s, as long as a page another crawler left pending is
+    #: waited for)
+    failover_wait = _Delegated("_transport", 30.0, "failover")
     #: failed requests, and retries (``neardup/backend_retries``)
     errors = _Delegated("_transport", 0)
     retried = _Delegated("_transport", 0)
@@ -154,7 +159,8 @@ class ElasticsearchBackend(Backend):
         # The parts, each given what it uses (module doc of the package), with the class's defaults. The writer
         # token marks this process's pending writes (with the round: ``writer``), never waited for by itself.
         cls = type(self)
-        self._transport = Transport(self.settings, self.index, retries=cls.retries, backoff=cls.backoff)
+        self._transport = Transport(self.settings, self.index, retries=cls.retries, backoff=cls.backoff,
+                                    failover=cls.failover_wait)
         self._searches = Searches(self._transport, params, writer=uuid.uuid4().hex,
                                   pending_timeout=cls.pending_timeout)
         self._rounds = Rounds(self._transport, self._searches, Writes(self._transport, crawl_id=self.crawl_id),

@@ -36,7 +36,7 @@ from ..mapping import (
     TEXT_FIELDS,
     stored_sketched,
 )
-from ..retry import ShardsUnavailable
+from ..retry import ItemsRefused, ShardsUnavailable
 from .pages import _Candidate, _Page
 from .sequencer import LATER
 from .transport import _POLL_FIRST, _POLL_MAX
@@ -160,7 +160,9 @@ class Searches:
     def _checked(response: Mapping[str, Any]) -> Mapping[str, Any]:
         """``response``, unless it failed or missed a shard (then retried: never read as "no candidate")."""
         if "error" in response:
-            raise ShardsUnavailable(f"a candidate search failed: {str(response['error'])[:200]}")
+            failed = f"a candidate search failed: {str(response['error'])[:200]}"
+            # A search refused by a full queue (429) is an overloaded node, not a failover (es_integration.retry).
+            raise ItemsRefused(failed) if response.get("status") == 429 else ShardsUnavailable(failed)
         shards = response["_shards"]
         if shards["successful"] < shards["total"]:
             raise ShardsUnavailable(f"the search reached {shards['successful']} of {shards['total']} shard(s)")

@@ -5,11 +5,11 @@ Errors
 ------
 Requests failing with a connection error, a timeout, HTTP 429/502/503/504, or an HTTP 500 from a node or shard
 copy gone away (a failover) are retried up to ``retries`` times with exponential backoff (0.1 s, 0.2 s, ...; the
-policy of :mod:`es_integration.retry`); then, or at once for any other failure (wrong credentials, missing
-privileges, bad index),
-:class:`~scrapy_neardup.errors.EsError` (a :class:`~scrapy_neardup.errors.BackendError`) is raised with
-a one-line message holding no secret. ``errors`` counts failed requests, ``retried`` the retries
-(``neardup/backend_retries`` in the crawl's stats).
+policy of :mod:`es_integration.retry`), and those a failover answers (a 503, a node gone away, a shard copy that
+did not answer) until ``failover`` seconds after the first attempt. Then, or at once for any other failure
+(wrong credentials, missing privileges, bad index), :class:`~scrapy_neardup.errors.EsError` (a
+:class:`~scrapy_neardup.errors.BackendError`) is raised with a one-line message holding no secret. ``errors``
+counts failed requests, ``retried`` the retries (``neardup/backend_retries`` in the crawl's stats).
 """
 
 from __future__ import annotations
@@ -50,13 +50,17 @@ class Transport:
         index: the index the requests are about (named in error messages; the default of :meth:`mget`).
         retries: attempts after the first for a retryable failure.
         backoff: first wait in seconds, doubled per retry: ``backoff * (2**retries - 1)`` of waits in all.
+        failover: seconds from a request's first attempt during which a failure a failover answers is retried
+            past ``retries`` (:func:`es_integration.retry.is_failover`); 0: never.
     """
 
-    def __init__(self, settings: ConnectionSettings, index: str, *, retries: int, backoff: float) -> None:
+    def __init__(self, settings: ConnectionSettings, index: str, *, retries: int, backoff: float,
+                 failover: float = 0.0) -> None:
         self.settings = settings
         self.index = index
         self.retries = retries
         self.backoff = backoff
+        self.failover = failover
         #: the connected client; ``None`` before the owner connects and after it closes
         self.client: AsyncElasticsearch | None = None
         #: failed requests, retries (``neardup/backend_retries``), and calls made (each under the retry rule)
@@ -87,12 +91,14 @@ class Transport:
         self, what: str, func: Callable[..., Awaitable[Any]], *args: Any, retries: int | None = None
     ) -> Any:
         """``await func(*args)`` under the retry policy of :mod:`es_integration.retry` (``retries``, default
-        :attr:`retries`, with :attr:`backoff`); failures become :class:`EsError` naming ``what`` failed."""
+        :attr:`retries` and :attr:`failover`, with :attr:`backoff`; ``retries`` given: no failover wait);
+        failures become :class:`EsError` naming ``what`` failed."""
         self.calls += 1
         attempts = 0
         try:
             async for attempt in retrying(self.retries if retries is None else retries, self.backoff,
-                                          on_retry=self._retrying(what)):
+                                          on_retry=self._retrying(what),
+                                          failover=self.failover if retries is None else 0.0):
                 with attempt:
                     attempts += 1
                     try:

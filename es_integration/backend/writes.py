@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from elasticsearch import ConflictError
 
 from ..mapping import F_WRITER, ROOT
-from ..retry import ShardsUnavailable
+from ..retry import ItemsRefused, ShardsUnavailable
 from .pages import _Page
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class Writes:
         back (ours when it holds ``token``). Returns the pages whose key another crawler wrote meanwhile.
 
         Raises:
-            ShardsUnavailable: some bulk items were refused (e.g. HTTP 429 inside the response): retried.
+            ItemsRefused: some bulk items were refused (e.g. HTTP 429 inside the response): retried.
         """
         todo = [page for page in pages if page.seq < 0 and not page.conflict]
         if len(pages) == 1 and todo:
@@ -110,7 +110,7 @@ class Writes:
     async def _write_each(self, todo: list[_Page], operations: list[dict[str, Any]], token: str, what: str) -> None:
         """Send ``operations`` (one bulk item per page of ``todo``, in order) and take each item's result: a page
         whose write landed records it; those that conflicted (409) are claimed (:meth:`_claim`); any other refusal
-        raises :class:`~es_integration.retry.ShardsUnavailable` (retried), naming ``what`` was refused."""
+        raises :class:`~es_integration.retry.ItemsRefused` (retried), naming ``what`` was refused."""
         response = await self.transport.bulk(operations)
         conflicts, refused = [], 0
         for page, item in zip(todo, response["items"], strict=True):
@@ -125,7 +125,7 @@ class Writes:
         if conflicts:
             await self._claim(conflicts, token)
         if refused:
-            raise ShardsUnavailable(f"the bulk request refused {refused} {what}")
+            raise ItemsRefused(f"the bulk request refused {refused} {what}")
 
     async def _claim(self, pages: list[_Page], token: str) -> None:
         """After a conflict: a page whose document holds ``token`` was written by an earlier attempt of this
@@ -157,7 +157,7 @@ class Writes:
             page.decided = 200 <= int(result.get("status", 500)) < 300
         refused = sum(1 for page in todo if not page.decided)
         if refused:
-            raise ShardsUnavailable(f"the bulk request refused {refused} decision(s)")
+            raise ItemsRefused(f"the bulk request refused {refused} decision(s)")
 
     async def refresh(self) -> None:
         """Refresh the index: every acknowledged write searchable (a copy that failed to refresh: retried)."""

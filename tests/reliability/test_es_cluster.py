@@ -344,10 +344,17 @@ def crawl_with_a_kill(es_cluster: Any, cluster_client: Any, cluster_index: str, 
     outcome = account(results, pages, group_of, site.url)
     # The kill landed mid-crawl: group pages were still served after it.
     assert site.served == GROUPS * crawlers and kill_at < site.served
-    # What the crawlers warned of (not the transport's per-node lines), shown when a check below fails.
-    outcome["warnings"] = [f"crawler {c}: {line}" for c, r in results.items() for line in r.log.splitlines()
+    # What each crawler met, shown when a check below fails: its counts, then what it warned of (not the
+    # transport's per-node lines), the crawlers that passed pages through unchecked first (a CI log keeps the head).
+    unchecked_first = sorted(results, key=lambda c: (results[c].stat("neardup/unchecked") == 0, c))
+    outcome["crawlers"] = [
+        f"crawler {c}: {len(r.scraped)} scraped, {len(r.dropped)} dropped, {r.stat('neardup/unchecked')} unchecked, "
+        f"{r.stat('neardup/backend_errors')} backend errors, {r.stat('neardup/backend_retries')} retries, "
+        f"finish reason {r.data['finish_reason']}" for c in unchecked_first for r in [results[c]]]
+    outcome["warnings"] = [f"crawler {c}: {line}" for c in unchecked_first for line in results[c].log.splitlines()
                            if any(mark in line for mark in ("WARNING:", "ERROR:", "EsError:"))
-                           and "node_pool" not in line]
+                           and "node_pool" not in line and "[opensearch]" not in line]
+    outcome["kill"] = describe_kill(fault, outcome, elapsed, kill_at, crawlers)
     return fault, outcome, elapsed, kill_at
 
 
@@ -387,9 +394,12 @@ def check_after_a_kill(cluster_client: Any, cluster_index: str, outcome: dict[st
                       for h in found if any(h["_source"]["neardup"]["key"].endswith(f"/g{g}") for g in twice))
         markers = cluster_client.search(index=sequencer_index(cluster_index), size=10_000,
                                         query={"match_all": {}}, seq_no_primary_term=True)["hits"]["hits"]
-        pytest.fail(f"groups with more than one kept page: {twice}:\n" + "\n".join(map(str, rows)) + "\nmarkers: "
-                    + ", ".join(f"{m['_id']}={m['_seq_no']}" for m in sorted(markers, key=lambda m: m["_seq_no"]))
-                    + "\n" + "\n".join(outcome["warnings"][-60:]))
+        # Most telling first: the kill, each crawler's counts, the crawlers' warnings, then the documents.
+        pytest.fail("\n".join([
+            f"{len(twice)} groups with more than one kept page: {twice}", outcome["kill"], *outcome["crawlers"],
+            *outcome["warnings"][:60], "documents (seq, key, status, writer, duplicate of, _seq_no):",
+            *map(str, rows[:60]), "markers: " + ", ".join(
+                f"{m['_id']}={m['_seq_no']}" for m in sorted(markers, key=lambda m: m["_seq_no"]))]))
     assert outcome["unchecked_indexed"] == len(outcome["unchecked"])
     docs = index_docs(cluster_client, cluster_index)
     statuses = {d["key"]: d["status"] for d in docs.values()}
