@@ -66,11 +66,10 @@ class ItemsRefused(ShardsUnavailable):
 
 def is_retryable(exc: BaseException) -> bool:
     """Whether a client or transport error is transient (see the module doc)."""
-    if isinstance(exc, ShardsUnavailable):
+    if isinstance(exc, ShardsUnavailable) or is_failover(exc):
         return True
-
     if isinstance(exc, ApiError):
-        return exc.meta.status in RETRY_STATUSES or (exc.meta.status == 500 and _lost_a_node(exc.body))
+        return exc.meta.status in RETRY_STATUSES
     return isinstance(exc, TransportConnectionError | ConnectionTimeout) and not isinstance(exc, TlsError)
 
 

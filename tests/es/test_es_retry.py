@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import pytest
 from elastic_transport import ApiResponseMeta, HttpHeaders, NodeConfig
@@ -84,8 +83,7 @@ def test_a_wrong_request_is_final_at_once(failure: BaseException) -> None:
 
 
 def test_every_node_loss_cause_is_a_failover() -> None:
-    causes: Any = sorted(NODE_LOSS_CAUSES)
-    assert all(is_failover(api_error(500, cause)) for cause in causes)
+    assert all(is_failover(api_error(500, cause)) for cause in sorted(NODE_LOSS_CAUSES))
 
 
 @pytest.mark.parametrize(("status", "failover"), [(429, False), (503, True)])

@@ -425,10 +425,9 @@ def test_primary_killed_mid_crawl(es_cluster: Any, cluster_client: Any, cluster_
     """The node holding the sequencer's primary (the fleet's order) dies mid-crawl."""
     fault, outcome, elapsed, kill_at = crawl_with_a_kill(
         es_cluster, cluster_client, cluster_index, crawl_dir, lambda master, sequencer: sequencer, CRAWLERS)
-    print("\n" + describe_kill(fault, outcome, elapsed, kill_at, CRAWLERS))
+    print("\n" + outcome["kill"])
     check_after_a_kill(cluster_client, cluster_index, outcome)
-    ledger.record(f"{SHARDS} primaries on a 3-node cluster; " + describe_kill(fault, outcome, elapsed, kill_at,
-                                                                            CRAWLERS),
+    ledger.record(f"{SHARDS} primaries on a 3-node cluster; " + outcome["kill"],
                   lost=len(outcome["lost"]), kept=len(outcome["kept"]), unchecked=len(outcome["unchecked"]))
 
 
@@ -449,9 +448,8 @@ def test_data_node_killed_while_eight_crawlers_write(es_cluster: Any, cluster_cl
     # below the threshold, which are then rightly both kept.
     fault, outcome, elapsed, kill_at = crawl_with_a_kill(
         es_cluster, cluster_client, cluster_index, crawl_dir, data_node, crawlers, changes=2)
-    print("\n" + describe_kill(fault, outcome, elapsed, kill_at, crawlers))
+    print("\n" + outcome["kill"])
     assert not fault["was_sequencer"]
     check_after_a_kill(cluster_client, cluster_index, outcome)
-    ledger.record(f"{SHARDS} primaries on a 3-node cluster; " + describe_kill(fault, outcome, elapsed, kill_at,
-                                                                            crawlers),
+    ledger.record(f"{SHARDS} primaries on a 3-node cluster; " + outcome["kill"],
                   lost=len(outcome["lost"]), kept=len(outcome["kept"]), unchecked=len(outcome["unchecked"]))
