@@ -31,14 +31,15 @@ MIN_OWN_WORDS = 10
 #: paragraph, not a byline, a caption, a button or a headline).
 PROSE_CHARS = 100
 PROSE_LINK_SHARE = 0.3
-#: Prose blocks with at most this many words of links and short lines between them belong to one passage.
+#: Prose blocks with at most this many words of link blocks (link lists included) between them belong to one
+#: passage. Lines that are not links (a subheading, a list item, a one-line paragraph, a byline) do not part them: a
+#: guide's lists and an agency story's one-sentence paragraphs lie between its paragraphs, while what parts an
+#: article from a comment thread or a footer is links (share buttons, tags, related headlines, navigation).
 PASSAGE_GAP = 40
 #: Passages of fewer prose blocks than this in all, and fewer than :data:`LONE_PROSE_WORDS` words, are not trusted:
 #: one paragraph may be a sidebar's blurb, longer than a short post's lines.
 MIN_PROSE_BLOCKS = 2
 LONE_PROSE_WORDS = 100
-#: Blocks of at least this many words (not links) join the prose around them: a short paragraph, a quote.
-BRIDGE_WORDS = 10
 #: A page whose passages hold fewer words of prose than this keeps all its own words (a short post, a table).
 MIN_PASSAGE_WORDS = 50
 #: Passages whose prose holds at least this share of the largest one's are kept with it (an article and a comment
@@ -298,17 +299,17 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     all of ``keep`` (docs/content.md, "How auto reads a page", step 5).
 
     A prose block has at least :data:`PROSE_CHARS` word bytes, under :data:`PROSE_LINK_SHARE` of them in links.
-    Prose blocks with at most :data:`PASSAGE_GAP` words between them of blocks that are not text (link blocks, and
-    lines of fewer than :data:`BRIDGE_WORDS` words) form a passage, which spans from its first prose block to its
-    last, the blocks between them included (subheadings, short paragraphs), link blocks excluded. A passage whose
-    prose blocks mostly (:data:`TEASER_SHARE`) follow a link block is a list of teasers and counts for nothing, and
-    a passage ends at its last prose block that does not follow a link block. The largest passage is kept with
-    every passage of at least :data:`PASSAGE_SHARE` of its prose words. None when the prose is too little to
-    trust: the largest passage under :data:`MIN_PASSAGE_WORDS` words; fewer than :data:`MIN_PROSE_BLOCKS` prose
-    blocks kept and under :data:`LONE_PROSE_WORDS` words (a sidebar's blurb); the passages under ``of_page``
-    (:data:`PASSAGES_OF_PAGE`; see :func:`prose_share`) of the words of ``keep`` that are neither link blocks nor
-    right after one (a table or a list, whose prose is a sidebar's); and on pages without link text (plain text:
-    every line is what the text says). ``is_link``: the page's :func:`link_blocks`, when known.
+    Prose blocks with at most :data:`PASSAGE_GAP` words of link blocks (in link lists or not) between them form a
+    passage, which spans from its first prose block to its last, the blocks between them included (subheadings, list
+    items, short paragraphs), link blocks excluded. A passage whose prose blocks mostly (:data:`TEASER_SHARE`)
+    follow a link block is a list of teasers and counts for nothing, and a passage ends at its last prose block that
+    does not follow a link block. The largest passage is kept with every passage of at least :data:`PASSAGE_SHARE`
+    of its prose words. None when the prose is too little to trust: the largest passage under
+    :data:`MIN_PASSAGE_WORDS` words; fewer than :data:`MIN_PROSE_BLOCKS` prose blocks kept and under
+    :data:`LONE_PROSE_WORDS` words (a sidebar's blurb); the passages under ``of_page`` (:data:`PASSAGES_OF_PAGE`;
+    see :func:`prose_share`) of the words of ``keep`` that are neither link blocks nor right after one (a table or a
+    list, whose prose is a sidebar's); and on pages without link text (plain text: every line is what the text
+    says). ``is_link``: the page's :func:`link_blocks`, when known.
     """
     counts, chars, link_chars = blocks.counts, blocks.chars, blocks.link_chars
     if not link_chars.any():
@@ -320,8 +321,9 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     worded = np.flatnonzero(counts > 0)
     after_link = np.zeros(counts.size, dtype=bool)
     after_link[worded[1:]] = link_block[worded[:-1]]
-    # Words of the blocks between two prose blocks that are not text: links, and lines too short to be a sentence.
-    apart = np.cumsum(np.where(keep & (link_block | (counts < BRIDGE_WORDS)), counts, 0))
+    # Words of the link blocks between two prose blocks, link lists included: a menu between an article and a footer's
+    # blurb parts them, though it is no longer part of the page's own text.
+    apart = np.cumsum(np.where(link_block, counts, 0))
     between = apart[prose[1:] - 1] - apart[prose[:-1]]
     cut = np.flatnonzero(between > PASSAGE_GAP) + 1
     first = np.concatenate(([0], cut))  # each passage's first prose block (an index into `prose`)

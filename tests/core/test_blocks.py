@@ -158,8 +158,10 @@ def _paragraph(tag: str, words: int = 40) -> str:
 
 
 def _gap() -> str:
-    """More than PASSAGE_GAP words in short blocks (a byline, a caption...): no prose."""
-    return "".join(_block(f"g{i} short line") for i in range(PASSAGE_GAP // 3 + 1))
+    """More than PASSAGE_GAP words of link blocks that are no link list (tags, share buttons, each after a short
+    line that breaks the run): no prose."""
+    return "".join(_block(f"g{i} tag of the story", link=True) + _block("filed under")
+                   for i in range(PASSAGE_GAP // 5 + 1))
 
 
 def _prose(text: str) -> bytes:
@@ -175,6 +177,35 @@ def test_an_article_keeps_its_passage_without_dateline_share_block_and_comment_c
     assert b"a short subheading" in _prose(page)
     # Read whole (a documentation page), everything but the link list stays.
     assert b"updated november" in own_text(_marked(page))
+
+
+def test_short_lines_between_paragraphs_do_not_part_a_passage() -> None:
+    """A guide's subheadings and list items, an agency story's one-sentence paragraphs: more than PASSAGE_GAP words
+    of lines too short to be prose between two paragraphs, and no link among them. The lead before them is read
+    with the larger section after them; links between them (tags, share buttons) do part it."""
+    lead, section = _paragraph("a"), _paragraph("b") + _paragraph("c") + _paragraph("d")
+    items = "".join(_block(f"l{i} one line of a list") for i in range(PASSAGE_GAP // 6 + 1))
+    share = _block("share this story", link=True)
+    read = _prose(share + lead + items + section).split()
+    assert b"a0" in read and b"l0" in read and b"d39" in read and b"share" not in read
+    assert _prose(share + lead + _gap() + section) == _prose(section)
+    # A menu (a link list, which is not the page's own text) between the article and a footer's blurb parts them too.
+    menu = "".join(_block(f"m{i} section of the site", link=True) for i in range(PASSAGE_GAP // 5 + 1))
+    footer = _block("about us") + _paragraph("f")
+    assert _prose(share + section + menu + footer) == _prose(section)
+
+
+def test_a_print_page_of_a_guide_is_read_whole_but_its_print_chrome() -> None:
+    """Through the sketcher: a print version (headings, a list and paragraphs, nothing marked) is read from its lead
+    to its last paragraph, the list between them included; its print and close links are not."""
+    lead = " ".join(f"lead{i}" for i in range(40))
+    items = "".join(f"<p>{i}. A pick of the guide for item {i}</p>" for i in range(8))
+    sections = "".join(f"<h2>Section {s}</h2><p>{' '.join(f'{s}x{i}' for i in range(60))}</p>" for s in "abc")
+    html = (f"<html><body><div><a href='javascript:print()'>Print this page</a> <a href=#>Close window</a></div>"
+            f"<h1>The best picks of the year</h1><p>{lead}</p>{items}{sections}</body></html>")
+    text = Sketcher().text(html).decode()
+    assert "lead0" in text and "pick of the guide for item 7" in text and "section c" in text and "cx59" in text
+    assert "print this page" not in text and "close window" not in text
 
 
 def test_teasers_are_not_the_passage_and_trailing_teasers_go() -> None:
@@ -232,7 +263,7 @@ def test_under_a_host_template_the_passages_must_be_most_of_the_page() -> None:
     """A page whose passages hold about half its own words (a reference page: a class's description, then its
     members' table) keeps its passages only when no host template is known; under one, it is read whole."""
     article = _paragraph("a") + _paragraph("b") + _paragraph("c")
-    cells = "".join(_block(f"row{i} cell value") for i in range(20))
+    cells = "".join(_block(f"row{i} cell value") for i in range(30))
     page = _marked(article + _gap() + cells + _block("home", link=True))
     keep = page.counts > 0
     chosen = passages(page, keep)
