@@ -327,16 +327,20 @@ def _sketch(pages: Sequence[Page]) -> tuple[Sketcher, list[Any], float]:
     sketcher = Sketcher()
     start = time.process_time()
     htmls = [p.html for p in pages]
-    blocks = sketcher.block_hashes(htmls)
+    learned = host_templates(pages, sketcher.block_hashes(htmls))
+    sketches = sketcher.sketch_many(htmls, templates=[learned.get(host_of(p.key) or "") for p in pages])
+    return sketcher, sketches, time.process_time() - start
+
+
+def host_templates(pages: Sequence[Page], blocks: Sequence[Any]) -> dict[str, Any]:
+    """Each host's template, learned from its original pages (``blocks``: their ``Sketcher.block_hashes``)."""
     by_host: dict[str, list[Any]] = {}
     for page, hashes in zip(pages, blocks, strict=True):
         # Templates come from the hosts' distinct pages (a crawl meets far more of them than copies): learned
         # over the copies too, a host of two articles would take the article its copies repeat for template.
         if hashes is not None and page.kind == "original":
             by_host.setdefault(host_of(page.key) or "", []).append(hashes)
-    learned = {host: learn_template(sample).hashes for host, sample in by_host.items()}
-    sketches = sketcher.sketch_many(htmls, templates=[learned.get(host_of(p.key) or "") for p in pages])
-    return sketcher, sketches, time.process_time() - start
+    return {host: learn_template(sample).hashes for host, sample in by_host.items()}
 
 
 def contained(least: float, articles_only: bool) -> Callable[[Sequence[Page], float], tuple[Decisions, float]]:
