@@ -47,7 +47,8 @@ Metrics, each page decided in order (originals first, then each kind of copy), t
 
 * kept-recall: share of copy pairs (two pages of one gold article) of which only one is left in the output;
 * precision: share of dropped pages whose match is a copy of the same article;
-* distinct dropped: dropped pages whose match is a distinct article.
+* distinct dropped: dropped pages whose match is a distinct article;
+* on WCXB, kept-recall by page type as well (its article pages and its forum topics).
 
 The peer: trafilatura's extraction (``favor_precision`` off, defaults) and datasketch ``MinHashLSH(threshold=0.9,
 num_perm=128)`` over the same word 5-shingles, the first page of a match kept.
@@ -116,6 +117,7 @@ class Article:
     url: str
     gold: str
     html: bytes
+    page_type: str = "article"  # WCXB's page type ("article", "forum"); the other layouts hold articles
 
 
 def load_articles(directory: Path, page_types: Sequence[str] = WCXB_TYPES) -> list[Article]:
@@ -154,7 +156,7 @@ def _load_wcxb(directory: Path, page_types: Sequence[str]) -> list[Article]:
         path = split / "html" / f"{key}.html.gz"
         if gold and url and url not in seen and path.exists():
             seen.add(url)  # a page's key is its URL
-            out.append(Article(key, url, gold, gzip.decompress(path.read_bytes())))
+            out.append(Article(key, url, gold, gzip.decompress(path.read_bytes()), meta["page_type"]))
     return out
 
 
@@ -383,7 +385,10 @@ METHODS: dict[str, Callable[[Sequence[Page], float], tuple[Decisions, float]]] =
 }
 
 
-def score(pages: Sequence[Page], decisions: Decisions, distinct: Callable[[int, int], bool]) -> dict[str, Any]:
+def score(pages: Sequence[Page], decisions: Decisions, distinct: Callable[[int, int], bool],
+          types: Sequence[str] = ()) -> dict[str, Any]:
+    """Kept-recall, precision, distinct pages dropped and copies found by kind; with ``types`` (each gold
+    article's page type), kept-recall per page type too, when there are several."""
     gold = {p.key: p.gold for p in pages}
     kind = {p.key: p.kind for p in pages}
     groups: dict[int, list[str]] = {}
@@ -391,11 +396,15 @@ def score(pages: Sequence[Page], decisions: Decisions, distinct: Callable[[int, 
         groups.setdefault(page.gold, []).append(page.key)
     pairs = found = 0
     by_kind: dict[str, list[int]] = {k: [0, 0] for k in KINDS}
-    for keys in groups.values():
+    by_type: dict[str, list[int]] = {t: [0, 0] for t in sorted(set(types))}
+    for number, keys in groups.items():
         for a, b in itertools.combinations(keys, 2):
             pairs += 1
             ok = decisions[a] is not None or decisions[b] is not None
             found += ok
+            if by_type:
+                by_type[types[number]][0] += ok
+                by_type[types[number]][1] += 1
             for k in {kind[a], kind[b]} - {"original"}:
                 if "original" in (kind[a], kind[b]):
                     by_kind[k][0] += ok
@@ -406,6 +415,8 @@ def score(pages: Sequence[Page], decisions: Decisions, distinct: Callable[[int, 
     return {"kept_recall": found / pairs if pairs else 1.0, "pairs": pairs,
             "precision": right / len(dropped) if dropped else 1.0, "distinct_dropped": len(wrong),
             "by_kind": {k: f"{v[0]}/{v[1]}" for k, v in by_kind.items()},
+            **({"kept_recall_by_type": {t: round(v[0] / v[1], 4) for t, v in by_type.items() if v[1]}}
+               if len(by_type) > 1 else {}),
             "wrong": [(k, decisions[k]) for k in wrong[:10]]}
 
 
@@ -432,6 +443,7 @@ def main() -> None:
     except FileNotFoundError as error:
         parser.exit(2, f"bench_openweb: {error}\n")
     shingles = [gold_shingles(a.gold) for a in articles]
+    types = [a.page_type for a in articles]
 
     def distinct(i: int, j: int) -> bool:
         if i == j:
@@ -446,11 +458,12 @@ def main() -> None:
         for name, threshold in itertools.product(names, args.threshold or [DEFAULT_THRESHOLD]):
             decisions, cpu = methods[name](pages, threshold)
             row = {"variant": variant, "method": name, "threshold": threshold, "pages": len(pages),
-                   "cpu_s": round(cpu, 2), **score(pages, decisions, distinct)}
+                   "cpu_s": round(cpu, 2), **score(pages, decisions, distinct, types)}
             rows.append(row)
+            by_type = f"  by type {row['kept_recall_by_type']}" if "kept_recall_by_type" in row else ""
             print(f"{variant:9} {name:16} {threshold:4.2f} pages {len(pages):5}  kept-recall {row['kept_recall']:.3f}  "
                   f"precision {row['precision']:.3f}  distinct dropped {row['distinct_dropped']:3}  "
-                  f"by kind {row['by_kind']}  cpu {cpu:.1f} s", flush=True)
+                  f"by kind {row['by_kind']}{by_type}  cpu {cpu:.1f} s", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -258,7 +258,8 @@ def link_lists(blocks: Blocks, is_link: np.ndarray | None = None) -> np.ndarray:
 def own_blocks(blocks: Blocks, template: np.ndarray | None = None, passage_share: float | None = None) -> np.ndarray:
     """``bool[n]``: the blocks of what the page says itself (see the module doc), its host's template being
     ``template`` (sorted uint64 block hashes; None: none known); with ``passage_share`` (:func:`prose_share`),
-    only its :func:`passages` of prose when it has such passages holding that share of its words (None: read
+    only its :func:`passages` of prose when it has such passages holding that share of its words, else, when it
+    has at least :data:`MIN_PASSAGE_WORDS` words of prose, all of it but its :func:`link_blocks` (None: read
     whole)."""
     return own_selection(blocks, template, passage_share)[0]
 
@@ -286,17 +287,23 @@ def own_selection(blocks: Blocks, template: np.ndarray | None = None,
     keep = own & ~link_lists(blocks, is_link)
     words = int(blocks.counts[keep].sum())
     if words >= MIN_OWN_WORDS:
-        kept = None
-        if passage_share is not None and is_link is not None:
-            kept = passages(blocks, keep, is_link, passage_share)
+        if passage_share is None or is_link is None:
+            return keep, False
+        kept = passages(blocks, keep, is_link, passage_share)
+        if kept is None and int(blocks.counts[_prose_blocks(blocks, keep)].sum()) >= MIN_PASSAGE_WORDS:
+            # Read whole, a page with prose still leaves out its link blocks, as its passages would (a short
+            # article's print bar and share buttons, a "next post" link): a lone link block is the page's chrome,
+            # while a page's content made of links (an index) is a link list, or its text is not prose.
+            kept = keep & ~is_link
         return (keep if kept is None else kept), False
     return (own if own.any() else has_words), words > 0
 
 
 def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None,
              of_page: float = PASSAGES_OF_PAGE) -> np.ndarray | None:
-    """``bool[n]``: the blocks of ``keep`` that lie in the page's passages of prose, or None when the page keeps
-    all of ``keep`` (docs/content.md, "How auto reads a page", step 5).
+    """``bool[n]``: the blocks of ``keep`` that lie in the page's passages of prose, or None when it has no
+    passage to trust and is read whole (docs/content.md, "How auto reads a page", step 5; :func:`own_blocks` then
+    still leaves out the link blocks of a page with prose).
 
     A prose block has at least :data:`PROSE_CHARS` word bytes, under :data:`PROSE_LINK_SHARE` of them in links.
     Prose blocks with at most :data:`PASSAGE_GAP` words of link blocks (in link lists or not) between them form a
@@ -311,10 +318,10 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     list, whose prose is a sidebar's); and on pages without link text (plain text: every line is what the text
     says). ``is_link``: the page's :func:`link_blocks`, when known.
     """
-    counts, chars, link_chars = blocks.counts, blocks.chars, blocks.link_chars
-    if not link_chars.any():
+    counts = blocks.counts
+    if not blocks.link_chars.any():
         return None
-    prose = np.flatnonzero(keep & (chars >= PROSE_CHARS) & (link_chars < PROSE_LINK_SHARE * chars))
+    prose = np.flatnonzero(_prose_blocks(blocks, keep))
     if prose.size == 0 or int(counts[prose].sum()) < MIN_PASSAGE_WORDS:
         return None
     link_block = link_blocks(blocks) if is_link is None else is_link
@@ -346,6 +353,14 @@ def passages(blocks: Blocks, keep: np.ndarray, is_link: np.ndarray | None = None
     if counts[out].sum() < of_page * counts[keep & ~link_block & ~after_link].sum():
         return None
     return out
+
+
+def _prose_blocks(blocks: Blocks, keep: np.ndarray) -> np.ndarray:
+    """``bool[n]``: the prose blocks of ``keep``: at least :data:`PROSE_CHARS` word bytes, under
+    :data:`PROSE_LINK_SHARE` of them link text."""
+    chars = blocks.chars
+    prose: np.ndarray = keep & (chars >= PROSE_CHARS) & (blocks.link_chars < PROSE_LINK_SHARE * chars)
+    return prose
 
 
 def _sums(values: np.ndarray, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:

@@ -47,12 +47,14 @@ from .theory import DEFAULT_THRESHOLD, min_shared_for
 #: its thread (:mod:`scrapy_neardup.core.main_content`).
 #: 15: ``"auto"``: a page's passages of prose parted by link blocks only, no longer by subheadings, list items and
 #: one-line paragraphs (:func:`scrapy_neardup.core.blocks.passages`).
-SCHEME_VERSION = 15
+#: 16: ``"auto"``: a page with prose read whole (no passage to trust) read without its link blocks (a print bar,
+#: share buttons, a "next post" link), as its passages are (:func:`scrapy_neardup.core.blocks.own_selection`).
+SCHEME_VERSION = 16
 #: The scheme ``"body"`` sketches carry in their tags: it stayed 3 while only the other modes changed (4), so
 #: that stores of those versions stayed usable in that mode; folding changed every mode (5), and so did the reading
 #: of self-closing SVG elements (10) and of ``<select>`` lists (11).
 BODY_SCHEME_VERSION = 11
-#: The scheme ``"main"`` sketches carry: 6 to 9 and 12 to 15 changed ``"auto"`` only.
+#: The scheme ``"main"`` sketches carry: 6 to 9 and 12 to 16 changed ``"auto"`` only.
 MAIN_SCHEME_VERSION = 11
 #: What each scheme changed in reading a page (the refusal of a store of an earlier scheme says it), and the modes
 #: it changed (``None``: every mode).
@@ -75,6 +77,8 @@ _SCHEME_CHANGES: dict[int, tuple[tuple[str, ...] | None, str]] = {
                     "as a few words"),
     15: (("auto",), "a guide or an agency story read for its largest section alone, where subheadings, list items or "
                     "one-line paragraphs lay between its paragraphs"),
+    16: (("auto",), "a short article or a page without a passage of prose read with its print bar, share buttons "
+                    "and other link blocks"),
 }
 
 #: ``k`` may not exceed this: the one-permutation hasher splits the hash range into ``k`` bins, and beyond a

@@ -208,6 +208,26 @@ def test_a_print_page_of_a_guide_is_read_whole_but_its_print_chrome() -> None:
     assert "print this page" not in text and "close window" not in text
 
 
+def test_a_page_with_prose_read_whole_leaves_out_its_link_blocks() -> None:
+    """A short article (one paragraph: no passage to trust) is read whole, but without its print bar, share
+    buttons and "next post" link, wherever they lie; a page with little prose (an index: an intro line, then entries
+    that are mostly links) and a page read without passages keep theirs."""
+    story = _paragraph("a", 60)
+    assert MIN_PASSAGE_WORDS <= 60 < 100  # one paragraph under LONE_PROSE_WORDS: no passage
+    chrome = (_block("print this page close window", link=True) + _block("a headline") + _block("share on facebook",
+              link=True) + story + _block("next post", link=True) + _block("all rights reserved"))
+    assert passages(_marked(chrome), _marked(chrome).counts > 0) is None
+    assert _prose(chrome) == b"a headline " + _prose(story) + b" all rights reserved"
+    assert b"print this page" in own_text(_marked(chrome))  # read whole, the passages not asked for
+    entries = _block("here is a list of all class members") + _block("v") + _block(f"value {_LS}logger{_LE}")
+    assert _prose(entries) == b"here is a list of all class members v value logger"
+    # Whole, by way of the sketcher: the print version of a short story read as the story itself.
+    body = " ".join(f"s{i}" for i in range(60))
+    printed = (f"<html><body><div><a href='javascript:print()'>Print this page</a> <a href=#>Close window</a></div>"
+               f"<p>{body}</p><div><a href=/next>Next story</a></div></body></html>")
+    assert Sketcher().text(printed) == Sketcher().text(f"<html><body><p>{body}</p></body></html>") == body.encode()
+
+
 def test_teasers_are_not_the_passage_and_trailing_teasers_go() -> None:
     teasers = "".join(_block(f"headline {i} of another story", link=True) + _paragraph(f"t{i}x", 62) for i in range(2))
     article = _paragraph("a") + _paragraph("b") + _paragraph("c")
@@ -240,7 +260,7 @@ def test_short_prose_tables_and_plain_text_are_read_whole() -> None:
     cells = "".join(_block(f"row{i} cell value") for i in range(60))
     table = cells + _block("about us", link=True) + _paragraph("s", 60)
     assert passages(_marked(table), _marked(table).counts > 0) is None
-    assert _prose(table) == own_text(_marked(table))
+    assert _prose(table) == own_text(_marked(cells + _paragraph("s", 60)))
     # Plain text (no link marks): every line is what the text says.
     plain = split_blocks(clean_text("a title\n" + " ".join(f"w{i}" for i in range(80)) + "\nfooter", False,
                                     mode="auto").utf8)
@@ -272,7 +292,11 @@ def test_under_a_host_template_the_passages_must_be_most_of_the_page() -> None:
     assert PASSAGES_OF_PAGE <= share < PASSAGES_UNDER_TEMPLATE
     template = np.array([7], dtype=np.uint64)  # known, and none of this page's blocks
     assert own_text(page, None, PASSAGES_OF_PAGE) == _prose(article) == own_text(_marked(article))
-    assert own_text(page, template, PASSAGES_UNDER_TEMPLATE) == own_text(page, template) == own_text(page)
+    # Read whole, without its link blocks (it has prose: the gap's tags and the "home" link are its chrome).
+    lines = "".join(_block("filed under") for _ in range(PASSAGE_GAP // 5 + 1))  # what the gap says besides tags
+    whole = own_text(_marked(article + lines + cells))
+    assert own_text(page, template, PASSAGES_UNDER_TEMPLATE) == whole
+    assert own_text(page, template) == own_text(page) != whole
     # A post with a teaser block of its own after it (no two pages share it): the post alone, template or not.
     teasers = "".join(_block(f"headline {i} of another story", link=True) + _paragraph(f"t{i}x", 20) for i in range(3))
     post = _marked(article + teasers)

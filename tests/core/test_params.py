@@ -16,10 +16,10 @@ from scrapy_neardup.store.embedded import EmbeddedBackend
 def test_defaults_and_derived_t() -> None:
     params = SketchParams.create()
     assert (params.num_perm, params.min_shared, params.threshold, params.width, params.seed) == (128, 107, 0.9, 5, 1)
-    assert params.tag == Sketcher().tag == "mh15-k128-word5-s1-auto"
+    assert params.tag == Sketcher().tag == "mh16-k128-word5-s1-auto"
     assert SketchParams.create(threshold=0.5, min_shared=100).threshold is None  # explicit t wins
     char = SketchParams.create(shingle="char", shingle_size=4, seed=7)
-    assert Sketcher.from_params(char).tag == "mh15-k128-char4-s7-auto"
+    assert Sketcher.from_params(char).tag == "mh16-k128-char4-s7-auto"
 
 
 @pytest.mark.parametrize(("saved", "named", "not_named"), [

@@ -21,7 +21,7 @@ def test_sketch_shape_and_tag() -> None:
     sketch = Sketcher(num_perm=64, seed=7).sketch(TEXT)
     assert sketch.signature.shape == (64,)
     assert sketch.signature.dtype == np.uint32
-    assert sketch.tag == "mh15-k64-word5-s7-auto"
+    assert sketch.tag == "mh16-k64-word5-s7-auto"
     assert 0 <= sketch.fingerprint < 2**64
     assert sketch.num_shingles == len(TEXT.split()) - 5 + 1
 
@@ -168,7 +168,7 @@ def test_estimate_is_unbiased(shared: int, only_a: int, only_b: int, offset: int
 def test_each_content_mode_carries_its_own_tag() -> None:
     body, main, auto = Sketcher(content="body"), Sketcher(content="main"), Sketcher()
     assert body.tag == "mh11-k128-word5-s1" and main.tag == "mh11-k128-word5-s1-main"
-    assert auto.tag == "mh15-k128-word5-s1-auto"
+    assert auto.tag == "mh16-k128-word5-s1-auto"
     page = "<body><nav>home news sport weather</nav><main>" + "the story itself goes here " * 20 + "</main></body>"
     with pytest.raises(IncompatibleSketches):
         body.sketch(page).resemblance(main.sketch(page))

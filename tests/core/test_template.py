@@ -134,7 +134,7 @@ def test_a_store_of_whole_body_sketches_is_refused_with_the_way_out(tmp_path: Pa
     message = str(refused.value)
     assert "\n" not in message
     assert "whole body (mh11-k128-word5-s1)" in message
-    assert "own text (mh15-k128-word5-s1-auto)" in message
+    assert "own text (mh16-k128-word5-s1-auto)" in message
     assert "NEARDUP_RESET=True" in message and "NEARDUP_CONTENT='body'" in message
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
@@ -143,7 +143,7 @@ def test_a_store_of_an_earlier_scheme_is_refused_without_a_mode_that_would_not_h
     """A store written before text folding (scheme 4) meets this version: one line naming the earlier version and
     the reset, and no NEARDUP_CONTENT suggestion (no mode of this version makes such sketches)."""
     sketch = Sketcher().sketch("words of a page that says something of its own here")
-    earlier = sketch.tag.replace("mh15-", "mh4-")
+    earlier = sketch.tag.replace("mh16-", "mh4-")
 
     async def crawl(tag: str, page: Any) -> None:
         backend = EmbeddedBackend(128, 107, tag, state_dir=tmp_path)

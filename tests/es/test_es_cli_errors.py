@@ -109,5 +109,5 @@ def test_es_index_folds_lookalikes_accents_and_invisible_characters(
     capsys.readouterr()
     docs = {name: es_client.get(index=index, id=name)["_source"]["neardup"] for name in ("original", "copy", "other")}
     assert docs["copy"]["fingerprint"] == docs["original"]["fingerprint"] != docs["other"]["fingerprint"]
-    assert docs["copy"]["tag"].startswith("mh15-")
+    assert docs["copy"]["tag"].startswith("mh16-")
     es_client.indices.delete(index=index)

@@ -391,7 +391,7 @@ def test_state_from_other_parameters_is_refused_at_start(
     assert result.returncode == 1
     assert result.data["crawl_error"]["type"] == "StateError"
     message = result.data["crawl_error"]["message"]
-    assert "was made with tag=mh15-k128-word5-s1-auto num_perm=128 min_shared=107" in message
+    assert "was made with tag=mh16-k128-word5-s1-auto num_perm=128 min_shared=107" in message
     assert server.requests == [] and _files(state) == before
     if "NEARDUP_NUM_PERM" in setting:  # once: the way out the message names, a reset, starts empty and works
         reset = run_crawl(tmp_path, start_url=server.url + "/copies", name="reset",

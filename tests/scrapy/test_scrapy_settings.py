@@ -48,7 +48,7 @@ def test_defaults() -> None:
     assert (config.shingle, config.shingle_size, config.seed) == ("word", None, 1)
     assert embedded().state_dir is None and not embedded().reset and not config.debug
     assert config.backend_class is EmbeddedBackend
-    assert config.sketcher().tag == "mh15-k128-word5-s1-auto"
+    assert config.sketcher().tag == "mh16-k128-word5-s1-auto"
 
 
 def test_command_line_strings_are_parsed() -> None:
@@ -61,7 +61,7 @@ def test_command_line_strings_are_parsed() -> None:
     assert (config.threshold, config.num_perm, config.min_shared) == (0.8, 64, min_shared_for(0.8, 64))
     assert (config.shingle, config.shingle_size, config.seed, config.action) == ("char", 7, 42, "mark")
     assert embedded(**values).reset and config.debug and config.enabled
-    assert config.sketcher().tag == "mh15-k64-char7-s42-auto"
+    assert config.sketcher().tag == "mh16-k64-char7-s42-auto"
 
 
 def test_content_setting_reaches_the_sketcher() -> None:
