@@ -14,6 +14,7 @@ from scrapy_neardup.core.blocks import (
     PASSAGES_OF_PAGE,
     PASSAGES_UNDER_TEMPLATE,
     PROSE_CHARS,
+    link_blocks,
     link_lists,
     own_text,
     passages,
@@ -219,8 +220,11 @@ def test_a_page_with_prose_read_whole_leaves_out_its_link_blocks() -> None:
     assert passages(_marked(chrome), _marked(chrome).counts > 0) is None
     assert _prose(chrome) == b"a headline " + _prose(story) + b" all rights reserved"
     assert b"print this page" in own_text(_marked(chrome))  # read whole, the passages not asked for
-    entries = _block("here is a list of all class members") + _block("v") + _block(f"value {_LS}logger{_LE}")
-    assert _prose(entries) == b"here is a list of all class members v value logger"
+    entries = (_block("here is a list of all class members") + _block("v")
+               + _block(f"value {_LS}log4cplus logger{_LE}") + _block(f"verbose {_LS}log4cplus appender{_LE}"))
+    assert link_blocks(_marked(entries))[_marked(entries).counts > 0].tolist() == [False, False, True, True]
+    assert _prose(entries) == own_text(_marked(entries)) == (
+        b"here is a list of all class members v value log4cplus logger verbose log4cplus appender")
     # Whole, by way of the sketcher: the print version of a short story read as the story itself.
     body = " ".join(f"s{i}" for i in range(60))
     printed = (f"<html><body><div><a href='javascript:print()'>Print this page</a> <a href=#>Close window</a></div>"
